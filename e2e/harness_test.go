@@ -1,0 +1,206 @@
+// Package e2e runs the real ctsync binary against a real Consul agent and
+// the real Terraform binary. The tests are skipped with -short.
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
+)
+
+// ctsyncBin is the binary built once for the whole package.
+var ctsyncBin string
+
+func TestMain(m *testing.M) {
+	if !testing.Short() {
+		dir, err := os.MkdirTemp("", "ctsync-e2e-bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		ctsyncBin = filepath.Join(dir, "ctsync")
+		build := exec.Command("go", "build", "-o", ctsyncBin, "./cmd/ctsync")
+		build.Dir = testutil.RepoRoot()
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building ctsync:", err)
+			os.Exit(1)
+		}
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test: needs Consul and Terraform")
+	}
+}
+
+// syncBuffer collects a process's output for assertions.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// proc is a running ctsync.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	code int
+}
+
+// env is what every ctsync process gets: the tools on PATH and the
+// Terraform provider mirror.
+func env() []string {
+	e := append(os.Environ(), testutil.TerraformEnv()...)
+	return append(e, "PATH="+filepath.Join(testutil.ToolsDir(), "bin")+":"+os.Getenv("PATH"))
+}
+
+// startCtsync runs `ctsync <args>` in dir; it is killed when the test ends.
+func startCtsync(t *testing.T, dir string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(ctsyncBin, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Dir = dir
+	p.cmd.Env = env()
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start ctsync: %v", err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(40 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+		}
+		if t.Failed() {
+			t.Logf("ctsync output:\n%s", p.out.String())
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(timeout):
+		t.Fatalf("ctsync did not exit within %s; output:\n%s", timeout, p.out.String())
+		return -1
+	}
+}
+
+// count returns how many times s occurs in the output.
+func (p *proc) count(s string) int { return strings.Count(p.out.String(), s) }
+
+// module returns the absolute path of a fixture module.
+func module(name string) string {
+	return filepath.Join(testutil.RepoRoot(), "e2e", "testdata", "modules", name)
+}
+
+// writeFile writes content to dir/name and returns the path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// readServices decodes the services.json a fixture module wrote, or nil.
+func readServices(t *testing.T, dir string) map[string]task.Service {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "services.json"))
+	if err != nil {
+		return nil
+	}
+	var m map[string]task.Service
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("services.json: %v", err)
+	}
+	return m
+}
+
+// ids returns the sorted service IDs in a services map.
+func ids(m map[string]task.Service) string {
+	var out []string
+	for _, s := range m {
+		out = append(out, s.ID)
+	}
+	sortStrings(out)
+	return strings.Join(out, ",")
+}
+
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// waitServices waits until the module's output has exactly the given IDs.
+func waitServices(t *testing.T, dir, want string) map[string]task.Service {
+	t.Helper()
+	var got map[string]task.Service
+	testutil.Eventually(t, 60*time.Second, "module output with services "+want, func() bool {
+		got = readServices(t, dir)
+		return got != nil && ids(got) == want
+	})
+	return got
+}
+
+// taskConfig renders a config with one services task per name in tasks.
+type taskSpec struct {
+	name, module, services, extra string
+}
+
+func config(t *testing.T, consulAddr, workDir string, tasks ...taskSpec) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "log_level = \"DEBUG\"\nworking_dir = %q\nport = %d\n\nconsul {\n  address = %q\n}\n\nbuffer_period {\n  enabled = false\n}\n", workDir, testutil.FreePort(t), consulAddr)
+	for _, tk := range tasks {
+		fmt.Fprintf(&b, "\ntask {\n  name = %q\n  module = %q\n  %s\n  condition \"services\" {\n    names = [%s]\n  }\n}\n", tk.name, tk.module, tk.extra, tk.services)
+	}
+	return b.String()
+}

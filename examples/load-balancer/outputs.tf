@@ -1,0 +1,4 @@
+output "backends" {
+  description = "The host:port pairs nginx balances over."
+  value       = local.backends
+}

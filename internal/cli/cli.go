@@ -1,0 +1,97 @@
+// Package cli is ctsync's command line: `start` (the daemon, -once,
+// -inspect), `task` sub-commands that talk to a running daemon's API, and
+// `version`. Flag names, environment variables and exit codes follow CTS.
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Exit codes, as CTS.
+const (
+	ExitOK            = 0
+	ExitError         = 11
+	ExitInterrupt     = 12
+	ExitRequiredFlags = 13
+	ExitFlagParse     = 14
+	ExitConfig        = 15
+	ExitDriver        = 16
+)
+
+// Version is the ctsync version; release builds set it with -ldflags.
+var Version = "0.1.0-dev"
+
+// Commit is the source revision; release builds set it with -ldflags.
+var Commit = "unknown"
+
+// MinTerraform is the lowest Terraform (or OpenTofu) version ctsync drives.
+const MinTerraform = "0.14.0"
+
+// Run runs the command line args (without the program name) and returns the
+// process exit code.
+func Run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return ExitRequiredFlags
+	}
+	switch args[0] {
+	case "-version", "-v", "--version", "version":
+		printVersion(stdout)
+		return ExitOK
+	case "start":
+		return runStart(args[1:], stdout, stderr)
+	case "task":
+		return runTask(args[1:], stdout, stderr)
+	case "status":
+		return runStatus(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return ExitOK
+	}
+	if strings.HasPrefix(args[0], "-") {
+		// Flags without a sub-command: the deprecated CTS start-up form.
+		fmt.Fprintln(stderr, "warning: running without a command is deprecated; use `ctsync start`")
+		return runStart(args, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "unknown command %q\n\n", args[0])
+	usage(stderr)
+	return ExitFlagParse
+}
+
+func printVersion(w io.Writer) {
+	fmt.Fprintf(w, "ctsync v%s (%s)\n", Version, Commit)
+	fmt.Fprintf(w, "Compatible with Terraform >= %s and OpenTofu >= 1.6.0\n", MinTerraform)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `Usage: ctsync <command> [options]
+
+Keeps network infrastructure in sync with the Consul catalog by running
+Terraform (or OpenTofu) modules.
+
+Commands:
+    start     Start the daemon (or run tasks once with -once, plan with -inspect)
+    status    Show tasks, their status, last run and next scheduled run
+    task      Manage tasks of a running daemon: create, delete, enable, disable
+    version   Print the version
+
+Run 'ctsync <command> -h' for a command's options.
+`)
+}
+
+// stringsFlag is a repeatable string flag.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
+func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+
+// newFlagSet returns a FlagSet that reports errors to stderr instead of
+// exiting.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}

@@ -1,0 +1,291 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/consul"
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/driver/terraform"
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/watch"
+)
+
+const (
+	// shutdownGrace is how long runs in progress may take to finish after
+	// SIGINT/SIGTERM before they are interrupted.
+	shutdownGrace = 30 * time.Second
+	// onceWait bounds how long -once and -inspect wait for Consul data.
+	onceWait = 2 * time.Minute
+)
+
+type startFlags struct {
+	configs      stringsFlag
+	once         bool
+	inspect      bool
+	inspectTasks stringsFlag
+	resetStorage bool
+}
+
+func runStart(args []string, stdout, stderr io.Writer) int {
+	var f startFlags
+	fs := newFlagSet("start", stderr)
+	fs.Var(&f.configs, "config-file", "A configuration file (HCL or JSON). Repeatable.")
+	fs.Var(&f.configs, "config-dir", "A directory of configuration files. Repeatable.")
+	fs.BoolVar(&f.once, "once", false, "Run every task once, then exit.")
+	fs.BoolVar(&f.inspect, "inspect", false, "Plan every task and print the plans; apply nothing.")
+	fs.Var(&f.inspectTasks, "inspect-task", "Plan only this task (implies -inspect). Repeatable.")
+	fs.BoolVar(&f.resetStorage, "reset-storage", false, "With high availability: overwrite stored state with this instance's configuration.")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: ctsync start -config-file=FILE|-config-dir=DIR [-once|-inspect|-inspect-task=NAME]\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitFlagParse
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
+		return ExitFlagParse
+	}
+	if len(f.configs) == 0 {
+		fmt.Fprintln(stderr, "no config file provided: use -config-file or -config-dir")
+		return ExitRequiredFlags
+	}
+	if len(f.inspectTasks) > 0 {
+		f.inspect = true
+	}
+
+	cfg, err := config.Load(f.configs)
+	if err != nil {
+		fmt.Fprintf(stderr, "configuration error: %v\n", err)
+		return ExitConfig
+	}
+	logger := newLogger(cfg, stderr)
+	for _, w := range cfg.Warnings {
+		logger.Warn(w)
+	}
+
+	bin, ver, err := terraform.FindBinary(cfg.Driver.Path)
+	if err != nil {
+		logger.Error("terraform driver", "error", err)
+		return ExitDriver
+	}
+	logger.Info("using terraform binary", "path", bin, "version", ver.String())
+
+	client, err := consul.NewClient(cfg.Consul)
+	if err != nil {
+		fmt.Fprintf(stderr, "configuration error: consul: %v\n", err)
+		return ExitConfig
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGQUIT)
+	defer stop()
+
+	app, err := newApp(cfg, client, bin, logger)
+	if err != nil {
+		logger.Error("start-up failed", "error", err)
+		return ExitConfig
+	}
+	if f.once || f.inspect {
+		return app.runOnce(ctx, f.inspectTasks, f.inspect, stdout)
+	}
+	return app.runDaemon(ctx)
+}
+
+// app is the wired daemon: the watch registry feeding the controller, which
+// drives Terraform and records to the store.
+type app struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	client   *api.Client
+	registry *watch.Registry
+	ctrl     *reconcile.Controller
+	store    store.Store
+}
+
+func newApp(cfg *config.Config, client *api.Client, bin string, logger *slog.Logger) (*app, error) {
+	workDir, err := filepath.Abs(cfg.WorkingDir)
+	if err != nil {
+		return nil, fmt.Errorf("working_dir: %w", err)
+	}
+	if err := os.MkdirAll(workDir, 0o750); err != nil {
+		return nil, fmt.Errorf("creating working_dir: %w", err)
+	}
+	cacheDir := filepath.Join(workDir, ".plugin-cache")
+	if err := os.MkdirAll(cacheDir, 0o750); err != nil {
+		return nil, fmt.Errorf("creating plugin cache: %w", err)
+	}
+	a := &app{cfg: cfg, log: logger, client: client, store: store.NewMemory(0)}
+	a.registry = watch.NewRegistry(client, logger.With("component", "watch"), func(sub, key string) {
+		a.ctrl.Notify(sub, key)
+	})
+	providers := map[string]config.Provider{}
+	for _, p := range cfg.Providers {
+		providers[p.Ref()] = p
+	}
+	factory := func(spec task.Spec) (driver.Driver, error) {
+		dir := spec.WorkingDir
+		if dir == "" {
+			dir = filepath.Join(workDir, spec.Name)
+		}
+		dir, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, err
+		}
+		spec.Module = localModuleSource(spec.Module, dir)
+		var used []config.Provider
+		for _, ref := range spec.Providers {
+			p, ok := providers[ref]
+			if !ok {
+				return nil, fmt.Errorf("provider %q is not configured", ref)
+			}
+			used = append(used, p)
+		}
+		return terraform.New(terraform.Options{
+			Spec:           spec,
+			WorkDir:        dir,
+			Binary:         bin,
+			Driver:         cfg.Driver,
+			Providers:      used,
+			Consul:         cfg.Consul,
+			PluginCacheDir: cacheDir,
+			Logger:         logger.With("component", "terraform", "task", spec.Name),
+		})
+	}
+	a.ctrl = reconcile.New(reconcile.Options{
+		Watcher:     a.registry,
+		NewDriver:   factory,
+		Store:       a.store,
+		Logger:      logger.With("component", "reconcile"),
+		MaxParallel: cfg.MaxParallelRuns,
+	}, cfg.Tasks)
+	return a, nil
+}
+
+// localModuleSource rewrites a local module path ("./x", "../x"), which CTS
+// resolves against the process's working directory, into a path relative
+// to the task's directory, where Terraform resolves it.
+func localModuleSource(src, taskDir string) string {
+	if !strings.HasPrefix(src, "./") && !strings.HasPrefix(src, "../") && !filepath.IsAbs(src) {
+		return src
+	}
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return src
+	}
+	rel, err := filepath.Rel(taskDir, abs)
+	if err != nil {
+		return src
+	}
+	rel = filepath.ToSlash(rel)
+	if !strings.HasPrefix(rel, "../") {
+		rel = "./" + rel
+	}
+	return rel
+}
+
+// runOnce runs (or, with inspect, plans) the tasks once and exits.
+func (a *app) runOnce(ctx context.Context, only []string, inspect bool, stdout io.Writer) int {
+	waitCtx, cancel := context.WithTimeout(ctx, onceWait)
+	err := consul.WaitReady(waitCtx, a.client, a.log)
+	cancel()
+	if err != nil {
+		a.log.Error("consul is not reachable", "address", a.cfg.Consul.Address, "error", err)
+		return ExitError
+	}
+	regCtx, stopReg := context.WithCancel(context.Background())
+	regDone := make(chan error, 1)
+	go func() { regDone <- a.registry.Run(regCtx) }()
+	defer func() { stopReg(); <-regDone }()
+
+	mode := "once"
+	if inspect {
+		mode = "inspect"
+	}
+	a.log.Info("running tasks", "mode", mode, "tasks", len(a.cfg.Tasks))
+	if err := a.ctrl.RunOnce(ctx, only, inspect, onceWait, stdout); err != nil {
+		if ctx.Err() != nil {
+			return ExitInterrupt
+		}
+		a.log.Error("run failed", "error", err)
+		return ExitError
+	}
+	a.log.Info("all tasks completed", "mode", mode)
+	return ExitOK
+}
+
+// runDaemon runs until a signal, then lets runs in progress finish within
+// shutdownGrace.
+func (a *app) runDaemon(ctx context.Context) int {
+	if err := consul.WaitReady(ctx, a.client, a.log); err != nil {
+		return ExitInterrupt
+	}
+	runCtx, cancelRuns := context.WithCancel(context.Background())
+	defer cancelRuns()
+	regCtx, stopReg := context.WithCancel(context.Background())
+	defer stopReg()
+	regDone := make(chan error, 1)
+	go func() { regDone <- a.registry.Run(regCtx) }()
+
+	ctrlDone := make(chan error, 1)
+	go func() { ctrlDone <- a.ctrl.Run(ctx, runCtx) }()
+	a.log.Info("ctsync started", "tasks", len(a.cfg.Tasks), "working_dir", a.cfg.WorkingDir)
+
+	code := ExitOK
+	select {
+	case err := <-ctrlDone:
+		if ctx.Err() == nil {
+			a.log.Error("unexpected shutdown", "error", err)
+			code = ExitError
+		}
+	case <-ctx.Done():
+		a.log.Info("shutting down: waiting for runs in progress", "grace", shutdownGrace)
+		select {
+		case <-ctrlDone:
+		case <-time.After(shutdownGrace):
+			a.log.Warn("runs did not finish in time; interrupting them")
+			cancelRuns()
+			<-ctrlDone
+			code = ExitInterrupt
+		}
+	}
+	stopReg()
+	<-regDone
+	a.log.Info("ctsync stopped")
+	return code
+}
+
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
+	level := slog.LevelInfo
+	switch strings.ToUpper(cfg.LogLevel) {
+	case "TRACE", "DEBUG":
+		level = slog.LevelDebug
+	case "WARN":
+		level = slog.LevelWarn
+	case "ERR", "ERROR":
+		level = slog.LevelError
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

@@ -1,0 +1,644 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/watch"
+)
+
+// Watcher is what the controller needs from the watch registry.
+type Watcher interface {
+	Subscribe(subscriber string, q watch.Query)
+	Unsubscribe(subscriber, key string)
+	UnsubscribeAll(subscriber string)
+	Get(key string) (value any, index uint64, ok bool)
+}
+
+// DriverFactory builds the driver of one task.
+type DriverFactory func(spec task.Spec) (driver.Driver, error)
+
+// Options configure a Controller.
+type Options struct {
+	Watcher   Watcher
+	NewDriver DriverFactory
+	Store     store.Store
+	Logger    *slog.Logger
+	// MaxParallel bounds how many tasks run Terraform at once (default 4).
+	MaxParallel int
+	// MaxRetries is how many times a failed apply is retried with backoff
+	// before the task waits for the next change (default 2, as CTS).
+	MaxRetries int
+	// RetryBase is the first retry delay; it doubles each retry (default 2s).
+	RetryBase time.Duration
+	// Metrics receives run outcomes; nil for none.
+	Metrics Metrics
+}
+
+// Metrics is notified of what the controller does.
+type Metrics interface {
+	RunStarted(taskName string)
+	RunFinished(taskName string, kind string, success bool, d time.Duration)
+	RunSkipped(taskName string)
+	QueueDepth(n int)
+}
+
+// Controller runs tasks when their inputs change.
+type Controller struct {
+	opts Options
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	tasks map[string]*entry
+	// inspecting holds throw-away tasks being planned, by subscriber id.
+	inspecting map[string]*entry
+	queue      []string // task names ready to run, FIFO
+	notes      []note   // notifications from views, handled by the note loop
+	started    bool
+
+	kick     chan struct{} // wakes a worker
+	noteKick chan struct{} // wakes the note loop
+	slots    chan struct{} // one token per Terraform run allowed at once
+}
+
+type note struct{ task, key string }
+
+// entry is the controller's state for one task. Fields are guarded by
+// Controller.mu except drv, which only the worker running the task touches.
+type entry struct {
+	spec task.Spec
+	drv  driver.Driver
+
+	dyn       map[string]watch.Query // regexp-selected health queries
+	lastNames []string               // catalog-services trigger state
+	nameSeen  bool
+
+	ranOnce  bool      // a run has happened (buffering applies after it)
+	trigger  string    // what first marked the task dirty since its last run
+	queued   bool      // in Controller.queue
+	running  bool      // a worker runs it now
+	deleting bool      // marked for deletion
+	rerun    bool      // became due while running: run again afterwards
+	force    bool      // next run applies even when the hash is unchanged
+	deadline time.Time // buffer period hard deadline
+	timer    *time.Timer
+	gen      int // invalidates stale timers
+	retries  int // consecutive failed applies of the current inputs
+	failHash string
+	nextCron time.Time
+	changed  chan struct{} // signalled on every notification (once mode)
+}
+
+// New returns a Controller for the given tasks.
+func New(opts Options, specs []task.Spec) *Controller {
+	if opts.MaxParallel <= 0 {
+		opts.MaxParallel = 4
+	}
+	if opts.MaxRetries < 0 {
+		opts.MaxRetries = 0
+	} else if opts.MaxRetries == 0 {
+		opts.MaxRetries = 2
+	}
+	if opts.RetryBase <= 0 {
+		opts.RetryBase = 2 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opts.Store == nil {
+		opts.Store = store.NewMemory(0)
+	}
+	c := &Controller{
+		opts:       opts,
+		log:        opts.Logger,
+		tasks:      map[string]*entry{},
+		inspecting: map[string]*entry{},
+		kick:       make(chan struct{}, 1),
+		noteKick:   make(chan struct{}, 1),
+		slots:      make(chan struct{}, opts.MaxParallel),
+	}
+	for _, s := range specs {
+		c.tasks[s.Name] = &entry{spec: s, changed: make(chan struct{}, 1)}
+	}
+	return c
+}
+
+// Notify is the watch registry's callback: the view for key changed and
+// subscriber (a task name) uses it. It never blocks.
+func (c *Controller) Notify(subscriber, key string) {
+	c.mu.Lock()
+	c.notes = append(c.notes, note{subscriber, key})
+	c.mu.Unlock()
+	signal(c.noteKick)
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// subscribe registers every static query of a task with the watcher.
+func (c *Controller) subscribe(name string, s *task.Spec) {
+	for _, q := range StaticQueries(s) {
+		c.opts.Watcher.Subscribe(name, q)
+	}
+}
+
+// get adapts the watcher to a Getter.
+func (c *Controller) get(key string) (any, bool) {
+	v, _, ok := c.opts.Watcher.Get(key)
+	return v, ok
+}
+
+// noteLoop handles view notifications in one goroutine: it keeps regexp
+// selections subscribed to the services they match, applies the trigger
+// rule of each condition, and marks tasks dirty.
+func (c *Controller) noteLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.noteKick:
+		}
+		for {
+			c.mu.Lock()
+			if len(c.notes) == 0 {
+				c.mu.Unlock()
+				break
+			}
+			n := c.notes[0]
+			c.notes = c.notes[1:]
+			e, throwaway := c.tasks[n.task], false
+			if e == nil {
+				e, throwaway = c.inspecting[n.task], true
+			}
+			var spec task.Spec
+			if e != nil {
+				spec = e.spec
+			}
+			c.mu.Unlock()
+			if e == nil {
+				continue
+			}
+			c.syncDynamic(n.task, e, &spec)
+			if throwaway {
+				signal(e.changed)
+				continue
+			}
+			c.handleNote(e, &spec, n.key)
+		}
+	}
+}
+
+// syncDynamic subscribes a regexp selector to the health of every service it
+// matches now and drops the services it no longer matches.
+func (c *Controller) syncDynamic(name string, e *entry, s *task.Spec) {
+	want := map[string]watch.Query{}
+	for _, q := range DynamicQueries(s, c.get) {
+		want[q.Key()] = q
+	}
+	c.mu.Lock()
+	old := e.dyn
+	e.dyn = want
+	c.mu.Unlock()
+	static := map[string]bool{}
+	for _, q := range StaticQueries(s) {
+		static[q.Key()] = true
+	}
+	for k, q := range want {
+		if _, had := old[k]; !had {
+			c.opts.Watcher.Subscribe(name, q)
+		}
+	}
+	for k := range old {
+		if _, keep := want[k]; !keep && !static[k] {
+			c.opts.Watcher.Unsubscribe(name, k)
+		}
+	}
+}
+
+// handleNote applies the condition's trigger rule and marks the task dirty.
+func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
+	if s.Condition.CatalogServices != nil {
+		// catalog-services fires only when the set of matching names
+		// changes; other updates still reach the next run's inputs.
+		names, ok := CatalogNames(s, c.get)
+		c.mu.Lock()
+		same := ok && e.nameSeen && slices.Equal(names, e.lastNames)
+		if ok {
+			e.lastNames, e.nameSeen = names, true
+		}
+		c.mu.Unlock()
+		if same && key == conditionCatalog(s.Condition.CatalogServices).Key() {
+			signal(e.changed)
+			return
+		}
+	}
+	c.mu.Lock()
+	c.markDirtyLocked(e, key)
+	c.mu.Unlock()
+	signal(e.changed)
+}
+
+// markDirtyLocked records that a task's inputs may have changed and
+// schedules its run through the buffer period. c.mu is held.
+func (c *Controller) markDirtyLocked(e *entry, trigger string) {
+	if !e.spec.Enabled || !e.spec.IsDynamic() || !c.started {
+		return
+	}
+	if e.trigger == "" {
+		e.trigger = trigger
+	}
+	bp := e.spec.BufferPeriod
+	if !e.ranOnce || bp == nil || !bp.Enabled || bp.Min <= 0 {
+		c.enqueueLocked(e)
+		return
+	}
+	now := time.Now()
+	if e.deadline.IsZero() {
+		e.deadline = now.Add(bp.Max.D())
+	}
+	d := bp.Min.D()
+	if until := e.deadline.Sub(now); d > until {
+		d = until
+	}
+	c.armLocked(e, d, func() { e.deadline = time.Time{} })
+}
+
+// armLocked (re)starts the task's timer; when it fires, before runs under
+// c.mu and the task is enqueued.
+func (c *Controller) armLocked(e *entry, d time.Duration, before func()) {
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	e.gen++
+	gen := e.gen
+	e.timer = time.AfterFunc(d, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if e.gen != gen {
+			return
+		}
+		e.timer = nil
+		if before != nil {
+			before()
+		}
+		c.enqueueLocked(e)
+	})
+}
+
+// enqueueLocked puts the task on the run queue unless it is queued already;
+// a running task is marked to run again when it finishes.
+func (c *Controller) enqueueLocked(e *entry) {
+	if e.running {
+		e.rerun = true
+		return
+	}
+	if e.queued {
+		return
+	}
+	e.queued = true
+	c.queue = append(c.queue, e.spec.Name)
+	if c.opts.Metrics != nil {
+		c.opts.Metrics.QueueDepth(len(c.queue))
+	}
+	signal(c.kick)
+}
+
+// Run is the daemon: it subscribes every task, runs each enabled task once
+// its data is there, then runs tasks whenever their inputs change or their
+// schedule fires. When ctx is cancelled it stops taking new work and
+// returns after the runs in progress finish; runCtx bounds those runs (it
+// may outlive ctx by a grace period).
+func (c *Controller) Run(ctx, runCtx context.Context) error {
+	c.mu.Lock()
+	c.started = true
+	var names []string
+	for name, e := range c.tasks {
+		names = append(names, name)
+		if e.spec.Enabled && e.spec.IsDynamic() {
+			c.markDirtyLocked(e, "start")
+		}
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	wg.Go(func() { c.noteLoop(ctx) })
+	for _, name := range names {
+		c.mu.Lock()
+		s := c.tasks[name].spec
+		c.mu.Unlock()
+		c.subscribe(name, &s)
+	}
+	for i := 0; i < c.opts.MaxParallel; i++ {
+		wg.Go(func() { c.worker(ctx, runCtx) })
+	}
+	wg.Go(func() { c.scheduleLoop(ctx) })
+	<-ctx.Done()
+	wg.Wait()
+	c.mu.Lock()
+	for _, e := range c.tasks {
+		if e.timer != nil {
+			e.timer.Stop()
+		}
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// worker takes task names off the queue and runs them, one at a time.
+func (c *Controller) worker(ctx, runCtx context.Context) {
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			c.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.kick:
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			c.mu.Unlock()
+			return
+		}
+		name := c.queue[0]
+		c.queue = c.queue[1:]
+		if len(c.queue) > 0 {
+			signal(c.kick) // more work: wake another worker
+		}
+		if c.opts.Metrics != nil {
+			c.opts.Metrics.QueueDepth(len(c.queue))
+		}
+		e := c.tasks[name]
+		if e == nil {
+			c.mu.Unlock()
+			continue
+		}
+		e.queued = false
+		e.running = true
+		e.rerun = false
+		trigger := e.trigger
+		e.trigger = ""
+		force := e.force
+		e.force = false
+		spec := e.spec
+		c.mu.Unlock()
+
+		c.slots <- struct{}{}
+		res := c.reconcile(runCtx, e, &spec, trigger, force, false)
+		<-c.slots
+
+		c.mu.Lock()
+		e.running = false
+		if res.ran {
+			e.ranOnce = true
+		}
+		switch {
+		case res.failed && e.retries < c.opts.MaxRetries:
+			e.retries++
+			delay := c.opts.RetryBase << (e.retries - 1)
+			delay += time.Duration(rand.Int64N(int64(delay)/2 + 1))
+			c.log.Info("retrying task after failure", "task", name, "attempt", e.retries, "delay", delay.Round(time.Millisecond))
+			e.trigger = "retry"
+			c.armLocked(e, delay, nil)
+		case e.rerun:
+			c.enqueueLocked(e)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// outcome is what one reconcile did.
+type outcome struct {
+	ran    bool // Terraform ran (or the run was decided: skipped counts)
+	failed bool
+	err    error
+	plan   string
+}
+
+// reconcile runs one task once: build inputs, compare the hash, drive
+// Terraform, record an event. With inspect set it plans instead of applying
+// and records nothing.
+func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trigger string, force, inspect bool) outcome {
+	log := c.log.With("task", s.Name)
+	in, ready := BuildInputs(s, c.get)
+	if !ready {
+		log.Debug("waiting for watched data before running")
+		return outcome{}
+	}
+	hash := Hash(s, &in)
+	if !inspect && !force && hash == c.opts.Store.Applied(s.Name) {
+		log.Debug("inputs unchanged since last apply, skipping run", "inputs_hash", short(hash))
+		if c.opts.Metrics != nil {
+			c.opts.Metrics.RunSkipped(s.Name)
+		}
+		if trigger == "schedule" {
+			now := time.Now()
+			_ = c.opts.Store.AddEvent(store.Event{ID: uuid.NewString(), TaskName: s.Name, Success: true,
+				StartTime: now, EndTime: now, Kind: "noop", Trigger: trigger, InputsHash: hash,
+				Config: eventConfig(s)})
+		}
+		return outcome{ran: true}
+	}
+	c.mu.Lock()
+	if e.failHash != hash {
+		e.retries = 0
+		e.failHash = hash
+	}
+	c.mu.Unlock()
+
+	runID := uuid.NewString()
+	start := time.Now()
+	kind := "apply"
+	if inspect {
+		kind = "plan"
+	}
+	if c.opts.Metrics != nil {
+		c.opts.Metrics.RunStarted(s.Name)
+	}
+	log.Info("running task", "run_id", runID, "trigger", trigger, "mode", kind, "instances", len(in.Services))
+	res, err := c.drive(ctx, e, s, driver.Run{ID: runID}, &in, inspect)
+	end := time.Now()
+	if c.opts.Metrics != nil {
+		c.opts.Metrics.RunFinished(s.Name, kind, err == nil, end.Sub(start))
+	}
+	if inspect {
+		return outcome{ran: true, failed: err != nil, err: err, plan: res.Output}
+	}
+	ev := store.Event{ID: runID, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: end,
+		Kind: kind, Trigger: trigger, InputsHash: hash, Config: eventConfig(s), LogPath: res.LogPath,
+		LogTail: tail(res.LogPath, 4096)}
+	if res.Add+res.Change+res.Destroy > 0 || err == nil {
+		ev.Plan = &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
+	}
+	if err != nil {
+		ev.Error = &store.EventError{Message: err.Error()}
+		log.Error("task run failed", "run_id", runID, "error", err, "log", res.LogPath)
+	} else {
+		_ = c.opts.Store.SetApplied(s.Name, hash)
+		log.Info("task run succeeded", "run_id", runID, "added", res.Add, "changed", res.Change,
+			"destroyed", res.Destroy, "duration", end.Sub(start).Round(time.Millisecond))
+	}
+	_ = c.opts.Store.AddEvent(ev)
+	return outcome{ran: true, failed: err != nil, err: err}
+}
+
+// drive creates and initialises the task's driver when needed, then plans
+// or applies.
+func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs, inspect bool) (driver.Result, error) {
+	if e.drv == nil {
+		d, err := c.opts.NewDriver(*s)
+		if err != nil {
+			return driver.Result{}, fmt.Errorf("preparing driver: %w", err)
+		}
+		if err := d.Init(ctx); err != nil {
+			return driver.Result{}, err
+		}
+		e.drv = d
+	}
+	if inspect {
+		return e.drv.Plan(ctx, run, in)
+	}
+	return e.drv.Apply(ctx, run, in)
+}
+
+// RunOnce runs every enabled task once (only the named ones when names is
+// not empty), in parallel up to MaxParallel, waiting up to wait for each
+// task's data. With inspect set it plans and writes each plan to out. It
+// returns an error naming every task that failed.
+func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, wait time.Duration, out io.Writer) error {
+	c.mu.Lock()
+	var run []*entry
+	for _, n := range names {
+		if c.tasks[n] == nil {
+			c.mu.Unlock()
+			return fmt.Errorf("task %q is not configured", n)
+		}
+	}
+	for name, e := range c.tasks {
+		if (len(names) == 0 && e.spec.Enabled) || slices.Contains(names, name) {
+			run = append(run, e)
+		}
+	}
+	c.mu.Unlock()
+	slices.SortFunc(run, func(a, b *entry) int { return strings.Compare(a.spec.Name, b.spec.Name) })
+
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	defer stopLoop()
+	go c.noteLoop(loopCtx)
+	for _, e := range run {
+		c.subscribe(e.spec.Name, &e.spec)
+	}
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed []string
+	var outMu sync.Mutex
+	for _, e := range run {
+		wg.Go(func() {
+			s := e.spec
+			err := c.waitReady(ctx, e, &s, wait)
+			var res outcome
+			if err == nil {
+				c.slots <- struct{}{}
+				res = c.reconcile(ctx, e, &s, "once", true, inspect)
+				<-c.slots
+				err = res.err
+			}
+			if inspect && err == nil {
+				outMu.Lock()
+				fmt.Fprintf(out, "==> Plan for task %q\n%s\n", s.Name, strings.TrimRight(res.plan, "\n"))
+				outMu.Unlock()
+			}
+			if err != nil {
+				c.log.Error("task failed", "task", s.Name, "error", err)
+				mu.Lock()
+				failed = append(failed, fmt.Sprintf("%s: %v", s.Name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		slices.Sort(failed)
+		return fmt.Errorf("%d of %d tasks failed:\n  %s", len(failed), len(run), strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+// waitReady blocks until every query the task needs has a result.
+func (c *Controller) waitReady(ctx context.Context, e *entry, s *task.Spec, wait time.Duration) error {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		if _, ready := BuildInputs(s, c.get); ready {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return fmt.Errorf("timed out after %s waiting for data from Consul", wait)
+		case <-e.changed:
+		}
+	}
+}
+
+func eventConfig(s *task.Spec) *store.EventConfig {
+	cfg := &store.EventConfig{Providers: append([]string{}, s.Providers...), Services: []string{}, Source: s.Module}
+	if sel, _ := servicesSource(s); sel != nil {
+		cfg.Services = append(cfg.Services, sel.Names...)
+	}
+	return cfg
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// tail returns at most n bytes from the end of a file, starting at a line.
+func tail(path string, n int64) string {
+	if path == "" {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-n, 0)
+	b := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	if off > 0 {
+		if i := strings.IndexByte(string(b), '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,407 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/watch"
+)
+
+// fakeWatcher is an in-memory watch registry: tests set values and it
+// notifies subscribers like the real one.
+type fakeWatcher struct {
+	mu     sync.Mutex
+	vals   map[string]any
+	subs   map[string]map[string]bool // key -> subscribers
+	notify func(sub, key string)
+}
+
+func newFakeWatcher() *fakeWatcher {
+	return &fakeWatcher{vals: map[string]any{}, subs: map[string]map[string]bool{}}
+}
+
+func (w *fakeWatcher) Subscribe(sub string, q watch.Query) {
+	w.mu.Lock()
+	k := q.Key()
+	if w.subs[k] == nil {
+		w.subs[k] = map[string]bool{}
+	}
+	w.subs[k][sub] = true
+	_, ready := w.vals[k]
+	w.mu.Unlock()
+	if ready {
+		w.notify(sub, k)
+	}
+}
+
+func (w *fakeWatcher) Unsubscribe(sub, key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.subs[key], sub)
+}
+
+func (w *fakeWatcher) UnsubscribeAll(sub string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.subs {
+		delete(s, sub)
+	}
+}
+
+func (w *fakeWatcher) Get(key string) (any, uint64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	v, ok := w.vals[key]
+	return v, 1, ok
+}
+
+func (w *fakeWatcher) subscribed(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.subs[key]) > 0
+}
+
+func (w *fakeWatcher) set(key string, v any) {
+	w.mu.Lock()
+	w.vals[key] = v
+	var subs []string
+	for s := range w.subs[key] {
+		subs = append(subs, s)
+	}
+	w.mu.Unlock()
+	for _, s := range subs {
+		w.notify(s, key)
+	}
+}
+
+// fakeDriver records applies; gate, when set, holds each apply until a
+// value is sent.
+type fakeDriver struct {
+	name    string
+	rec     *recorder
+	gate    chan struct{}
+	failing atomic.Bool
+}
+
+type recorder struct {
+	mu        sync.Mutex
+	applies   map[string][]task.Inputs
+	running   map[string]int
+	global    int
+	maxGlobal int
+	overlap   bool
+	applied   chan string
+}
+
+func newRecorder() *recorder {
+	return &recorder{applies: map[string][]task.Inputs{}, running: map[string]int{}, applied: make(chan string, 100)}
+}
+
+func (d *fakeDriver) Init(context.Context) error { return nil }
+func (d *fakeDriver) Plan(_ context.Context, _ driver.Run, in *task.Inputs) (driver.Result, error) {
+	return driver.Result{Output: "plan", Changes: true}, nil
+}
+func (d *fakeDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
+	return driver.Result{}, nil
+}
+func (d *fakeDriver) Apply(ctx context.Context, _ driver.Run, in *task.Inputs) (driver.Result, error) {
+	r := d.rec
+	r.mu.Lock()
+	r.running[d.name]++
+	if r.running[d.name] > 1 {
+		r.overlap = true
+	}
+	r.global++
+	r.maxGlobal = max(r.maxGlobal, r.global)
+	r.mu.Unlock()
+	if d.gate != nil {
+		select {
+		case <-d.gate:
+		case <-ctx.Done():
+		}
+	}
+	r.mu.Lock()
+	r.running[d.name]--
+	r.global--
+	r.applies[d.name] = append(r.applies[d.name], *in)
+	r.mu.Unlock()
+	r.applied <- d.name
+	if d.failing.Load() {
+		return driver.Result{}, errors.New("boom")
+	}
+	return driver.Result{Add: 1, Changes: true}, nil
+}
+
+func (r *recorder) count(name string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.applies[name])
+}
+
+func (r *recorder) last(name string) task.Inputs {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.applies[name]
+	return a[len(a)-1]
+}
+
+func servicesTask(name string, services ...string) task.Spec {
+	return task.Spec{Name: name, Module: "./m", Enabled: true,
+		BufferPeriod: &task.BufferPeriod{},
+		Condition: task.Condition{Services: &task.ServicesCondition{
+			ServicesSelector: task.ServicesSelector{Names: services}, UseAsModuleInput: true}}}
+}
+
+func healthKey(name string) string {
+	return watch.HealthService(name, watch.ServiceOptions{}).Key()
+}
+
+func inst(id, name string) task.Service {
+	return task.Service{ID: id, Name: name, Node: "n1", NodeDatacenter: "dc1", Status: "passing"}
+}
+
+type harness struct {
+	w      *fakeWatcher
+	rec    *recorder
+	ctrl   *Controller
+	st     *store.Memory
+	gates  map[string]chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	drv    map[string]*fakeDriver
+}
+
+func start(t *testing.T, maxParallel int, gated []string, specs ...task.Spec) *harness {
+	t.Helper()
+	h := &harness{w: newFakeWatcher(), rec: newRecorder(), st: store.NewMemory(0),
+		gates: map[string]chan struct{}{}, drv: map[string]*fakeDriver{}}
+	for _, g := range gated {
+		h.gates[g] = make(chan struct{})
+	}
+	h.ctrl = New(Options{
+		Watcher: h.w, Store: h.st, MaxParallel: maxParallel, RetryBase: time.Millisecond,
+		NewDriver: func(s task.Spec) (driver.Driver, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			d := &fakeDriver{name: s.Name, rec: h.rec, gate: h.gates[s.Name]}
+			h.drv[s.Name] = d
+			return d, nil
+		},
+	}, specs)
+	h.w.notify = h.ctrl.Notify
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	go func() { _ = h.ctrl.Run(ctx, context.Background()); close(h.done) }()
+	t.Cleanup(func() {
+		for _, g := range h.gates {
+			close(g)
+		}
+		h.cancel()
+		<-h.done
+	})
+	return h
+}
+
+func (h *harness) waitApplied(t *testing.T, name string) {
+	t.Helper()
+	select {
+	case got := <-h.rec.applied:
+		if got != name {
+			t.Fatalf("applied %s, want %s", got, name)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no apply of %s", name)
+	}
+}
+
+func (h *harness) noApply(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case got := <-h.rec.applied:
+		t.Fatalf("unexpected apply of %s", got)
+	case <-time.After(d):
+	}
+}
+
+func TestRunsWhenDataArrivesAndSkipsUnchangedInputs(t *testing.T) {
+	h := start(t, 4, nil, servicesTask("a", "web"))
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.waitApplied(t, "a")
+	if got := h.rec.last("a").Services; len(got) != 1 || got["web-1.n1.dc1"].ID != "web-1" {
+		t.Fatalf("inputs: %+v", got)
+	}
+	// Same value again (e.g. only a check's output changed upstream): no run.
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.noApply(t, 100*time.Millisecond)
+	// A real change runs.
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+	h.waitApplied(t, "a")
+	if n := len(h.rec.last("a").Services); n != 2 {
+		t.Fatalf("want 2 services, got %d", n)
+	}
+	evs := h.st.Events("a")
+	if len(evs) != 2 || !evs[0].Success || evs[0].InputsHash == "" || evs[0].Plan == nil {
+		t.Fatalf("events: %+v", evs)
+	}
+}
+
+func TestChangeDuringRunIsAppliedAfterwards(t *testing.T) {
+	h := start(t, 4, []string{"a"}, servicesTask("a", "web"))
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	// First apply is held by the gate; change the catalog twice meanwhile.
+	waitRunning(t, h.rec, "a")
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web"), inst("web-3", "web")})
+	h.gates["a"] <- struct{}{} // finish run 1
+	h.waitApplied(t, "a")
+	h.gates["a"] <- struct{}{} // finish run 2 (the coalesced rerun)
+	h.waitApplied(t, "a")
+	if n := len(h.rec.last("a").Services); n != 3 {
+		t.Fatalf("rerun saw %d services, want the latest 3", n)
+	}
+	h.noApply(t, 100*time.Millisecond) // two changes coalesced into one rerun
+	if h.rec.overlap {
+		t.Fatal("a task ran twice at once")
+	}
+}
+
+func waitRunning(t *testing.T, r *recorder, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		n := r.running[name]
+		r.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("%s never started", name)
+}
+
+func TestGlobalParallelismBound(t *testing.T) {
+	names := []string{"t1", "t2", "t3", "t4", "t5"}
+	var specs []task.Spec
+	for _, n := range names {
+		specs = append(specs, servicesTask(n, "web"))
+	}
+	h := start(t, 2, names, specs...)
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	waitRunning(t, h.rec, "t1")
+	for range names {
+		// Release whichever tasks are running, one at a time.
+		released := false
+		for !released {
+			for _, n := range names {
+				select {
+				case h.gates[n] <- struct{}{}:
+					released = true
+				default:
+				}
+				if released {
+					break
+				}
+			}
+		}
+		<-h.rec.applied
+	}
+	if h.rec.maxGlobal != 2 {
+		t.Fatalf("max parallel runs = %d, want 2", h.rec.maxGlobal)
+	}
+}
+
+func TestBufferPeriodCoalesces(t *testing.T) {
+	s := servicesTask("a", "web")
+	s.BufferPeriod = &task.BufferPeriod{Enabled: true, Min: task.Duration(150 * time.Millisecond), Max: task.Duration(time.Second)}
+	h := start(t, 4, nil, s)
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.waitApplied(t, "a") // the first run is not buffered
+	begin := time.Now()
+	for i := 2; i <= 5; i++ {
+		var svcs []task.Service
+		for j := 1; j <= i; j++ {
+			svcs = append(svcs, inst("web-"+string(rune('0'+j)), "web"))
+		}
+		h.w.set(healthKey("web"), svcs)
+	}
+	h.waitApplied(t, "a")
+	if waited := time.Since(begin); waited < 150*time.Millisecond {
+		t.Fatalf("buffered run started after %s, before min", waited)
+	}
+	if n := len(h.rec.last("a").Services); n != 5 {
+		t.Fatalf("buffered run saw %d services, want 5", n)
+	}
+	h.noApply(t, 300*time.Millisecond)
+}
+
+func TestRegexpFollowsCatalog(t *testing.T) {
+	re := "^web"
+	s := task.Spec{Name: "a", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
+		Condition: task.Condition{Services: &task.ServicesCondition{
+			ServicesSelector: task.ServicesSelector{Regexp: &re}, UseAsModuleInput: true}}}
+	h := start(t, 4, nil, s)
+	catKey := watch.CatalogServices(watch.CatalogOptions{}).Key()
+	h.w.set(healthKey("web-a"), []task.Service{inst("a1", "web-a")})
+	h.w.set(catKey, map[string][]string{"web-a": {}, "db": {}})
+	h.waitApplied(t, "a")
+	if !h.w.subscribed(healthKey("web-a")) || h.w.subscribed(healthKey("db")) {
+		t.Fatal("regexp selection subscribed to the wrong services")
+	}
+	h.w.set(healthKey("web-b"), []task.Service{inst("b1", "web-b")})
+	h.w.set(catKey, map[string][]string{"web-a": {}, "web-b": {}, "db": {}})
+	h.waitApplied(t, "a")
+	if n := len(h.rec.last("a").Services); n != 2 {
+		t.Fatalf("want 2 services after web-b appeared, got %d", n)
+	}
+	h.w.set(catKey, map[string][]string{"web-b": {}})
+	h.waitApplied(t, "a")
+	if h.w.subscribed(healthKey("web-a")) {
+		t.Fatal("still watching web-a after it left the catalog")
+	}
+}
+
+func TestFailedApplyRetriesThenWaits(t *testing.T) {
+	h := start(t, 4, nil, servicesTask("a", "web"))
+	h.mu.Lock()
+	h.mu.Unlock()
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.waitApplied(t, "a")
+	h.mu.Lock()
+	d := h.drv["a"]
+	h.mu.Unlock()
+	d.failing.Store(true)
+	h.w.set(healthKey("web"), []task.Service{inst("web-2", "web")})
+	h.waitApplied(t, "a") // fails
+	h.waitApplied(t, "a") // retry 1
+	h.waitApplied(t, "a") // retry 2
+	h.noApply(t, 100*time.Millisecond)
+	if got := store.Status(h.st.Events("a")); got != "critical" {
+		t.Fatalf("status = %s, want critical", got)
+	}
+}
+
+func TestBuildInputsCatalogAndKV(t *testing.T) {
+	s := task.Spec{Name: "a", Condition: task.Condition{CatalogServices: &task.CatalogServicesCondition{Regexp: "^w", UseAsModuleInput: true}},
+		ModuleInput: task.ModuleInputs{ConsulKV: &task.ConsulKVSelector{Path: "k", Recurse: true}}}
+	vals := map[string]any{
+		watch.CatalogServices(watch.CatalogOptions{}).Key(): map[string][]string{"web": {"a"}, "db": {}},
+		watch.KV("k", true, "", "").Key():                   map[string]string{"k/x": "1"},
+	}
+	get := func(k string) (any, bool) { v, ok := vals[k]; return v, ok }
+	in, ready := BuildInputs(&s, get)
+	if !ready || len(in.CatalogServices) != 1 || in.CatalogServices["web"][0] != "a" || in.ConsulKV["k/x"] != "1" || in.Services == nil {
+		t.Fatalf("inputs %+v ready %v", in, ready)
+	}
+	if Hash(&s, &in) != Hash(&s, &in) {
+		t.Fatal("hash not stable")
+	}
+}

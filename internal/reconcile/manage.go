@@ -1,0 +1,323 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// Errors of task management, mapped to HTTP statuses by the API.
+var (
+	ErrNotFound = errors.New("task not found")
+	ErrExists   = errors.New("task already exists")
+	ErrActive   = errors.New("task is active")
+)
+
+// syncWait bounds how long a synchronous run (API run=now, inspect) waits for
+// the task's Consul data.
+const syncWait = 30 * time.Second
+
+// TaskState is a task as the API shows it.
+type TaskState struct {
+	Spec task.Spec
+	// Active is true while the task runs or waits in the run queue.
+	Active bool
+	// Deleting is true for a task marked for deletion that has not gone yet.
+	Deleting bool
+	// NextRun is the next schedule tick (schedule tasks only).
+	NextRun time.Time
+}
+
+// Tasks returns every task, sorted by name.
+func (c *Controller) Tasks() []TaskState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]TaskState, 0, len(c.tasks))
+	for _, e := range c.tasks {
+		out = append(out, e.state())
+	}
+	slices.SortFunc(out, func(a, b TaskState) int { return strings.Compare(a.Spec.Name, b.Spec.Name) })
+	return out
+}
+
+// Task returns one task.
+func (c *Controller) Task(name string) (TaskState, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.tasks[name]
+	if e == nil {
+		return TaskState{}, ErrNotFound
+	}
+	return e.state(), nil
+}
+
+func (e *entry) state() TaskState {
+	return TaskState{Spec: e.spec, Active: e.running || e.queued, Deleting: e.deleting, NextRun: e.nextCron}
+}
+
+// PlanResult is the outcome of an inspect (plan-only) run.
+type PlanResult struct {
+	Plan           string
+	ChangesPresent bool
+}
+
+// Create adds a task. With runNow it applies the task before returning and
+// keeps it only if the run succeeded; otherwise an enabled task runs as soon
+// as its data is there.
+func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) error {
+	c.mu.Lock()
+	if c.tasks[spec.Name] != nil {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: a task named %q already exists", ErrExists, spec.Name)
+	}
+	e := &entry{spec: spec, changed: make(chan struct{}, 1)}
+	if runNow {
+		e.running = true // reserve: nothing else runs it meanwhile
+	}
+	c.tasks[spec.Name] = e
+	c.mu.Unlock()
+	c.subscribe(spec.Name, &spec)
+	if !runNow {
+		c.mu.Lock()
+		c.markDirtyLocked(e, "api")
+		c.mu.Unlock()
+		return nil
+	}
+	_, err := c.runReserved(ctx, e, "api", false)
+	if err != nil {
+		c.remove(spec.Name)
+		return err
+	}
+	return nil
+}
+
+// Inspect plans a task that is not (yet) configured, in a throw-away
+// working directory, and forgets it.
+func (c *Controller) Inspect(ctx context.Context, spec task.Spec) (PlanResult, error) {
+	dir, err := os.MkdirTemp("", "ctsync-inspect-")
+	if err != nil {
+		return PlanResult{}, err
+	}
+	defer os.RemoveAll(dir)
+	spec.WorkingDir = dir
+	sub := "inspect:" + uuid.NewString()
+	e := &entry{spec: spec, changed: make(chan struct{}, 1)}
+	c.mu.Lock()
+	c.inspecting[sub] = e
+	c.mu.Unlock()
+	defer func() {
+		c.opts.Watcher.UnsubscribeAll(sub)
+		c.mu.Lock()
+		delete(c.inspecting, sub)
+		c.mu.Unlock()
+	}()
+	c.subscribe(sub, &spec)
+	return c.plan(ctx, e, &spec)
+}
+
+// plan waits for the task's data and plans it.
+func (c *Controller) plan(ctx context.Context, e *entry, s *task.Spec) (PlanResult, error) {
+	if err := c.waitReady(ctx, e, s, syncWait); err != nil {
+		return PlanResult{}, err
+	}
+	c.slots <- struct{}{}
+	defer func() { <-c.slots }()
+	in, _ := BuildInputs(s, c.get)
+	res, err := c.drive(ctx, e, s, driver.Run{ID: uuid.NewString()}, &in, true)
+	if err != nil {
+		return PlanResult{}, err
+	}
+	return PlanResult{Plan: res.Output, ChangesPresent: res.Changes}, nil
+}
+
+// SetEnabled enables or disables a task. mode "" only changes the flag;
+// "now" also applies (recording an event); "inspect" plans as if enabled
+// and changes nothing.
+func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, mode string) (PlanResult, error) {
+	c.mu.Lock()
+	e := c.tasks[name]
+	if e == nil || e.deleting {
+		c.mu.Unlock()
+		return PlanResult{}, fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
+	}
+	if e.running || e.queued {
+		c.mu.Unlock()
+		return PlanResult{}, fmt.Errorf("%w: task '%s' is active and cannot be updated at this time", ErrActive, name)
+	}
+	if mode == "inspect" {
+		e.running = true
+		spec := e.spec
+		c.mu.Unlock()
+		defer c.release(e)
+		return c.plan(ctx, e, &spec)
+	}
+	e.spec.Enabled = enabled
+	if !enabled {
+		if e.timer != nil {
+			e.timer.Stop()
+			e.timer = nil
+		}
+		e.deadline = time.Time{}
+		e.nextCron = time.Time{}
+		c.mu.Unlock()
+		return PlanResult{}, nil
+	}
+	if mode != "now" {
+		// Re-enabled: run if the inputs moved while it was off.
+		c.markDirtyLocked(e, "enable")
+		c.mu.Unlock()
+		return PlanResult{}, nil
+	}
+	e.running = true
+	c.mu.Unlock()
+	_, err := c.runReserved(ctx, e, "api", true)
+	return PlanResult{}, err
+}
+
+// RunNow applies a task at once, even if its inputs did not change.
+func (c *Controller) RunNow(ctx context.Context, name string) error {
+	c.mu.Lock()
+	e := c.tasks[name]
+	if e == nil || e.deleting {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
+	}
+	if e.running || e.queued {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: task '%s' is active and cannot be run at this time", ErrActive, name)
+	}
+	e.running = true
+	c.mu.Unlock()
+	_, err := c.runReserved(ctx, e, "api", true)
+	return err
+}
+
+// runReserved runs a task the caller has marked running, then releases it.
+func (c *Controller) runReserved(ctx context.Context, e *entry, trigger string, force bool) (outcome, error) {
+	defer c.release(e)
+	s := e.spec
+	if err := c.waitReady(ctx, e, &s, syncWait); err != nil {
+		return outcome{}, err
+	}
+	c.slots <- struct{}{}
+	res := c.reconcile(ctx, e, &s, trigger, force, false)
+	<-c.slots
+	c.mu.Lock()
+	e.ranOnce = e.ranOnce || res.ran
+	c.mu.Unlock()
+	return res, res.err
+}
+
+// release ends a reservation; a change that came meanwhile runs now.
+func (c *Controller) release(e *entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e.running = false
+	if e.rerun && c.tasks[e.spec.Name] == e {
+		e.rerun = false
+		c.enqueueLocked(e)
+	}
+}
+
+// Delete removes a task. It is marked at once and removed when it is not
+// running; with destroy, `terraform destroy` runs first and its state and
+// working directory are removed. It returns when the task is gone.
+func (c *Controller) Delete(ctx context.Context, name string, destroy bool) error {
+	c.mu.Lock()
+	e := c.tasks[name]
+	if e == nil || e.deleting {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
+	}
+	e.deleting = true
+	e.spec.Enabled = false
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	c.mu.Unlock()
+	// Wait until no run is in progress, then take the task.
+	for {
+		c.mu.Lock()
+		if !e.running {
+			e.running = true
+			if e.queued {
+				c.queue = slices.DeleteFunc(c.queue, func(n string) bool { return n == name })
+				e.queued = false
+			}
+			c.mu.Unlock()
+			break
+		}
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if destroy {
+		s := e.spec
+		if err := c.destroy(ctx, e, &s); err != nil {
+			c.mu.Lock()
+			e.deleting, e.running = false, false
+			c.mu.Unlock()
+			return fmt.Errorf("destroying the infrastructure of task %q: %w", name, err)
+		}
+	}
+	c.remove(name)
+	return nil
+}
+
+// destroy runs terraform destroy for the task and removes its working
+// directory.
+func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error {
+	c.slots <- struct{}{}
+	defer func() { <-c.slots }()
+	if e.drv == nil {
+		d, err := c.opts.NewDriver(*s)
+		if err != nil {
+			return err
+		}
+		if err := d.Init(ctx); err != nil {
+			return err
+		}
+		e.drv = d
+	}
+	start := time.Now()
+	res, err := e.drv.Destroy(ctx, driver.Run{ID: uuid.NewString()})
+	c.log.Info("destroyed task infrastructure", "task", s.Name, "destroyed", res.Destroy, "error", err,
+		"duration", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		return err
+	}
+	if dd, ok := e.drv.(interface{ RemoveWorkDir() error }); ok {
+		return dd.RemoveWorkDir()
+	}
+	return nil
+}
+
+// remove forgets a task: its watches, events and state.
+func (c *Controller) remove(name string) {
+	c.opts.Watcher.UnsubscribeAll(name)
+	c.mu.Lock()
+	if e := c.tasks[name]; e != nil && e.timer != nil {
+		e.timer.Stop()
+	}
+	delete(c.tasks, name)
+	c.mu.Unlock()
+	_ = c.opts.Store.DeleteTask(name)
+}
+
+// Events returns a task's run history, newest first.
+func (c *Controller) Events(name string) []store.Event {
+	return c.opts.Store.Events(name)
+}

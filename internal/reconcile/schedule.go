@@ -1,0 +1,66 @@
+package reconcile
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/cronexpr"
+)
+
+// scheduleLoop enqueues schedule-condition tasks when their cron expression
+// fires. One goroutine serves every schedule task: it sleeps until the
+// earliest next tick.
+func (c *Controller) scheduleLoop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		var earliest time.Time
+		c.mu.Lock()
+		for _, e := range c.tasks {
+			sc := e.spec.Condition.Schedule
+			if sc == nil || !e.spec.Enabled {
+				e.nextCron = time.Time{}
+				continue
+			}
+			if !e.nextCron.IsZero() && !e.nextCron.After(now) {
+				if e.trigger == "" {
+					e.trigger = "schedule"
+				}
+				c.enqueueLocked(e)
+				e.nextCron = time.Time{}
+			}
+			if e.nextCron.IsZero() {
+				expr, err := cronexpr.Parse(sc.Cron)
+				if err != nil { // validated at decode
+					continue
+				}
+				e.nextCron = expr.Next(now)
+			}
+			if !e.nextCron.IsZero() && (earliest.IsZero() || e.nextCron.Before(earliest)) {
+				earliest = e.nextCron
+			}
+		}
+		c.mu.Unlock()
+		wait := time.Hour
+		if !earliest.IsZero() {
+			wait = time.Until(earliest)
+		}
+		timer.Reset(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+// NextRun returns when a schedule task runs next (zero if not scheduled).
+func (c *Controller) NextRun(name string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.tasks[name]; e != nil {
+		return e.nextCron
+	}
+	return time.Time{}
+}

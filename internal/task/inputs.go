@@ -1,0 +1,49 @@
+package task
+
+// Service is one entry of the module's `services` variable, with the fields
+// and JSON names of the CTS "service definition protocol v0". The watch
+// layer produces these (without CTSUserDefinedMeta, which comes from the
+// task's configuration).
+type Service struct {
+	ID                  string            `json:"id"`
+	Name                string            `json:"name"`
+	Kind                string            `json:"kind"`
+	Address             string            `json:"address"`
+	Port                int               `json:"port"`
+	Meta                map[string]string `json:"meta"`
+	Tags                []string          `json:"tags"`
+	Namespace           string            `json:"namespace"`
+	Status              string            `json:"status"`
+	Node                string            `json:"node"`
+	NodeID              string            `json:"node_id"`
+	NodeAddress         string            `json:"node_address"`
+	NodeDatacenter      string            `json:"node_datacenter"`
+	NodeTaggedAddresses map[string]string `json:"node_tagged_addresses"`
+	NodeMeta            map[string]string `json:"node_meta"`
+	CTSUserDefinedMeta  map[string]string `json:"cts_user_defined_meta"`
+}
+
+// Key is the CTS map key of a service instance in the `services` variable:
+// the non-empty parts of ID, node, namespace and datacenter joined with ".".
+func (s *Service) Key() string {
+	key := ""
+	for _, p := range []string{s.ID, s.Node, s.Namespace, s.NodeDatacenter} {
+		if p == "" {
+			continue
+		}
+		if key != "" {
+			key += "."
+		}
+		key += p
+	}
+	return key
+}
+
+// Inputs is everything a task's module receives from Consul. Services is
+// always set (possibly empty); CatalogServices and ConsulKV are nil when the
+// task does not render them, and then the variable is not declared at all.
+type Inputs struct {
+	Services        map[string]Service  `json:"services"`
+	CatalogServices map[string][]string `json:"catalog_services,omitempty"`
+	ConsulKV        map[string]string   `json:"consul_kv,omitempty"`
+}

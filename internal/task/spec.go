@@ -1,0 +1,294 @@
+// Package task holds the one task model used by configuration, the API, the
+// reconciler, the driver and the store. A Spec is a plain value: defaults are
+// applied once when it is decoded (from HCL/JSON config or from an API body),
+// and Validate is the single place where its rules live.
+package task
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Spec is one task: a Terraform module, the condition that triggers it and
+// the extra module inputs it receives. JSON field names follow the CTS API.
+type Spec struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	Enabled     bool   `json:"enabled"`
+	Module      string `json:"module"`
+	Version     string `json:"version,omitempty"`
+	// Providers lists terraform_provider names ("name" or "name.alias").
+	Providers []string `json:"providers"`
+	// Variables maps a module variable to an HCL expression text, e.g.
+	// `"a"`, `5`, `["x","y"]`. Values read from variable_files are merged
+	// in at config load, so the driver sees one map.
+	Variables map[string]string `json:"variables,omitempty"`
+	// VariableFiles is kept for display; its contents are already in Variables.
+	VariableFiles []string `json:"-"`
+	// WorkingDir is the task's directory; empty means <global working_dir>/<name>.
+	WorkingDir   string        `json:"-"`
+	BufferPeriod *BufferPeriod `json:"buffer_period,omitempty"`
+	Condition    Condition     `json:"condition"`
+	ModuleInput  ModuleInputs  `json:"module_input,omitempty"`
+	// Parallelism is passed to terraform apply -parallelism when > 0.
+	Parallelism int `json:"parallelism,omitempty"`
+}
+
+// BufferPeriod is the debounce window of a dynamic task (CTS semantics).
+// A nil *BufferPeriod on a Spec means "inherit the global one"; config
+// decoding resolves inheritance, so after decoding it is always set.
+type BufferPeriod struct {
+	Enabled bool     `json:"enabled"`
+	Min     Duration `json:"min"`
+	Max     Duration `json:"max"`
+}
+
+// Condition says what triggers a task. Exactly one field is set.
+type Condition struct {
+	Services        *ServicesCondition        `json:"services,omitempty"`
+	CatalogServices *CatalogServicesCondition `json:"catalog_services,omitempty"`
+	ConsulKV        *ConsulKVCondition        `json:"consul_kv,omitempty"`
+	Schedule        *ScheduleCondition        `json:"schedule,omitempty"`
+}
+
+// ServicesSelector selects service instances from the health endpoint. It is
+// shared by condition "services" and module_input "services".
+type ServicesSelector struct {
+	Names              []string          `json:"names,omitempty"`
+	Regexp             *string           `json:"regexp,omitempty"`
+	Datacenter         string            `json:"datacenter"`
+	Namespace          string            `json:"namespace"`
+	Filter             string            `json:"filter"`
+	CTSUserDefinedMeta map[string]string `json:"cts_user_defined_meta"`
+}
+
+// ServicesCondition triggers on any change to the matching healthy instances.
+type ServicesCondition struct {
+	ServicesSelector
+	UseAsModuleInput bool `json:"use_as_module_input"`
+}
+
+// CatalogServicesCondition triggers when the set of matching service names changes.
+type CatalogServicesCondition struct {
+	Regexp           string            `json:"regexp"`
+	Datacenter       string            `json:"datacenter"`
+	Namespace        string            `json:"namespace"`
+	NodeMeta         map[string]string `json:"node_meta"`
+	UseAsModuleInput bool              `json:"use_as_module_input"`
+}
+
+// ConsulKVSelector selects one key, or a prefix when Recurse is set.
+type ConsulKVSelector struct {
+	Path       string `json:"path"`
+	Recurse    bool   `json:"recurse"`
+	Datacenter string `json:"datacenter"`
+	Namespace  string `json:"namespace"`
+}
+
+// ConsulKVCondition triggers when the key (or any key under the prefix) changes.
+type ConsulKVCondition struct {
+	ConsulKVSelector
+	UseAsModuleInput bool `json:"use_as_module_input"`
+}
+
+// ScheduleCondition runs the task on a cron schedule (hashicorp/cronexpr syntax).
+type ScheduleCondition struct {
+	Cron string `json:"cron"`
+}
+
+// ModuleInputs are extra data sources for the module that do not trigger runs
+// on their own... except that, as in CTS, a change to them does mark the task
+// dirty for dynamic tasks.
+type ModuleInputs struct {
+	Services *ServicesSelector `json:"services,omitempty"`
+	ConsulKV *ConsulKVSelector `json:"consul_kv,omitempty"`
+}
+
+// IsZero reports whether no module input is set (used by JSON omitempty-like output).
+func (m ModuleInputs) IsZero() bool { return m.Services == nil && m.ConsulKV == nil }
+
+// Type returns the condition's type name as written in HCL ("services",
+// "catalog-services", "consul-kv", "schedule"), or "" if none is set.
+func (c Condition) Type() string {
+	switch {
+	case c.Services != nil:
+		return "services"
+	case c.CatalogServices != nil:
+		return "catalog-services"
+	case c.ConsulKV != nil:
+		return "consul-kv"
+	case c.Schedule != nil:
+		return "schedule"
+	}
+	return ""
+}
+
+// count returns how many condition types are set.
+func (c Condition) count() int {
+	n := 0
+	for _, set := range []bool{c.Services != nil, c.CatalogServices != nil, c.ConsulKV != nil, c.Schedule != nil} {
+		if set {
+			n++
+		}
+	}
+	return n
+}
+
+// Defaults for a task when the config does not say otherwise.
+var (
+	DefaultBufferPeriod = BufferPeriod{Enabled: true, Min: Duration(5 * time.Second), Max: Duration(20 * time.Second)}
+)
+
+// nameRE is the CTS rule for task names: a valid HCL identifier.
+var nameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_-]*$`)
+
+// FieldError is a validation error on one field of a task, addressed by its
+// path (e.g. "condition.services.regexp"). Config decoding maps the path to a
+// file and line; the API reports the path as is.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+func fieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks the rules that hold wherever a Spec comes from. It returns
+// the first problem found as a *FieldError.
+func (s *Spec) Validate() error {
+	if s.Name == "" {
+		return fieldErr("name", "is required")
+	}
+	if !nameRE.MatchString(s.Name) {
+		return fieldErr("name", "%q is not a valid task name: it must start with a letter or underscore and contain only letters, digits, underscores and dashes", s.Name)
+	}
+	if s.Module == "" {
+		return fieldErr("module", "is required")
+	}
+	switch s.Condition.count() {
+	case 0:
+		return fieldErr("condition", "task should be configured with a condition block")
+	case 1:
+	default:
+		return fieldErr("condition", "only one condition can be configured per task")
+	}
+	seenProvider := map[string]bool{}
+	for i, p := range s.Providers {
+		base := p
+		for j := 0; j < len(p); j++ {
+			if p[j] == '.' {
+				base = p[:j]
+				break
+			}
+		}
+		if seenProvider[base] {
+			return fieldErr(fmt.Sprintf("providers[%d]", i), "provider %q is listed more than once; a task can use only one instance of a provider", base)
+		}
+		seenProvider[base] = true
+	}
+	if bp := s.BufferPeriod; bp != nil {
+		if bp.Min < 0 || bp.Max < 0 {
+			return fieldErr("buffer_period", "min and max cannot be negative")
+		}
+		if bp.Max < bp.Min {
+			return fieldErr("buffer_period.max", "(%s) cannot be less than min (%s)", bp.Max, bp.Min)
+		}
+	}
+	if s.Parallelism < 0 {
+		return fieldErr("parallelism", "cannot be negative")
+	}
+	if c := s.Condition.Services; c != nil {
+		if err := c.ServicesSelector.validate("condition.services"); err != nil {
+			return err
+		}
+	}
+	if c := s.Condition.CatalogServices; c != nil {
+		if c.Regexp == "" {
+			return fieldErr("condition.catalog_services.regexp", "is required")
+		}
+		if _, err := regexp.Compile(c.Regexp); err != nil {
+			return fieldErr("condition.catalog_services.regexp", "does not compile: %v", err)
+		}
+	}
+	if c := s.Condition.ConsulKV; c != nil && c.Path == "" {
+		return fieldErr("condition.consul_kv.path", "is required")
+	}
+	if c := s.Condition.Schedule; c != nil && c.Cron == "" {
+		return fieldErr("condition.schedule.cron", "is required")
+	}
+	if m := s.ModuleInput.Services; m != nil {
+		if err := m.validate("module_input.services"); err != nil {
+			return err
+		}
+	}
+	if m := s.ModuleInput.ConsulKV; m != nil && m.Path == "" {
+		return fieldErr("module_input.consul_kv.path", "is required")
+	}
+	// One source per variable type: a condition and a module_input cannot
+	// both feed the same variable, even when use_as_module_input is false.
+	if s.Condition.Services != nil && s.ModuleInput.Services != nil {
+		return fieldErr("module_input.services", "the services condition already provides the services variable; a task cannot also have a services module_input")
+	}
+	if s.Condition.ConsulKV != nil && s.ModuleInput.ConsulKV != nil {
+		return fieldErr("module_input.consul_kv", "the consul-kv condition already provides the consul_kv variable; a task cannot also have a consul-kv module_input")
+	}
+	return nil
+}
+
+func (sel *ServicesSelector) validate(field string) error {
+	hasRE := sel.Regexp != nil
+	if hasRE == (len(sel.Names) > 0) {
+		return fieldErr(field, "exactly one of regexp or names must be set")
+	}
+	if hasRE {
+		if _, err := regexp.Compile(*sel.Regexp); err != nil {
+			return fieldErr(field+".regexp", "does not compile: %v", err)
+		}
+	}
+	for i, n := range sel.Names {
+		if n == "" {
+			return fieldErr(fmt.Sprintf("%s.names[%d]", field, i), "cannot be empty")
+		}
+	}
+	return nil
+}
+
+// IsDynamic reports whether the task is triggered by Consul data (as opposed
+// to a schedule).
+func (s *Spec) IsDynamic() bool { return s.Condition.Schedule == nil }
+
+// Duration is a time.Duration that reads and writes as a Go duration string
+// ("5s") in JSON, as the CTS API does.
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON accepts a duration string ("5s") or a number of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("invalid duration %q", s)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var n int64
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("a duration must be a string such as \"5s\"")
+	}
+	*d = Duration(n)
+	return nil
+}

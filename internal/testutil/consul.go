@@ -1,0 +1,225 @@
+// Package testutil starts the real components tests need: a Consul dev agent
+// on loopback with free ports, and the Terraform binary and provider mirror
+// prepared by scripts/tools.sh.
+package testutil
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// RepoRoot returns the repository root (the folder holding go.mod).
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// ToolsDir is where scripts/tools.sh caches binaries and the provider mirror.
+func ToolsDir() string {
+	if d := os.Getenv("CTSYNC_TOOLS"); d != "" {
+		return d
+	}
+	return filepath.Join(RepoRoot(), ".tools")
+}
+
+// Binary finds a tool: .tools/bin first, then PATH. It fails the test with
+// a hint when the tool is missing.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	p := filepath.Join(ToolsDir(), "bin", name)
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	t.Fatalf("%s not found in %s or on PATH: run scripts/tools.sh first", name, filepath.Join(ToolsDir(), "bin"))
+	return ""
+}
+
+// TerraformEnv returns environment variables that make terraform use the
+// provider mirror from scripts/tools.sh and never call home.
+func TerraformEnv() []string {
+	return []string{
+		"TF_CLI_CONFIG_FILE=" + filepath.Join(ToolsDir(), "terraformrc"),
+		"CHECKPOINT_DISABLE=1",
+		"TF_IN_AUTOMATION=1",
+	}
+}
+
+// SetTerraformEnv applies TerraformEnv to the test process.
+func SetTerraformEnv(t testing.TB) {
+	for _, kv := range TerraformEnv() {
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				t.Setenv(kv[:i], kv[i+1:])
+				break
+			}
+		}
+	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Consul is a running `consul agent -dev` on loopback.
+type Consul struct {
+	// Addr is host:port of the HTTP API.
+	Addr   string
+	Client *api.Client
+
+	t       testing.TB
+	bin     string
+	args    []string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	done    chan struct{}
+	logs    *bytes.Buffer
+	stopped bool
+}
+
+// StartConsul starts a dev agent with free ports and waits until it has a
+// leader. It is stopped when the test ends.
+func StartConsul(t testing.TB) *Consul {
+	t.Helper()
+	bin := Binary(t, "consul")
+	httpPort := FreePort(t)
+	ports := []int{FreePort(t), FreePort(t), FreePort(t)} // server, serf lan, serf wan
+	args := []string{"agent", "-dev", "-client", "127.0.0.1", "-bind", "127.0.0.1",
+		"-http-port", strconv.Itoa(httpPort), "-grpc-port=-1", "-grpc-tls-port=-1", "-dns-port=-1",
+		"-server-port", strconv.Itoa(ports[0]), "-serf-lan-port", strconv.Itoa(ports[1]),
+		"-serf-wan-port", strconv.Itoa(ports[2]), "-log-level", "warn", "-node", "node-1"}
+	c := &Consul{Addr: fmt.Sprintf("127.0.0.1:%d", httpPort), t: t, bin: bin, args: args}
+	cli, err := api.NewClient(&api.Config{Address: c.Addr})
+	if err != nil {
+		t.Fatalf("consul client: %v", err)
+	}
+	c.Client = cli
+	c.start()
+	t.Cleanup(c.Stop)
+	return c
+}
+
+func (c *Consul) start() {
+	c.t.Helper()
+	c.mu.Lock()
+	c.logs = &bytes.Buffer{}
+	cmd := exec.Command(c.bin, c.args...)
+	cmd.Stdout = c.logs
+	cmd.Stderr = c.logs
+	if err := cmd.Start(); err != nil {
+		c.mu.Unlock()
+		c.t.Fatalf("start consul: %v", err)
+	}
+	c.cmd = cmd
+	c.done = make(chan struct{})
+	c.stopped = false
+	done := c.done
+	c.mu.Unlock()
+	go func() { _ = cmd.Wait(); close(done) }()
+	c.WaitReady()
+}
+
+// WaitReady waits until the agent answers and has elected itself leader.
+func (c *Consul) WaitReady() {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-c.done:
+			c.t.Fatalf("consul exited early:\n%s", c.logs.String())
+		default:
+		}
+		resp, err := http.Get("http://" + c.Addr + "/v1/status/leader")
+		if err == nil {
+			var b [128]byte
+			n, _ := resp.Body.Read(b[:])
+			resp.Body.Close()
+			if resp.StatusCode == 200 && n > 2 && string(b[:n]) != `""` {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("consul at %s not ready after 30s:\n%s", c.Addr, c.logs.String())
+}
+
+// Stop stops the agent (idempotent).
+func (c *Consul) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped || c.cmd == nil {
+		return
+	}
+	c.stopped = true
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}
+
+// Restart stops the agent and starts a fresh one on the same ports. A dev
+// agent keeps no data, so the catalog and KV start empty again.
+func (c *Consul) Restart() {
+	c.t.Helper()
+	c.Stop()
+	c.start()
+}
+
+// RegisterService registers a service instance through the agent API, with a
+// TTL check in the given status when status is not empty.
+func (c *Consul) RegisterService(t testing.TB, reg *api.AgentServiceRegistration, status string) {
+	t.Helper()
+	if status != "" {
+		reg.Check = &api.AgentServiceCheck{CheckID: "check-" + reg.ID, TTL: "10m", Status: status}
+	}
+	if err := c.Client.Agent().ServiceRegister(reg); err != nil {
+		t.Fatalf("register %s: %v", reg.ID, err)
+	}
+}
+
+// SetCheck updates the TTL check of a service registered with a status.
+func (c *Consul) SetCheck(t testing.TB, serviceID, status, output string) {
+	t.Helper()
+	if err := c.Client.Agent().UpdateTTL("check-"+serviceID, output, status); err != nil {
+		t.Fatalf("update check of %s: %v", serviceID, err)
+	}
+}
+
+// Eventually polls cond every 20ms until it returns true or the timeout passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if cond() {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# The five-minute demo: a Consul dev agent, nginx (three backends and a load
+# balancer) and ctsync, all on loopback. ctsync keeps nginx's upstream in
+# sync with the healthy instances of service "web" in Consul.
+# Everything it starts is stopped, and its temp folder removed, on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CTSYNC="$ROOT/bin/ctsync"
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+DEMO=$(mktemp -d /tmp/ctsync-demo.XXXXXX)
+PIDS=()
+
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+cleanup() {
+  say "Cleaning up"
+  [ -f "$DEMO/nginx/nginx.pid" ] && "$NGINX" -p "$DEMO/nginx" -c "$DEMO/nginx/nginx.conf" -s stop 2>/dev/null || true
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$DEMO"
+  echo "stopped consul, ctsync and nginx; removed $DEMO"
+}
+trap cleanup EXIT
+
+# free_port prints a loopback TCP port nobody listens on.
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 20000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+# wait_for DESCRIPTION COMMAND...: retries COMMAND every 0.2s for up to 60s.
+wait_for() {
+  local what=$1; shift
+  for _ in $(seq 1 300); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  echo "timed out waiting for $what" >&2
+  echo "--- ctsync log ---" >&2; tail -n 40 "$DEMO/ctsync.log" >&2 || true
+  exit 1
+}
+
+CONSUL_PORT=$(free_port)
+LB_PORT=$(free_port)
+B1=$(free_port); B2=$(free_port); B3=$(free_port)
+CONSUL="http://127.0.0.1:$CONSUL_PORT"
+
+say "Starting a Consul dev agent on 127.0.0.1:$CONSUL_PORT"
+consul agent -dev -client 127.0.0.1 -bind 127.0.0.1 -http-port "$CONSUL_PORT" \
+  -grpc-port=-1 -grpc-tls-port=-1 -dns-port=-1 -server-port "$(free_port)" \
+  -serf-lan-port "$(free_port)" -serf-wan-port "$(free_port)" -log-level error \
+  >"$DEMO/consul.log" 2>&1 &
+PIDS+=($!)
+wait_for "consul" bash -c "curl -sf $CONSUL/v1/status/leader | grep -q :"
+
+say "Starting nginx: backends on :$B1 :$B2 :$B3, load balancer on :$LB_PORT"
+mkdir -p "$DEMO/nginx/logs"
+cat >"$DEMO/nginx/upstream.conf" <<EOF
+upstream backend { server 127.0.0.1:9 down; }
+EOF
+cat >"$DEMO/nginx/nginx.conf" <<EOF
+pid $DEMO/nginx/nginx.pid;
+error_log $DEMO/nginx/logs/error.log;
+events {}
+http {
+  access_log off;
+  client_body_temp_path $DEMO/nginx/tmp;
+  proxy_temp_path $DEMO/nginx/tmp;
+  fastcgi_temp_path $DEMO/nginx/tmp;
+  uwsgi_temp_path $DEMO/nginx/tmp;
+  scgi_temp_path $DEMO/nginx/tmp;
+  server { listen 127.0.0.1:$B1; location / { return 200 "hello from web-1\n"; } }
+  server { listen 127.0.0.1:$B2; location / { return 200 "hello from web-2\n"; } }
+  server { listen 127.0.0.1:$B3; location / { return 200 "hello from web-3\n"; } }
+  include $DEMO/nginx/upstream.conf;
+  server { listen 127.0.0.1:$LB_PORT; location / { proxy_pass http://backend; } }
+}
+EOF
+mkdir -p "$DEMO/nginx/tmp"
+"$NGINX" -p "$DEMO/nginx" -c "$DEMO/nginx/nginx.conf" -e "$DEMO/nginx/logs/error.log"
+
+register() { # id port
+  curl -sf -X PUT "$CONSUL/v1/agent/service/register" -d @- <<EOF
+{"ID": "$1", "Name": "web", "Address": "127.0.0.1", "Port": $2, "Tags": ["demo"],
+ "Check": {"CheckID": "$1-http", "HTTP": "http://127.0.0.1:$2/", "Interval": "1s"}}
+EOF
+}
+deregister() { curl -sf -X PUT "$CONSUL/v1/agent/service/deregister/$1"; }
+servers() { grep -c '^    server 127.0.0.1:[0-9]*;' "$DEMO/nginx/upstream.conf" || true; }
+traffic() {
+  echo "six requests through the load balancer on :$LB_PORT:"
+  for _ in 1 2 3 4 5 6; do curl -s "http://127.0.0.1:$LB_PORT/" | sed 's/^/    /'; done
+}
+
+say "Registering web-1 and web-2 in Consul"
+register web-1 "$B1"; register web-2 "$B2"
+
+say "Starting ctsync with examples/load-balancer"
+cat >"$DEMO/demo.tfvars" <<EOF
+service_name   = "web"
+upstream_file  = "$DEMO/nginx/upstream.conf"
+reload_command = "$NGINX -p $DEMO/nginx -c $DEMO/nginx/nginx.conf -s reload"
+EOF
+cat >"$DEMO/config.hcl" <<EOF
+log_level   = "INFO"
+working_dir = "$DEMO/sync-tasks"
+port        = $(free_port)
+
+consul {
+  address = "127.0.0.1:$CONSUL_PORT"
+}
+
+buffer_period {
+  enabled = false
+}
+
+task {
+  name           = "nginx-web"
+  description    = "nginx upstream for the healthy instances of web"
+  module         = "$ROOT/examples/load-balancer"
+  providers      = []
+  variable_files = ["$DEMO/demo.tfvars"]
+
+  condition "services" {
+    names = ["web"]
+  }
+}
+EOF
+"$CTSYNC" start -config-file "$DEMO/config.hcl" >"$DEMO/ctsync.log" 2>&1 &
+PIDS+=($!)
+wait_for "two upstream servers" bash -c "[ \"\$(grep -c '^    server 127.0.0.1:[0-9]*;' $DEMO/nginx/upstream.conf)\" = 2 ]"
+echo "nginx upstream rendered by ctsync:"; sed 's/^/    /' "$DEMO/nginx/upstream.conf"
+traffic
+
+say "Registering web-3: ctsync adds it"
+register web-3 "$B3"
+wait_for "three upstream servers" bash -c "[ \"\$(grep -c '^    server 127.0.0.1:[0-9]*;' $DEMO/nginx/upstream.conf)\" = 3 ]"
+sed 's/^/    /' "$DEMO/nginx/upstream.conf"
+traffic
+
+say "Deregistering web-1: ctsync removes it"
+deregister web-1
+wait_for "two upstream servers" bash -c "[ \"\$(grep -c '^    server 127.0.0.1:[0-9]*;' $DEMO/nginx/upstream.conf)\" = 2 ]"
+sed 's/^/    /' "$DEMO/nginx/upstream.conf"
+traffic
+
+say "ctsync's log"
+grep -E 'task run|running task' "$DEMO/ctsync.log" | sed 's/^/    /' | tail -n 12
+say "Demo finished: $(servers) backends in rotation"

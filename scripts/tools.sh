@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Finds or builds the real components ctsync's tests and demo need, and caches
+# them in .tools/ (git-ignored). Idempotent: a second run takes seconds.
+#
+#   scripts/tools.sh            consul, terraform, providers + mirror + CLI config
+#   TOOLS_TOFU=1 scripts/tools.sh   also OpenTofu
+#   TOOLS_NGINX=1 scripts/tools.sh  also nginx (Debian package; for the demo)
+#
+# Afterwards `source .tools/env.sh` puts everything on PATH and sets
+# TF_CLI_CONFIG_FILE to a CLI config that serves providers from the mirror.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+TOOLS="$ROOT/.tools"
+BIN="$TOOLS/bin"
+MIRROR="$TOOLS/mirror"
+BUILD="$TOOLS/build"
+mkdir -p "$BIN" "$MIRROR" "$BUILD" "$TOOLS/plugin-cache"
+
+export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local CGO_ENABLED=0
+export CHECKPOINT_DISABLE=1
+
+CONSUL_VERSION=1.22.7
+CONSUL_API_VERSION=v1.34.1
+TERRAFORM_VERSION=1.5.7
+TOFU_VERSION=1.12.6
+LOCAL_PROVIDER_VERSION=1.4.0
+TIME_PROVIDER_VERSION=0.14.2
+
+log() { printf 'tools: %s\n' "$*" >&2; }
+
+# link_or_build NAME BUILD_FN: prefer PATH (outside .tools), then the cache, else build.
+have() {
+  local name=$1 p
+  if [ -x "$BIN/$name" ]; then return 0; fi
+  p=$(PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -v "^$BIN\$" | paste -sd:) command -v "$name" 2>/dev/null || true)
+  if [ -n "$p" ]; then ln -sf "$p" "$BIN/$name"; log "$name: using $p"; return 0; fi
+  return 1
+}
+
+build_consul() {
+  local d="$BUILD/consul"
+  rm -rf "$d"; mkdir -p "$d"; cd "$d"
+  log "consul: building v$CONSUL_VERSION from the module proxy (a few minutes)"
+  go mod init consulbuild >/dev/null 2>&1
+  go mod edit -exclude=github.com/hashicorp/go-msgpack@v1.1.5 -exclude=github.com/hashicorp/go-msgpack@v1.1.6
+  go get -tool "github.com/hashicorp/consul@v$CONSUL_VERSION" >/dev/null 2>&1
+  go get "github.com/hashicorp/consul/api@$CONSUL_API_VERSION" >/dev/null 2>&1
+  go build -trimpath -ldflags "-s -w" -o "$BIN/consul.tmp" github.com/hashicorp/consul
+  mv "$BIN/consul.tmp" "$BIN/consul"
+  cd "$ROOT"
+}
+
+build_terraform() {
+  log "terraform: building v$TERRAFORM_VERSION from the module proxy (a few minutes)"
+  local d="$BUILD/terraform"; mkdir -p "$d"
+  GOBIN="$d" go install -trimpath -ldflags "-s -w" "github.com/hashicorp/terraform@v$TERRAFORM_VERSION"
+  mv "$d/terraform" "$BIN/terraform"
+}
+
+build_tofu() {
+  local d="$BUILD/tofu"
+  rm -rf "$d"; mkdir -p "$d"; cd "$d"
+  log "tofu: building v$TOFU_VERSION from the module proxy (a few minutes)"
+  go mod init tofubuild >/dev/null 2>&1
+  go mod edit -replace github.com/hashicorp/hcl/v2=github.com/opentofu/hcl/v2@v2.20.2-0.20251021132045-587d123c2828
+  go get -tool "github.com/opentofu/opentofu/cmd/tofu@v$TOFU_VERSION" >/dev/null 2>&1
+  go build -trimpath -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" -o "$BIN/tofu.tmp" github.com/opentofu/opentofu/cmd/tofu
+  mv "$BIN/tofu.tmp" "$BIN/tofu"
+  cd "$ROOT"
+}
+
+# provider NAME MODULE VERSION
+provider() {
+  local name=$1 mod=$2 ver=$3 file="terraform-provider-${1}_v${3}"
+  local a="$MIRROR/registry.terraform.io/hashicorp/$name/$ver/linux_amd64"
+  local b="$MIRROR/registry.opentofu.org/hashicorp/$name/$ver/linux_amd64"
+  if [ -x "$a/$file" ] && [ -x "$b/$file" ]; then return 0; fi
+  log "provider $name: building v$ver"
+  local d="$BUILD/provider-$name"; mkdir -p "$d" "$a" "$b"
+  GOBIN="$d" go install -trimpath -ldflags "-s -w" "$mod@v$ver"
+  cp "$d/$(basename "$mod")" "$a/$file"
+  cp "$d/$(basename "$mod")" "$b/$file"
+}
+
+have consul || build_consul
+have terraform || build_terraform
+if [ "${TOOLS_TOFU:-0}" = 1 ]; then have tofu || build_tofu; fi
+provider local github.com/terraform-providers/terraform-provider-local "$LOCAL_PROVIDER_VERSION"
+provider time github.com/hashicorp/terraform-provider-time "$TIME_PROVIDER_VERSION"
+
+if [ "${TOOLS_NGINX:-0}" = 1 ] && ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+  log "nginx: installing the Debian package"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx >/dev/null
+fi
+
+cat > "$TOOLS/terraformrc" <<RC
+provider_installation {
+  filesystem_mirror {
+    path    = "$MIRROR"
+    include = ["registry.terraform.io/hashicorp/*", "registry.opentofu.org/hashicorp/*"]
+  }
+}
+disable_checkpoint = true
+RC
+
+cat > "$TOOLS/env.sh" <<ENV
+export PATH="$BIN:\$PATH"
+export TF_CLI_CONFIG_FILE="$TOOLS/terraformrc"
+export CHECKPOINT_DISABLE=1
+export CTSYNC_TOOLS="$TOOLS"
+ENV
+log "ready: source $TOOLS/env.sh"
