@@ -1,0 +1,515 @@
+package config
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+)
+
+// rawConfig accumulates what the files say, before defaults. Every file is
+// decoded into the same rawConfig, which is how the CTS merge rules fall
+// out: a later scalar overwrites an earlier one, lists (tasks, providers)
+// append, maps merge key by key.
+type rawConfig struct {
+	logLevel, logFormat, workingDir, id opt[string]
+	port, maxParallel                   opt[int]
+	buffer                              rawBuffer
+	consul                              rawConsul
+	driver                              rawDriver
+	providers                           []Provider
+	tasks                               []*rawTask
+}
+
+type rawBuffer struct {
+	enabled  opt[bool]
+	min, max opt[time.Duration]
+	rng      hcl.Range // where the (last) block was declared
+}
+
+func (b *rawBuffer) any() bool { return b.enabled.Set || b.min.Set || b.max.Set }
+
+type rawConsul struct {
+	address, token, kvPath opt[string]
+
+	tlsEnabled, tlsVerify                 opt[bool]
+	caCert, caPath, cert, key, serverName opt[string]
+	authEnabled                           opt[bool]
+	username, password                    opt[string]
+	dialKeepAlive, dialTimeout            opt[time.Duration]
+	idleConnTimeout, tlsHandshakeTimeout  opt[time.Duration]
+	disableKeepAlives                     opt[bool]
+	maxIdleConns, maxIdleConnsPerHost     opt[int]
+	regEnabled, checkEnabled              opt[bool]
+	regName, regAddress, regNS, checkAddr opt[string]
+}
+
+type rawDriver struct {
+	path            opt[string]
+	log, persistLog opt[bool]
+	backend         *Backend
+	backendRng      hcl.Range
+	required        map[string]RequiredProvider
+}
+
+var topKeys = []key{
+	{name: "log_level"}, {name: "log_format"}, {name: "port"}, {name: "working_dir"},
+	{name: "id"}, {name: "max_parallel_runs"},
+	{name: "buffer_period", kind: kBlock},
+	{name: "consul", kind: kBlock},
+	{name: "driver", kind: kBlock, labels: 1, label: "name"},
+	{name: "terraform_provider", kind: kBlock, labels: 1, label: "name"},
+	{name: "task", kind: kBlock},
+}
+
+const enterpriseMsg = "is a CTS Enterprise feature and is not supported"
+
+var topRejects = map[string]string{
+	"tls":               `"tls" (TLS for the ctsync API) is not supported yet`,
+	"vault":             `"vault" is not supported yet`,
+	"syslog":            `"syslog" is not supported yet`,
+	"high_availability": `"high_availability" is not supported yet`,
+	"license":           `"license" ` + enterpriseMsg + ": ctsync needs no license",
+	"license_path":      `"license_path" ` + enterpriseMsg + ": ctsync needs no license",
+	"service":           `"service" (deprecated in CTS 0.5) is not supported yet: use condition "services" or module_input "services" in the task`,
+	"client_type":       `"client_type" is not supported yet`,
+	"provider":          `unknown block "provider": use terraform_provider "<name>" { ... } to configure Terraform providers`,
+}
+
+var logLevels = map[string]string{
+	"TRACE": "TRACE", "DEBUG": "DEBUG", "INFO": "INFO", "WARN": "WARN", "ERR": "ERR", "ERROR": "ERR",
+}
+
+// decodeFile decodes one configuration file's body into r.
+func (d *decoder) decodeFile(body hcl.Body, r *rawConfig) {
+	c := d.content(body, "", topKeys, topRejects)
+
+	if s := d.str(c, "log_level", ""); s.Set {
+		if lvl, ok := logLevels[strings.ToUpper(strings.TrimSpace(s.V))]; ok {
+			s.V = lvl
+			r.logLevel.merge(s)
+		} else {
+			d.errf(s.Rng, "log_level", "%q is not a valid log level (use TRACE, DEBUG, INFO, WARN or ERR)", s.V)
+		}
+	}
+	if s := d.str(c, "log_format", ""); s.Set {
+		switch f := strings.ToLower(strings.TrimSpace(s.V)); f {
+		case "text", "json":
+			s.V = f
+			r.logFormat.merge(s)
+		default:
+			d.errf(s.Rng, "log_format", "%q is not a valid log format (use text or json)", s.V)
+		}
+	}
+	if p := d.integer(c, "port", ""); p.Set {
+		if p.V < 0 || p.V > 65535 {
+			d.errf(p.Rng, "port", "must be between 0 and 65535")
+		} else {
+			r.port.merge(p)
+		}
+	}
+	r.workingDir.merge(d.str(c, "working_dir", ""))
+	r.id.merge(d.str(c, "id", ""))
+	if n := d.integer(c, "max_parallel_runs", ""); n.Set {
+		if n.V < 1 {
+			d.errf(n.Rng, "max_parallel_runs", "must be at least 1")
+		} else {
+			r.maxParallel.merge(n)
+		}
+	}
+	if b := d.onlyOne(c, "buffer_period", ""); b != nil {
+		d.bufferBlock(b, "buffer_period", &r.buffer)
+	}
+	if b := d.onlyOne(c, "consul", ""); b != nil {
+		d.consul(b, &r.consul)
+	}
+	seenTF := false
+	for _, b := range c.blocks["driver"] {
+		switch b.Labels[0] {
+		case "terraform":
+			if seenTF {
+				d.errf(b.DefRange, `driver "terraform"`, "only one 'driver' block can be configured")
+				continue
+			}
+			seenTF = true
+			d.driver(b, &r.driver)
+		case "terraform-cloud":
+			d.errf(b.DefRange, `driver "terraform-cloud"`, `the "terraform-cloud" driver `+enterpriseMsg+`; use driver "terraform"`)
+		default:
+			d.errf(labelRange(b, 0), blockPath("", b), `unsupported driver %q: the only driver is "terraform"`, b.Labels[0])
+		}
+	}
+	for _, b := range c.blocks["terraform_provider"] {
+		r.providers = append(r.providers, d.provider(b))
+	}
+	for _, b := range c.blocks["task"] {
+		r.tasks = append(r.tasks, d.task(b))
+	}
+}
+
+func labelRange(b *hcl.Block, i int) hcl.Range {
+	if i < len(b.LabelRanges) {
+		return b.LabelRanges[i]
+	}
+	return b.DefRange
+}
+
+// bufferBlock decodes buffer_period { enabled, min, max } into r.
+func (d *decoder) bufferBlock(b *hcl.Block, path string, r *rawBuffer) {
+	c := d.content(b.Body, path, attrs("enabled", "min", "max"), nil)
+	r.enabled.merge(d.boolean(c, "enabled", path))
+	r.min.merge(d.duration(c, "min", path))
+	r.max.merge(d.duration(c, "max", path))
+	r.rng = b.DefRange
+}
+
+// ---- consul ----
+
+var consulKeys = []key{
+	{name: "address"}, {name: "token"}, {name: "kv_path"}, {name: "kv_namespace"},
+	{name: "tls", kind: kBlock}, {name: "auth", kind: kBlock},
+	{name: "transport", kind: kBlock}, {name: "service_registration", kind: kBlock},
+}
+
+func (d *decoder) consul(b *hcl.Block, r *rawConsul) {
+	const path = "consul"
+	c := d.content(b.Body, path, consulKeys, nil)
+	r.address.merge(d.str(c, "address", path))
+	r.token.merge(d.str(c, "token", path))
+	r.kvPath.merge(d.str(c, "kv_path", path))
+	if s := d.str(c, "kv_namespace", path); s.Set {
+		d.warnf(s.Rng, "consul.kv_namespace", "is ignored (CTS parses it but never uses it)")
+	}
+	if tb := d.onlyOne(c, "tls", path); tb != nil {
+		p := "consul.tls"
+		tc := d.content(tb.Body, p, attrs("enabled", "verify", "ca_cert", "ca_path", "cert", "key", "server_name"), nil)
+		r.tlsEnabled.merge(d.boolean(tc, "enabled", p))
+		r.tlsVerify.merge(d.boolean(tc, "verify", p))
+		r.caCert.merge(d.str(tc, "ca_cert", p))
+		r.caPath.merge(d.str(tc, "ca_path", p))
+		r.cert.merge(d.str(tc, "cert", p))
+		r.key.merge(d.str(tc, "key", p))
+		r.serverName.merge(d.str(tc, "server_name", p))
+	}
+	if ab := d.onlyOne(c, "auth", path); ab != nil {
+		p := "consul.auth"
+		ac := d.content(ab.Body, p, attrs("enabled", "username", "password"), nil)
+		r.authEnabled.merge(d.boolean(ac, "enabled", p))
+		r.username.merge(d.str(ac, "username", p))
+		r.password.merge(d.str(ac, "password", p))
+	}
+	if tb := d.onlyOne(c, "transport", path); tb != nil {
+		p := "consul.transport"
+		tc := d.content(tb.Body, p, attrs("dial_keep_alive", "dial_timeout", "disable_keep_alives",
+			"idle_conn_timeout", "max_idle_conns", "max_idle_conns_per_host", "tls_handshake_timeout"), nil)
+		r.dialKeepAlive.merge(d.duration(tc, "dial_keep_alive", p))
+		r.dialTimeout.merge(d.duration(tc, "dial_timeout", p))
+		r.disableKeepAlives.merge(d.boolean(tc, "disable_keep_alives", p))
+		r.idleConnTimeout.merge(d.duration(tc, "idle_conn_timeout", p))
+		for _, n := range []struct {
+			name string
+			dst  *opt[int]
+		}{{"max_idle_conns", &r.maxIdleConns}, {"max_idle_conns_per_host", &r.maxIdleConnsPerHost}} {
+			if v := d.integer(tc, n.name, p); v.Set {
+				if v.V < 0 {
+					d.errf(v.Rng, join(p, n.name), "cannot be negative")
+				} else {
+					n.dst.merge(v)
+				}
+			}
+		}
+		r.tlsHandshakeTimeout.merge(d.duration(tc, "tls_handshake_timeout", p))
+	}
+	if sb := d.onlyOne(c, "service_registration", path); sb != nil {
+		p := "consul.service_registration"
+		sc := d.content(sb.Body, p, []key{{name: "enabled"}, {name: "service_name"}, {name: "address"},
+			{name: "namespace"}, {name: "default_check", kind: kBlock}}, nil)
+		r.regEnabled.merge(d.boolean(sc, "enabled", p))
+		r.regName.merge(d.str(sc, "service_name", p))
+		r.regAddress.merge(d.str(sc, "address", p))
+		r.regNS.merge(d.str(sc, "namespace", p))
+		if cb := d.onlyOne(sc, "default_check", p); cb != nil {
+			cp := p + ".default_check"
+			cc := d.content(cb.Body, cp, attrs("enabled", "address"), nil)
+			r.checkEnabled.merge(d.boolean(cc, "enabled", cp))
+			r.checkAddr.merge(d.str(cc, "address", cp))
+		}
+	}
+}
+
+// ---- driver "terraform" ----
+
+var driverKeys = []key{
+	{name: "path"}, {name: "log"}, {name: "persist_log"}, {name: "version"},
+	{name: "backend", kind: kBlock, labels: 1, label: "type"},
+	{name: "required_providers", kind: kMap},
+}
+
+var driverRejects = map[string]string{
+	"working_dir": "was removed in CTS 0.5: use the top-level working_dir or the task's working_dir",
+}
+
+// backendTypes are the Terraform backends a task's state may live in.
+var backendTypes = []string{"azurerm", "consul", "cos", "gcs", "kubernetes", "local", "manta", "pg", "s3"}
+
+func (d *decoder) driver(b *hcl.Block, r *rawDriver) {
+	path := blockPath("", b)
+	c := d.content(b.Body, path, driverKeys, driverRejects)
+	r.path.merge(d.str(c, "path", path))
+	r.log.merge(d.boolean(c, "log", path))
+	r.persistLog.merge(d.boolean(c, "persist_log", path))
+	if v := d.str(c, "version", path); v.Set {
+		d.warnf(v.Rng, join(path, "version"), "is ignored: ctsync uses the terraform (or tofu) binary it finds on path or PATH and installs none")
+	}
+	if bb := d.onlyOne(c, "backend", path); bb != nil {
+		d.backend(bb, path, r)
+	}
+	d.requiredProviders(c, path, r)
+}
+
+func (d *decoder) backend(b *hcl.Block, parent string, r *rawDriver) {
+	path := blockPath(parent, b)
+	typ := b.Labels[0]
+	allowed := false
+	for _, t := range backendTypes {
+		allowed = allowed || t == typ
+	}
+	if !allowed {
+		d.errf(labelRange(b, 0), path, "unsupported Terraform backend %q: use one of %s", typ, strings.Join(backendTypes, ", "))
+		return
+	}
+	as, diags := b.Body.JustAttributes()
+	d.addDiags(diags, path)
+	list := make([]*hcl.Attribute, 0, len(as))
+	for _, a := range as {
+		list = append(list, a)
+	}
+	sortRanges(list, func(a *hcl.Attribute) hcl.Range { return a.Range })
+	vals := map[string]cty.Value{}
+	for _, a := range list {
+		f := join(path, a.Name)
+		v, ok := d.eval(a.Expr, f)
+		if !ok || !d.checkNoTemplate(v, a.Expr.Range(), f) {
+			continue
+		}
+		vals[a.Name] = v
+	}
+	if r.backend != nil && r.backend.Type != typ {
+		d.errf(b.DefRange, path, "only one backend can be configured; backend %q is already configured at %s", r.backend.Type, posString(r.backendRng))
+		return
+	}
+	if r.backend == nil {
+		r.backend = &Backend{Type: typ, Attrs: map[string]cty.Value{}}
+	}
+	for k, v := range vals {
+		r.backend.Attrs[k] = v
+	}
+	r.backendRng = b.DefRange
+}
+
+// requiredProviders reads `required_providers { name = "version" }` or
+// `name = { source = "...", version = "..." }`, as an argument or a block.
+func (d *decoder) requiredProviders(c *content, path string, r *rawDriver) {
+	entries, _, ok := d.mapEntries(c, "required_providers", path)
+	if !ok {
+		return
+	}
+	for _, e := range entries {
+		f := join(path, "required_providers."+e.key)
+		v, ok := d.eval(e.expr, f)
+		if !ok || !d.checkNoTemplate(v, e.expr.Range(), f) {
+			continue
+		}
+		var rp RequiredProvider
+		ty := v.Type()
+		switch {
+		case ty == cty.String:
+			rp.Version = v.AsString()
+		case ty.IsObjectType() || ty.IsMapType():
+			good := true
+			for it := v.ElementIterator(); it.Next(); {
+				k, ev := it.Element()
+				name := k.AsString()
+				sv, err := convert.Convert(ev, cty.String)
+				if err != nil || sv.IsNull() {
+					d.errf(e.expr.Range(), f+"."+name, "must be a string")
+					good = false
+					continue
+				}
+				switch name {
+				case "source":
+					rp.Source = sv.AsString()
+				case "version":
+					rp.Version = sv.AsString()
+				default:
+					d.errf(e.expr.Range(), f+"."+name, "unknown field (use source and version)")
+					good = false
+				}
+			}
+			if !good {
+				continue
+			}
+		default:
+			d.errf(e.expr.Range(), f, `must be a version string or { source = "...", version = "..." }`)
+			continue
+		}
+		if r.required == nil {
+			r.required = map[string]RequiredProvider{}
+		}
+		r.required[e.key] = rp
+	}
+}
+
+// ---- terraform_provider ----
+
+// provider decodes a terraform_provider block. Its arguments are the
+// provider's own, so there is no schema: native HCL bodies are walked
+// directly (arguments and nested blocks), JSON bodies are all arguments.
+// alias and task_env are taken out of the arguments.
+func (d *decoder) provider(b *hcl.Block) Provider {
+	d.inProvider = true
+	defer func() { d.inProvider = false }()
+	name := b.Labels[0]
+	path := blockPath("", b)
+	p := Provider{Name: name, Range: b.DefRange}
+	if name == "" {
+		d.errf(labelRange(b, 0), path, "the provider name cannot be empty")
+	}
+
+	var attrList []*hcl.Attribute
+	var blocks []*hclsyntax.Block
+	if hsb, ok := b.Body.(*hclsyntax.Body); ok {
+		for _, a := range hsb.Attributes {
+			attrList = append(attrList, a.AsHCLAttribute())
+		}
+		blocks = hsb.Blocks
+	} else {
+		as, diags := b.Body.JustAttributes()
+		d.addDiags(diags, path)
+		for _, a := range as {
+			attrList = append(attrList, a)
+		}
+	}
+	sortRanges(attrList, func(a *hcl.Attribute) hcl.Range { return a.Range })
+
+	p.Args.Attrs = map[string]cty.Value{}
+	for _, a := range attrList {
+		switch a.Name {
+		case "alias":
+			s := d.str(&content{attrs: map[string]*hcl.Attribute{"alias": a}}, "alias", path)
+			if s.Set {
+				if strings.Contains(s.V, "{{") {
+					d.errf(s.Rng, join(path, "alias"), "cannot use template syntax")
+				}
+				p.Alias = s.V
+			}
+		case "task_env":
+			p.TaskEnv = d.taskEnv(&content{attrs: map[string]*hcl.Attribute{"task_env": a}}, path, p.TaskEnv)
+		default:
+			if v, ok := d.providerValue(a.Expr, join(path, a.Name)); ok {
+				p.Args.Attrs[a.Name] = v
+			}
+		}
+	}
+	for _, blk := range blocks {
+		switch blk.Type {
+		case "task_env":
+			if len(blk.Labels) > 0 {
+				d.errf(blk.TypeRange, join(path, "task_env"), "this block takes no labels")
+				continue
+			}
+			p.TaskEnv = d.taskEnv(&content{blocks: map[string][]*hcl.Block{"task_env": {blk.AsHCLBlock()}}}, path, p.TaskEnv)
+		case "alias":
+			d.errf(blk.TypeRange, join(path, "alias"), "must be an argument (alias = \"...\"), not a block")
+		default:
+			p.Args.Blocks = append(p.Args.Blocks, d.providerBlock(blk, path))
+		}
+	}
+	return p
+}
+
+func (d *decoder) taskEnv(c *content, path string, into map[string]string) map[string]string {
+	m, rngs := d.strMap(c, "task_env", path)
+	if !m.Set {
+		return into
+	}
+	if into == nil {
+		into = map[string]string{}
+	}
+	keys := make([]string, 0, len(m.V))
+	for k := range m.V {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s, ok := resolveEnv(m.V[k])
+		if !ok {
+			d.errf(rngs[k], join(path, "task_env."+k), `dynamic provider values are not supported yet (only {{ env "NAME" }} is)`)
+			continue
+		}
+		into[k] = s
+	}
+	return into
+}
+
+// providerValue evaluates a provider argument and resolves {{ env "X" }}.
+func (d *decoder) providerValue(expr hcl.Expression, field string) (cty.Value, bool) {
+	v, ok := d.eval(expr, field)
+	if !ok {
+		return cty.NilVal, false
+	}
+	r, ok := resolveValueEnv(v)
+	if !ok {
+		d.errf(expr.Range(), field, `dynamic provider values are not supported yet (only {{ env "NAME" }} is)`)
+		return cty.NilVal, false
+	}
+	return r, true
+}
+
+func (d *decoder) providerBlock(b *hclsyntax.Block, parent string) ProviderBlock {
+	path := join(parent, b.Type)
+	for _, l := range b.Labels {
+		path += " " + strconv.Quote(l)
+	}
+	pb := ProviderBlock{Type: b.Type, Body: ProviderBody{Attrs: map[string]cty.Value{}}}
+	if len(b.Labels) > 0 {
+		pb.Labels = append([]string(nil), b.Labels...)
+	}
+	list := make([]*hclsyntax.Attribute, 0, len(b.Body.Attributes))
+	for _, a := range b.Body.Attributes {
+		list = append(list, a)
+	}
+	sortRanges(list, func(a *hclsyntax.Attribute) hcl.Range { return a.SrcRange })
+	for _, a := range list {
+		if v, ok := d.providerValue(a.Expr, join(path, a.Name)); ok {
+			pb.Body.Attrs[a.Name] = v
+		}
+	}
+	for _, nb := range b.Body.Blocks {
+		pb.Body.Blocks = append(pb.Body.Blocks, d.providerBlock(nb, path))
+	}
+	return pb
+}
+
+// checkProviders reports two providers with the same name and alias.
+func (d *decoder) checkProviders(ps []Provider) map[string]bool {
+	seen := map[string]hcl.Range{}
+	refs := map[string]bool{}
+	for i := range ps {
+		ref := ps[i].Ref()
+		if prev, dup := seen[ref]; dup {
+			d.errf(ps[i].Range, fmt.Sprintf("terraform_provider %q", ps[i].Name),
+				"duplicate provider configuration: %s (first declared at %s); give each block of the same provider a different alias", ref, posString(prev))
+			continue
+		}
+		seen[ref] = ps[i].Range
+		refs[ref] = true
+	}
+	return refs
+}

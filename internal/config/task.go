@@ -1,0 +1,562 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/cronexpr"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// rawTask is a task as decoded from one block, before inheritance and
+// validation.
+type rawTask struct {
+	spec   task.Spec
+	rng    hcl.Range // the task block
+	disp   string    // `task "name"`, the prefix of its field paths
+	buffer rawBuffer
+	// ranges maps a task.FieldError path ("condition.services.names[1]")
+	// to where that field was written.
+	ranges map[string]hcl.Range
+	// failed is set when decoding reported an error, so that validation
+	// does not pile follow-on errors on top.
+	failed bool
+}
+
+var taskKeys = []key{
+	{name: "name"}, {name: "description"}, {name: "module"}, {name: "source"}, {name: "version"},
+	{name: "providers"}, {name: "variable_files"}, {name: "enabled"}, {name: "working_dir"},
+	{name: "parallelism"},
+	{name: "variables", kind: kMap},
+	{name: "buffer_period", kind: kBlock},
+	{name: "condition", kind: kBlock, labels: 1, label: "type"},
+	{name: "module_input", kind: kBlock, labels: 1, label: "type"},
+	{name: "source_input", kind: kBlock, labels: 1, label: "type"},
+}
+
+var taskRejects = map[string]string{
+	"services":                  `"services" (deprecated in CTS 0.5) is not supported yet: use condition "services" or module_input "services"`,
+	"terraform_version":         `"terraform_version" ` + enterpriseMsg + " (it belongs to the terraform-cloud driver)",
+	"terraform_cloud_workspace": `"terraform_cloud_workspace" ` + enterpriseMsg + " (it belongs to the terraform-cloud driver)",
+}
+
+// conditionTypes are the valid condition labels, in HCL spelling.
+var conditionTypes = []string{"services", "catalog-services", "consul-kv", "schedule"}
+
+// peekName reads a task's name before the rest, so that every error about
+// the task can name it.
+func peekName(body hcl.Body) string {
+	var a *hcl.Attribute
+	if hsb, ok := body.(*hclsyntax.Body); ok {
+		if sa := hsb.Attributes["name"]; sa != nil {
+			a = sa.AsHCLAttribute()
+		}
+	} else if body != nil {
+		as, _ := body.JustAttributes()
+		a = as["name"]
+	}
+	if a == nil {
+		return ""
+	}
+	v, diags := a.Expr.Value(nil)
+	if diags.HasErrors() || v.IsNull() || !v.IsKnown() || v.Type() != cty.String {
+		return ""
+	}
+	return v.AsString()
+}
+
+// displayTaskField turns a task.FieldError path into the HCL spelling used
+// in messages: `task "web".condition "catalog-services".regexp`.
+func displayTaskField(taskDisp, field string) string {
+	if field == "" {
+		return taskDisp
+	}
+	parts := strings.Split(field, ".")
+	out := make([]string, 0, len(parts))
+	for i := 0; i < len(parts); i++ {
+		p := parts[i]
+		if (p == "condition" || p == "module_input") && i+1 < len(parts) {
+			out = append(out, p+" "+strconv.Quote(strings.ReplaceAll(parts[i+1], "_", "-")))
+			i++
+			continue
+		}
+		out = append(out, p)
+	}
+	return taskDisp + "." + strings.Join(out, ".")
+}
+
+// taskKey turns an HCL condition/module_input type into the FieldError
+// spelling ("catalog-services" -> "catalog_services").
+func taskKey(typ string) string { return strings.ReplaceAll(typ, "-", "_") }
+
+// recordAll remembers where each argument and block of c was written,
+// under prefix (a FieldError path).
+func (t *rawTask) recordAll(prefix string, c *content) {
+	for n, a := range c.attrs {
+		t.ranges[join(prefix, n)] = a.Expr.Range()
+	}
+	for n, bs := range c.blocks {
+		if len(bs) > 0 {
+			if _, ok := t.ranges[join(prefix, n)]; !ok {
+				t.ranges[join(prefix, n)] = bs[0].DefRange
+			}
+		}
+	}
+}
+
+func (t *rawTask) recordList(field string, elems []hcl.Range) {
+	for i, r := range elems {
+		t.ranges[fmt.Sprintf("%s[%d]", field, i)] = r
+	}
+}
+
+// lookup finds the best known range for a FieldError path: the field, else
+// its closest recorded parent, else the task block.
+func (t *rawTask) lookup(field string) hcl.Range {
+	for f := field; f != ""; {
+		if r, ok := t.ranges[f]; ok {
+			return r
+		}
+		i := strings.LastIndexAny(f, ".[")
+		if i < 0 {
+			break
+		}
+		f = f[:i]
+	}
+	return t.rng
+}
+
+// task decodes one task block.
+func (d *decoder) task(b *hcl.Block) *rawTask {
+	errsBefore := len(d.errs)
+	t := &rawTask{rng: b.DefRange, disp: "task", ranges: map[string]hcl.Range{}}
+	if name := peekName(b.Body); name != "" {
+		t.disp = "task " + strconv.Quote(name)
+	}
+	p := t.disp
+	c := d.content(b.Body, p, taskKeys, taskRejects)
+	t.recordAll("", c)
+	s := &t.spec
+
+	s.Name = d.str(c, "name", p).V
+	s.Description = d.str(c, "description", p).V
+	mod := d.str(c, "module", p)
+	if src := d.str(c, "source", p); src.Set {
+		if mod.Set {
+			d.errf(src.Rng, join(p, "source"), `is a deprecated alias of "module"; set only "module"`)
+		} else {
+			d.warnf(src.Rng, join(p, "source"), `is deprecated: use "module"`)
+			mod = src
+			t.ranges["module"] = src.Rng
+		}
+	}
+	s.Module = mod.V
+	s.Version = d.str(c, "version", p).V
+	s.WorkingDir = d.str(c, "working_dir", p).V
+	s.Enabled = d.boolean(c, "enabled", p).or(true)
+	s.Parallelism = d.integer(c, "parallelism", p).V
+
+	providers, elems := d.strList(c, "providers", p)
+	s.Providers = providers.V
+	t.recordList("providers", elems)
+
+	files, elems := d.strList(c, "variable_files", p)
+	t.recordList("variable_files", elems)
+	vars := map[string]string{}
+	for i, f := range files.V {
+		rng := files.Rng
+		if i < len(elems) {
+			rng = elems[i]
+		}
+		d.readVarFile(fmt.Sprintf("%s.variable_files[%d]", p, i), f, rng, vars)
+	}
+	if len(files.V) > 0 {
+		s.VariableFiles = files.V
+	}
+	d.inlineVariables(c, p, vars, t)
+	if len(vars) > 0 {
+		s.Variables = vars
+	}
+
+	if bb := d.onlyOne(c, "buffer_period", p); bb != nil {
+		d.bufferBlock(bb, join(p, "buffer_period"), &t.buffer)
+		bc := map[string]opt[time.Duration]{"buffer_period.min": t.buffer.min, "buffer_period.max": t.buffer.max}
+		for k, o := range bc {
+			if o.Set {
+				t.ranges[k] = o.Rng
+			}
+		}
+		if t.buffer.enabled.Set {
+			t.ranges["buffer_period.enabled"] = t.buffer.enabled.Rng
+		}
+	}
+
+	conds := c.blocks["condition"]
+	for _, cb := range conds[min(1, len(conds)):] {
+		d.errf(cb.DefRange, join(p, "condition"), "only one condition can be configured per task")
+	}
+	if len(conds) > 0 {
+		d.condition(conds[0], t)
+	}
+
+	seenInput := map[string]hcl.Range{}
+	inputs := append(append([]*hcl.Block(nil), c.blocks["module_input"]...), c.blocks["source_input"]...)
+	sortRanges(inputs, func(b *hcl.Block) hcl.Range { return b.DefRange })
+	for _, ib := range inputs {
+		if ib.Type == "source_input" {
+			d.warnf(ib.DefRange, join(p, "source_input"), `is deprecated: use "module_input"`)
+		}
+		typ := ib.Labels[0]
+		if prev, dup := seenInput[typ]; dup {
+			d.errf(ib.DefRange, blockPath(p, ib), "only one module_input %q can be configured per task (the first is at %s)", typ, posString(prev))
+			continue
+		}
+		seenInput[typ] = ib.DefRange
+		d.moduleInput(ib, t)
+	}
+
+	t.failed = len(d.errs) > errsBefore
+	return t
+}
+
+// inlineVariables reads the task's `variables` map. Values are kept as HCL
+// expression text (see exprText); they override values from variable_files.
+func (d *decoder) inlineVariables(c *content, p string, vars map[string]string, t *rawTask) {
+	entries, rng, ok := d.mapEntries(c, "variables", p)
+	if !ok {
+		return
+	}
+	t.ranges["variables"] = rng
+	for _, e := range entries {
+		f := join(p, "variables."+e.key)
+		v, diags := e.expr.Value(nil)
+		if diags.HasErrors() {
+			d.errf(e.expr.Range(), f, "must be a literal value (no variables or function calls)")
+			continue
+		}
+		if !d.checkNoTemplate(v, e.expr.Range(), f) {
+			continue
+		}
+		vars[e.key] = d.exprText(e.expr, v)
+		t.ranges["variables."+e.key] = e.expr.Range()
+	}
+}
+
+// readVarFile reads one .tfvars (or .tfvars.json) file into vars. A
+// relative path is relative to the process's working directory, as in CTS.
+func (d *decoder) readVarFile(field, name string, rng hcl.Range, vars map[string]string) {
+	fi, err := os.Stat(name)
+	if err == nil && !fi.Mode().IsRegular() {
+		d.errf(rng, field, "variable file %q is not a regular file", name)
+		return
+	}
+	src, err := os.ReadFile(name)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		d.errf(rng, field, "cannot read variable file %q: %v", name, err)
+		return
+	}
+	p := hclparse.NewParser()
+	var f *hcl.File
+	var diags hcl.Diagnostics
+	if strings.HasSuffix(strings.ToLower(name), ".json") {
+		f, diags = p.ParseJSON(src, name)
+	} else {
+		f, diags = p.ParseHCL(src, name)
+	}
+	if diags.HasErrors() || f == nil {
+		d.addDiags(diags, field)
+		return
+	}
+	d.src[name] = src
+	as, diags := f.Body.JustAttributes()
+	if diags.HasErrors() {
+		d.errf(rng, field, "variable file %q must hold only variable assignments", name)
+		d.addDiags(diags, field)
+		return
+	}
+	list := make([]*hcl.Attribute, 0, len(as))
+	for _, a := range as {
+		list = append(list, a)
+	}
+	sortRanges(list, func(a *hcl.Attribute) hcl.Range { return a.Range })
+	for _, a := range list {
+		v, diags := a.Expr.Value(nil)
+		if diags.HasErrors() {
+			d.errf(a.Expr.Range(), field, "variable %q in %q must be a literal value (no variables or function calls)", a.Name, name)
+			continue
+		}
+		vars[a.Name] = d.exprText(a.Expr, v)
+	}
+}
+
+// ---- conditions and module inputs ----
+
+func servicesKeys(cond bool) []key {
+	ks := []key{{name: "names"}, {name: "regexp"}, {name: "datacenter"}, {name: "namespace"},
+		{name: "filter"}, {name: "cts_user_defined_meta", kind: kMap}}
+	if cond {
+		ks = append(ks, key{name: "use_as_module_input"}, key{name: "source_includes_var"})
+	}
+	return ks
+}
+
+func kvKeys(cond bool) []key {
+	ks := attrs("path", "recurse", "datacenter", "namespace")
+	if cond {
+		ks = append(ks, key{name: "use_as_module_input"}, key{name: "source_includes_var"})
+	}
+	return ks
+}
+
+func (d *decoder) condition(b *hcl.Block, t *rawTask) {
+	typ := b.Labels[0]
+	path := blockPath(t.disp, b)
+	fk := "condition." + taskKey(typ) // FieldError spelling
+	t.ranges["condition"] = b.DefRange
+	t.ranges[fk] = b.DefRange
+	cond := &t.spec.Condition
+	switch typ {
+	case "services":
+		c := d.content(b.Body, path, servicesKeys(true), nil)
+		t.recordAll(fk, c)
+		sel := d.servicesSelector(c, path, fk, t)
+		cond.Services = &task.ServicesCondition{ServicesSelector: sel, UseAsModuleInput: d.useAsModuleInput(c, path)}
+	case "catalog-services":
+		c := d.content(b.Body, path, []key{{name: "regexp"}, {name: "datacenter"}, {name: "namespace"},
+			{name: "node_meta", kind: kMap}, {name: "use_as_module_input"}, {name: "source_includes_var"}}, nil)
+		t.recordAll(fk, c)
+		cs := &task.CatalogServicesCondition{
+			Regexp:     d.str(c, "regexp", path).V,
+			Datacenter: d.str(c, "datacenter", path).V,
+			Namespace:  d.str(c, "namespace", path).V,
+		}
+		if m, _ := d.strMap(c, "node_meta", path); m.Set {
+			cs.NodeMeta = m.V
+		}
+		cs.UseAsModuleInput = d.useAsModuleInput(c, path)
+		cond.CatalogServices = cs
+	case "consul-kv":
+		c := d.content(b.Body, path, kvKeys(true), nil)
+		t.recordAll(fk, c)
+		cond.ConsulKV = &task.ConsulKVCondition{ConsulKVSelector: d.kvSelector(c, path), UseAsModuleInput: d.useAsModuleInput(c, path)}
+	case "schedule":
+		c := d.content(b.Body, path, attrs("cron"), nil)
+		t.recordAll(fk, c)
+		cron := d.str(c, "cron", path)
+		if cron.Set {
+			d.checkCron(cron, join(path, "cron"))
+		}
+		cond.Schedule = &task.ScheduleCondition{Cron: cron.V}
+	default:
+		d.errf(labelRange(b, 0), join(t.disp, "condition"), "unknown condition type %q; valid types are %s",
+			typ, quoteList(conditionTypes))
+	}
+}
+
+func quoteList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
+}
+
+// checkCron parses a cron expression with hashicorp/cronexpr and rejects
+// one that never fires.
+func (d *decoder) checkCron(cron opt[string], field string) {
+	next, err := nextCron(cron.V, time.Now())
+	switch {
+	case err != nil:
+		d.errf(cron.Rng, field, "%q is not a valid cron expression: %v", cron.V, err)
+	case next.IsZero():
+		d.errf(cron.Rng, field, "%q never fires", cron.V)
+	}
+}
+
+// nextCron returns when the expression next fires after now (zero: never).
+// cronexpr panics on some malformed input, which is turned into an error.
+func nextCron(s string, now time.Time) (next time.Time, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			next, err = time.Time{}, fmt.Errorf("malformed expression")
+		}
+	}()
+	expr, err := cronexpr.Parse(s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return expr.Next(now), nil
+}
+
+func (d *decoder) moduleInput(b *hcl.Block, t *rawTask) {
+	typ := b.Labels[0]
+	path := blockPath(t.disp, b)
+	fk := "module_input." + taskKey(typ)
+	t.ranges[fk] = b.DefRange
+	switch typ {
+	case "services":
+		c := d.content(b.Body, path, servicesKeys(false), nil)
+		t.recordAll(fk, c)
+		sel := d.servicesSelector(c, path, fk, t)
+		t.spec.ModuleInput.Services = &sel
+	case "consul-kv":
+		c := d.content(b.Body, path, kvKeys(false), nil)
+		t.recordAll(fk, c)
+		sel := d.kvSelector(c, path)
+		t.spec.ModuleInput.ConsulKV = &sel
+	default:
+		d.errf(labelRange(b, 0), join(t.disp, b.Type), `unknown module_input type %q; valid types are "services", "consul-kv"`, typ)
+	}
+}
+
+func (d *decoder) servicesSelector(c *content, path, fk string, t *rawTask) task.ServicesSelector {
+	var sel task.ServicesSelector
+	names, elems := d.strList(c, "names", path)
+	sel.Names = names.V
+	t.recordList(fk+".names", elems)
+	if re := d.str(c, "regexp", path); re.Set {
+		sel.Regexp = &re.V
+	}
+	sel.Datacenter = d.str(c, "datacenter", path).V
+	sel.Namespace = d.str(c, "namespace", path).V
+	sel.Filter = d.str(c, "filter", path).V
+	if m, _ := d.strMap(c, "cts_user_defined_meta", path); m.Set {
+		sel.CTSUserDefinedMeta = m.V
+	}
+	return sel
+}
+
+func (d *decoder) kvSelector(c *content, path string) task.ConsulKVSelector {
+	return task.ConsulKVSelector{
+		Path:       d.str(c, "path", path).V,
+		Recurse:    d.boolean(c, "recurse", path).V,
+		Datacenter: d.str(c, "datacenter", path).V,
+		Namespace:  d.str(c, "namespace", path).V,
+	}
+}
+
+// useAsModuleInput reads use_as_module_input (default true) and its
+// deprecated alias source_includes_var; the new name wins when both are set.
+func (d *decoder) useAsModuleInput(c *content, path string) bool {
+	u := d.boolean(c, "use_as_module_input", path)
+	s := d.boolean(c, "source_includes_var", path)
+	if s.Set {
+		d.warnf(s.Rng, join(path, "source_includes_var"), `is deprecated: use "use_as_module_input"`)
+	}
+	switch {
+	case u.Set:
+		return u.V
+	case s.Set:
+		return s.V
+	}
+	return true
+}
+
+// ---- finishing a task ----
+
+// resolveBuffer applies the CTS inheritance rules of buffer_period.
+func resolveBuffer(r rawBuffer, parent task.BufferPeriod) task.BufferPeriod {
+	if !r.any() {
+		return parent
+	}
+	if r.enabled.Set && !r.enabled.V {
+		return task.BufferPeriod{}
+	}
+	out := task.BufferPeriod{Enabled: true}
+	switch {
+	case r.min.Set:
+		out.Min = task.Duration(r.min.V)
+	case parent.Enabled:
+		out.Min = parent.Min
+	default:
+		out.Min = task.DefaultBufferPeriod.Min
+	}
+	if r.max.Set {
+		// An explicit max below min is reported by validation, not fixed.
+		out.Max = task.Duration(r.max.V)
+	} else {
+		out.Max = 4 * out.Min
+		if out.Min > out.Max {
+			out.Max = out.Min
+		}
+	}
+	return out
+}
+
+// finishTask applies inheritance and runs task validation.
+func (d *decoder) finishTask(t *rawTask, global task.BufferPeriod) {
+	bp := resolveBuffer(t.buffer, global)
+	if t.spec.Condition.Schedule != nil {
+		if t.buffer.any() {
+			d.warnf(t.buffer.rng, join(t.disp, "buffer_period"), "is ignored for schedule tasks")
+		}
+		bp = task.BufferPeriod{}
+	}
+	t.spec.BufferPeriod = &bp
+	if t.failed {
+		return
+	}
+	if err := t.spec.Validate(); err != nil {
+		var fe *task.FieldError
+		if errors.As(err, &fe) {
+			d.errf(t.lookup(fe.Field), displayTaskField(t.disp, fe.Field), "%s", fe.Msg)
+		} else {
+			d.errf(t.rng, t.disp, "%v", err)
+		}
+		t.failed = true
+	}
+}
+
+// checkTaskRefs reports duplicate task names and references to providers
+// that are not declared.
+func (d *decoder) checkTaskRefs(tasks []*rawTask, providers map[string]bool) {
+	seen := map[string]*rawTask{}
+	for _, t := range tasks {
+		if t.spec.Name == "" {
+			continue
+		}
+		if prev, dup := seen[t.spec.Name]; dup {
+			d.errf(t.lookup("name"), join(t.disp, "name"), "duplicate task name %q: also declared at %s", t.spec.Name, posString(prev.rng))
+			t.failed = true
+			continue
+		}
+		seen[t.spec.Name] = t
+	}
+	declared := make([]string, 0, len(providers))
+	for p := range providers {
+		declared = append(declared, p)
+	}
+	sort.Strings(declared)
+	for _, t := range tasks {
+		if t.failed {
+			continue
+		}
+		for i, p := range t.spec.Providers {
+			if providers[p] {
+				continue
+			}
+			field := fmt.Sprintf("providers[%d]", i)
+			hint := "no terraform_provider blocks are declared"
+			if len(declared) > 0 {
+				hint = "declared: " + quoteList(declared)
+			}
+			d.errf(t.lookup(field), displayTaskField(t.disp, field),
+				"provider %q is not declared by any terraform_provider block (%s)", p, hint)
+		}
+	}
+}

@@ -1,0 +1,360 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/ctsync/ctsync/internal/consul"
+)
+
+// Registry runs one View per distinct Query key, shared by all of the
+// key's subscribers, and tells subscribers when a view's value changes.
+//
+// Each running view holds one blocking query open against the agent most
+// of the time, i.e. one HTTP/1.1 connection (or one HTTP/2 stream over
+// TLS); see consul.NewClient for the connection math.
+type Registry struct {
+	client *api.Client
+	logger *slog.Logger
+	notify func(subscriber, key string)
+
+	// Retry timing of views after a Consul error; tests shorten it.
+	backoffBase, backoffCap time.Duration
+
+	mu      sync.Mutex
+	views   map[string]*view
+	subs    map[string]map[string]struct{} // subscriber -> keys
+	runCtx  context.Context                // set by Run; nil before
+	stopped bool                           // Run has ended
+	wg      sync.WaitGroup                 // view and late-notify goroutines
+
+	fetches       atomic.Uint64
+	fetchErrors   atomic.Uint64
+	notifications atomic.Uint64
+}
+
+// Stats are cumulative counters of a Registry.
+type Stats struct {
+	Fetches       uint64 // Consul reads started by views
+	FetchErrors   uint64 // reads that failed (not counting cancellation)
+	Notifications uint64 // notify calls made (one per subscriber per change)
+}
+
+type view struct {
+	q      Query
+	key    string
+	subs   map[string]struct{} // guarded by Registry.mu
+	cancel context.CancelFunc  // guarded by Registry.mu; nil until started
+
+	mu    sync.RWMutex // guards the fields below; never held while taking Registry.mu
+	value any
+	index uint64
+	ready bool
+}
+
+// NewRegistry returns a Registry reading through client. notify is called
+// from view goroutines (so it must be safe for concurrent use and must not
+// block long) when a view's value changes, once per subscriber of that
+// view: subscriber is the opaque subscriber id (a task name), key the
+// view's Query.Key(). notify may call back into the Registry.
+func NewRegistry(client *api.Client, logger *slog.Logger, notify func(subscriber, key string)) *Registry {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if notify == nil {
+		notify = func(string, string) {}
+	}
+	return &Registry{
+		client:      client,
+		logger:      logger,
+		notify:      notify,
+		backoffBase: consul.DefaultBackoffBase,
+		backoffCap:  consul.DefaultBackoffCap,
+		views:       map[string]*view{},
+		subs:        map[string]map[string]struct{}{},
+	}
+}
+
+// Run starts the registry; views created before Run begin fetching when Run
+// starts. Run blocks until ctx is done, then stops all view goroutines and
+// returns nil once they have exited. A Registry runs once.
+func (r *Registry) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.runCtx != nil || r.stopped {
+		r.mu.Unlock()
+		return errors.New("watch: registry already started")
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r.runCtx = runCtx
+	for _, v := range r.views {
+		r.startLocked(v)
+	}
+	r.mu.Unlock()
+
+	<-ctx.Done()
+
+	r.mu.Lock()
+	r.stopped = true
+	for _, v := range r.views {
+		if v.cancel != nil {
+			v.cancel()
+		}
+	}
+	r.mu.Unlock()
+	cancel()
+	r.wg.Wait()
+	return nil
+}
+
+// Subscribe adds subscriber to the view for q, creating it (and starting
+// it, once Run has started) when it is the first subscriber. Idempotent per
+// (subscriber, key). A subscriber joining a view that already has a value
+// is notified once right away (from another goroutine), so it learns the
+// view is ready.
+func (r *Registry) Subscribe(subscriber string, q Query) {
+	key := q.Key()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := r.views[key]
+	if v == nil {
+		v = &view{q: q, key: key, subs: map[string]struct{}{}}
+		r.views[key] = v
+		if r.runCtx != nil && !r.stopped {
+			r.startLocked(v)
+		}
+	}
+	if _, ok := v.subs[subscriber]; ok {
+		return
+	}
+	v.subs[subscriber] = struct{}{}
+	keys := r.subs[subscriber]
+	if keys == nil {
+		keys = map[string]struct{}{}
+		r.subs[subscriber] = keys
+	}
+	keys[key] = struct{}{}
+
+	v.mu.RLock()
+	ready := v.ready
+	v.mu.RUnlock()
+	if ready && !r.stopped {
+		// Not called inline: the caller may hold locks notify needs.
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.mu.Lock()
+			_, still := v.subs[subscriber]
+			still = still && r.views[key] == v && !r.stopped
+			r.mu.Unlock()
+			if still {
+				r.notifications.Add(1)
+				r.notify(subscriber, key)
+			}
+		}()
+	}
+}
+
+// Unsubscribe removes subscriber from the view for key; the view stops when
+// no subscriber is left.
+func (r *Registry) Unsubscribe(subscriber, key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unsubscribeLocked(subscriber, key)
+}
+
+// UnsubscribeAll removes subscriber from every view.
+func (r *Registry) UnsubscribeAll(subscriber string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key := range r.subs[subscriber] {
+		r.unsubscribeLocked(subscriber, key)
+	}
+}
+
+func (r *Registry) unsubscribeLocked(subscriber, key string) {
+	if keys := r.subs[subscriber]; keys != nil {
+		delete(keys, key)
+		if len(keys) == 0 {
+			delete(r.subs, subscriber)
+		}
+	}
+	v := r.views[key]
+	if v == nil {
+		return
+	}
+	delete(v.subs, subscriber)
+	if len(v.subs) > 0 {
+		return
+	}
+	delete(r.views, key)
+	if v.cancel != nil {
+		v.cancel() // the goroutine exits on its own; Run waits for it
+	}
+}
+
+// Get returns the latest value of the view for key; ok is false while no
+// view exists for key or before the view's first successful fetch. The
+// value is shared: do not modify it.
+func (r *Registry) Get(key string) (value any, index uint64, ok bool) {
+	r.mu.Lock()
+	v := r.views[key]
+	r.mu.Unlock()
+	if v == nil {
+		return nil, 0, false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.value, v.index, v.ready
+}
+
+// Views returns how many views exist (one per distinct subscribed key);
+// after Run has started each of them has a running goroutine.
+func (r *Registry) Views() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.views)
+}
+
+// Stats returns the registry's counters.
+func (r *Registry) Stats() Stats {
+	return Stats{
+		Fetches:       r.fetches.Load(),
+		FetchErrors:   r.fetchErrors.Load(),
+		Notifications: r.notifications.Load(),
+	}
+}
+
+func (r *Registry) startLocked(v *view) {
+	ctx, cancel := context.WithCancel(r.runCtx)
+	v.cancel = cancel
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer cancel()
+		r.runView(ctx, v)
+	}()
+}
+
+// runView is the loop of one view. It never returns on a Consul error,
+// only when ctx ends (view unsubscribed or registry stopped).
+func (r *Registry) runView(ctx context.Context, v *view) {
+	var (
+		waitIndex uint64 // index for the next fetch; 0 = answer at once
+		bo        = consul.NewBackoff(r.backoffBase, r.backoffCap)
+		failures  int
+		lastLog   time.Time
+		spin      = consul.NewBackoff(r.backoffBase, r.backoffCap) // paces instant "no change" answers
+	)
+	for ctx.Err() == nil {
+		r.fetches.Add(1)
+		started := time.Now()
+		value, index, err := v.q.Fetch(ctx, r.client, waitIndex)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			r.fetchErrors.Add(1)
+			failures++
+			delay := bo.Next()
+			// One line per backoff step at most: the first failure, then
+			// whenever a full step's ceiling has passed since the last line.
+			if failures == 1 || time.Since(lastLog) >= bo.Ceiling() {
+				lastLog = time.Now()
+				r.logger.Warn("consul query failed, retrying", "key", v.key, "error", err.Error(),
+					"failures", failures, "retry_in", delay.Round(time.Millisecond).String())
+			}
+			// After an error start over with a non-blocking read: Consul
+			// may have restarted with a smaller index.
+			waitIndex = 0
+			if !sleepCtx(ctx, delay) {
+				return
+			}
+			continue
+		}
+		if failures > 0 {
+			r.logger.Info("consul query recovered", "key", v.key, "failures", failures)
+			failures = 0
+			bo.Reset()
+		}
+		if index == 0 {
+			index = 1 // Consul's advice: never block on index 0
+		}
+		if waitIndex != 0 && index == waitIndex {
+			// The wait ended without a change (normally after WaitTime).
+			// An answer that came back much sooner is a misbehaving
+			// endpoint or proxy; pause so the loop cannot spin.
+			if time.Since(started) < minUnchangedWait {
+				if !sleepCtx(ctx, spin.Next()) {
+					return
+				}
+			} else {
+				spin.Reset()
+			}
+			continue
+		}
+		spin.Reset()
+		next := index
+		if waitIndex != 0 && index < waitIndex {
+			// The index went backwards (Consul restarted or its state was
+			// restored): keep this answer, but re-read from scratch.
+			next = 0
+		}
+		waitIndex = next
+
+		v.mu.Lock()
+		changed := !v.ready || !reflect.DeepEqual(v.value, value)
+		if changed {
+			v.value = value
+		}
+		v.index = index
+		v.ready = true
+		v.mu.Unlock()
+		if changed {
+			r.notifyAll(ctx, v)
+		}
+	}
+}
+
+// minUnchangedWait: a blocking read answering "no change" faster than this
+// is treated as spinning and paced with the retry backoff. Consul itself
+// answers "no change" only after WaitTime, so this never delays real changes
+// from a healthy agent.
+const minUnchangedWait = 50 * time.Millisecond
+
+// sleepCtx waits d or until ctx ends; it reports whether ctx is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (r *Registry) notifyAll(ctx context.Context, v *view) {
+	r.mu.Lock()
+	subs := make([]string, 0, len(v.subs))
+	for s := range v.subs {
+		subs = append(subs, s)
+	}
+	r.mu.Unlock()
+	slices.Sort(subs)
+	for _, s := range subs {
+		if ctx.Err() != nil {
+			return
+		}
+		r.notifications.Add(1)
+		r.notify(s, v.key)
+	}
+}
