@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"flag"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -23,6 +24,7 @@ import (
 var ctsyncBin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	if !testing.Short() {
 		dir, err := os.MkdirTemp("", "ctsync-e2e-bin-")
 		if err != nil {
@@ -85,7 +87,7 @@ func env() []string {
 }
 
 // startCtsync runs `ctsync <args>` in dir; it is killed when the test ends.
-func startCtsync(t *testing.T, dir string, args ...string) *proc {
+func startCtsync(t testing.TB, dir string, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(ctsyncBin, args...), out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Dir = dir
@@ -119,7 +121,7 @@ func startCtsync(t *testing.T, dir string, args ...string) *proc {
 }
 
 // wait waits for the process to exit and returns its exit code.
-func (p *proc) wait(t *testing.T, timeout time.Duration) int {
+func (p *proc) wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
 	select {
 	case <-p.done:
@@ -196,7 +198,7 @@ type taskSpec struct {
 	name, module, services, extra string
 }
 
-func config(t *testing.T, consulAddr, workDir string, tasks ...taskSpec) string {
+func config(t testing.TB, consulAddr, workDir string, tasks ...taskSpec) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "log_level = \"DEBUG\"\nworking_dir = %q\nport = %d\n\nconsul {\n  address = %q\n}\n\nbuffer_period {\n  enabled = false\n}\n", workDir, testutil.FreePort(t), consulAddr)
 	for _, tk := range tasks {

@@ -167,7 +167,7 @@ func newApp(cfg *config.Config, client *api.Client, bin string, logger *slog.Log
 			Providers:      used,
 			Consul:         cfg.Consul,
 			PluginCacheDir: cacheDir,
-			Logger:         logger.With("component", "terraform", "task", spec.Name),
+			Logger:         logger.With("component", "terraform"),
 		})
 	}
 	a.ctrl = reconcile.New(reconcile.Options{
@@ -235,9 +235,37 @@ func (a *app) runOnce(ctx context.Context, only []string, inspect bool, stdout i
 // runDaemon runs until a signal, then lets runs in progress finish within
 // shutdownGrace.
 func (a *app) runDaemon(ctx context.Context) int {
+	// The API serves from the start, before Consul is reachable and before
+	// any task runs; a port in use is fatal. If it fails later, the daemon
+	// stops (exit 11).
+	ctx, stopDaemon := context.WithCancel(ctx)
+	defer stopDaemon()
+	srv, err := a.startAPI()
+	if err != nil {
+		a.log.Error("api server failed to start", "error", err)
+		return ExitError
+	}
+	apiErr := make(chan error, 1)
+	apiDone := make(chan struct{})
+	go func() {
+		defer close(apiDone)
+		if err := srv.Run(ctx); err != nil {
+			apiErr <- err
+			stopDaemon()
+		}
+	}()
+	defer func() { stopDaemon(); <-apiDone }()
+
 	if err := consul.WaitReady(ctx, a.client, a.log); err != nil {
+		select {
+		case err := <-apiErr:
+			a.log.Error("api server failed", "error", err)
+			return ExitError
+		default:
+		}
 		return ExitInterrupt
 	}
+	deregister := a.selfRegister(ctx)
 	runCtx, cancelRuns := context.WithCancel(context.Background())
 	defer cancelRuns()
 	regCtx, stopReg := context.WithCancel(context.Background())
@@ -266,6 +294,13 @@ func (a *app) runDaemon(ctx context.Context) int {
 			<-ctrlDone
 			code = ExitInterrupt
 		}
+	}
+	deregister()
+	select {
+	case err := <-apiErr:
+		a.log.Error("api server failed", "error", err)
+		code = ExitError
+	default:
 	}
 	stopReg()
 	<-regDone

@@ -8,7 +8,7 @@ resource "terraform_data" "fail" {
 
   lifecycle {
     precondition {
-      condition     = false
+      condition     = length(var.services) < 0
       error_message = "this module always fails"
     }
   }

@@ -1,0 +1,190 @@
+// Package driver defines how a task's module is executed. A Driver holds
+// exactly one task and offers execution verbs only; what to run and when is
+// decided by the reconciler. The Terraform/OpenTofu implementation lives in
+// driver/terraform.
+package driver
+
+import (
+	"context"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// Driver runs one task's module. Calls on one Driver are never concurrent
+// (the caller guarantees it); different Drivers may run in parallel.
+type Driver interface {
+	// Init prepares the working directory (generated root module) and runs
+	// `terraform init` + workspace select only when needed.
+	Init(ctx context.Context) error
+	// Plan writes the inputs and runs a plan; nothing is applied.
+	Plan(ctx context.Context, run Run, in *task.Inputs) (Result, error)
+	// Apply writes the inputs and applies them.
+	Apply(ctx context.Context, run Run, in *task.Inputs) (Result, error)
+	// Destroy destroys everything the task's state holds.
+	Destroy(ctx context.Context, run Run) (Result, error)
+}
+
+// Run identifies one execution of a task.
+type Run struct {
+	// ID is the run id; it names the per-run log file, so it must be usable
+	// as a file name (no path separators).
+	ID string
+}
+
+// Result is what a Plan, Apply or Destroy produced.
+type Result struct {
+	// Changes reports that the plan had changes, or that the apply/destroy
+	// changed something.
+	Changes bool
+	// Add, Change and Destroy are the resource counts of the plan or apply.
+	Add, Change, Destroy int
+	// Output is the captured standard output (the readable plan for Plan).
+	Output string
+	// LogPath is the file holding this run's full output.
+	LogPath string
+	// Duration is the wall time of the run.
+	Duration time.Duration
+}
+
+// Error is a failed driver operation. Summary holds Terraform's error
+// diagnostics in one line ("Error: <summary>: <detail>", several joined by
+// "; "; see Summarize), so the cause is readable in a log line or an API
+// reply; Err is the underlying error (it keeps the full stderr).
+type Error struct {
+	Op      string // init, workspace, plan, apply, destroy, ...
+	Summary string
+	Err     error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Op)
+	b.WriteString(": ")
+	switch {
+	case e.Summary != "":
+		b.WriteString(e.Summary)
+	case e.Err != nil:
+		b.WriteString(firstLine(e.Err.Error()))
+	default:
+		b.WriteString("failed")
+	}
+	return b.String()
+}
+
+// Unwrap returns the underlying error, so errors.Is(err, context.Canceled)
+// works on a cancelled run.
+func (e *Error) Unwrap() error { return e.Err }
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return strings.TrimSpace(s[:i])
+	}
+	return s
+}
+
+// Summarize extracts Terraform's error diagnostics from the standard error
+// of a failed command: each becomes "Error: <summary>: <first paragraph of
+// the detail>" (the source snippet between them is left out), and they are
+// joined with "; ". Both the plain and the boxed diagnostic layouts are read,
+// and a diagnostic that repeats is kept once. When there is no "Error:" line,
+// the first non-empty line is returned instead, so the caller always has
+// something to show.
+func Summarize(stderr string) string {
+	var (
+		out   []string
+		seen  = map[string]bool{}
+		first string
+		cur   *diagnostic
+	)
+	flush := func() {
+		if cur == nil {
+			return
+		}
+		t := cur.text()
+		if !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+		cur = nil
+	}
+	for _, raw := range strings.Split(strings.ReplaceAll(stderr, "\r\n", "\n"), "\n") {
+		line := unbox(raw)
+		trimmed := strings.TrimSpace(line)
+		if first == "" && trimmed != "" && trimmed != "╷" && trimmed != "╵" {
+			first = trimmed
+		}
+		switch {
+		case strings.HasPrefix(line, "Error: "):
+			flush()
+			cur = &diagnostic{summary: strings.TrimSpace(line)}
+		case strings.HasPrefix(line, "Warning: "), trimmed == "╷", trimmed == "╵":
+			flush()
+		case cur != nil:
+			cur.add(line)
+		}
+	}
+	flush()
+	if len(out) == 0 {
+		return first
+	}
+	return strings.Join(out, "; ")
+}
+
+// maxDetail bounds the detail kept per diagnostic.
+const maxDetail = 300
+
+// diagnostic collects the lines of one Terraform error diagnostic.
+type diagnostic struct {
+	summary string
+	detail  []string
+	state   int // 0: before detail, 1: in detail, 2: detail paragraph done
+}
+
+func (d *diagnostic) add(line string) {
+	blank := strings.TrimSpace(line) == ""
+	indented := strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t")
+	switch d.state {
+	case 0:
+		// Skip blank lines and the indented source snippet ("  on main.tf
+		// line 3 ..."); the detail is the first line starting at column 0.
+		if !blank && !indented {
+			d.detail = append(d.detail, strings.TrimSpace(line))
+			d.state = 1
+		}
+	case 1:
+		if blank {
+			d.state = 2
+			return
+		}
+		d.detail = append(d.detail, strings.TrimSpace(line))
+	}
+}
+
+func (d *diagnostic) text() string {
+	if len(d.detail) == 0 {
+		return d.summary
+	}
+	detail := strings.Join(d.detail, " ")
+	if len(detail) > maxDetail {
+		cut := maxDetail
+		for cut > 0 && !utf8.RuneStart(detail[cut]) {
+			cut--
+		}
+		detail = detail[:cut] + "..."
+	}
+	return d.summary + ": " + detail
+}
+
+// unbox removes the "│ " prefix of Terraform's boxed diagnostics, keeping the
+// indentation that follows it.
+func unbox(line string) string {
+	line = strings.TrimRight(line, " \t\r")
+	if rest, ok := strings.CutPrefix(line, "│"); ok {
+		return strings.TrimPrefix(rest, " ")
+	}
+	return line
+}

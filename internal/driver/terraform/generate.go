@@ -1,0 +1,632 @@
+package terraform
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"unicode"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/hashicorp/hcl/v2/hclwrite"
+	"github.com/zclconf/go-cty/cty"
+	ctyjson "github.com/zclconf/go-cty/cty/json"
+
+	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// Names of the files the driver owns in a task's working directory.
+const (
+	fileMain          = "main.tf"
+	fileVariables     = "variables.tf"
+	fileModuleVars    = "variables.module.tf"
+	fileInputs        = "terraform.tfvars.json"
+	fileProviders     = "providers.auto.tfvars.json"
+	fileModuleVarVals = "variables.auto.tfvars.json"
+)
+
+// requiredVersion is written into every generated root module. It matches
+// MinVersion: ctsync sets no upper bound.
+const requiredVersion = ">= 0.14.0"
+
+// defaultKVPath is CTS's default consul.kv_path.
+const defaultKVPath = "consul-terraform-sync/"
+
+// servicesFields is the CTS "service definition protocol v0" object type of
+// the services variable, in CTS's field order.
+var servicesFields = []struct{ name, typ string }{
+	{"id", "string"},
+	{"name", "string"},
+	{"kind", "string"},
+	{"address", "string"},
+	{"port", "number"},
+	{"meta", "map(string)"},
+	{"tags", "list(string)"},
+	{"namespace", "string"},
+	{"status", "string"},
+	{"node", "string"},
+	{"node_id", "string"},
+	{"node_address", "string"},
+	{"node_datacenter", "string"},
+	{"node_tagged_addresses", "map(string)"},
+	{"node_meta", "map(string)"},
+	{"cts_user_defined_meta", "map(string)"},
+}
+
+// reservedModuleArgs cannot be task variables: they are module meta-arguments
+// or arguments the driver sets itself.
+var reservedModuleArgs = map[string]bool{
+	"source": true, "version": true, "count": true, "for_each": true,
+	"providers": true, "depends_on": true,
+	"services": true, "catalog_services": true, "consul_kv": true,
+}
+
+// rootModule is everything needed to render a task's root module. It is
+// computed once from the Options; rendering is a pure function of it, so the
+// same task always yields the same bytes.
+type rootModule struct {
+	spec            task.Spec
+	providers       []config.Provider // sorted by name
+	required        map[string]config.RequiredProvider
+	backend         config.Backend
+	catalogServices bool // render the catalog_services variable
+	consulKV        bool // render the consul_kv variable
+	varNames        []string
+	varValues       map[string]json.RawMessage
+}
+
+func newRootModule(o *Options) (*rootModule, error) {
+	s := o.Spec
+	if !hclsyntax.ValidIdentifier(s.Name) {
+		return nil, fmt.Errorf("task name %q is not a valid identifier", s.Name)
+	}
+	if s.Module == "" {
+		return nil, fmt.Errorf("task %q has no module", s.Name)
+	}
+	m := &rootModule{
+		spec:     s,
+		required: o.Driver.RequiredProviders,
+	}
+	if c := s.Condition.CatalogServices; c != nil && c.UseAsModuleInput {
+		m.catalogServices = true
+	}
+	if c := s.Condition.ConsulKV; (c != nil && c.UseAsModuleInput) || s.ModuleInput.ConsulKV != nil {
+		m.consulKV = true
+	}
+
+	m.providers = append([]config.Provider(nil), o.Providers...)
+	sort.SliceStable(m.providers, func(i, j int) bool { return m.providers[i].Name < m.providers[j].Name })
+	seen := map[string]bool{}
+	for _, p := range m.providers {
+		if !hclsyntax.ValidIdentifier(p.Name) {
+			return nil, fmt.Errorf("provider name %q is not a valid identifier", p.Name)
+		}
+		if seen[p.Name] {
+			return nil, fmt.Errorf("task %q uses provider %q more than once; a task can use only one instance of a provider", s.Name, p.Name)
+		}
+		if p.Name == "services" || p.Name == "catalog_services" || p.Name == "consul_kv" {
+			return nil, fmt.Errorf("provider name %q clashes with the module input variable of the same name", p.Name)
+		}
+		seen[p.Name] = true
+		if err := checkProviderBody(p.Name, p.Args); err != nil {
+			return nil, err
+		}
+	}
+
+	for name := range s.Variables {
+		if !hclsyntax.ValidIdentifier(name) {
+			return nil, fmt.Errorf("task variable %q: not a valid variable name", name)
+		}
+		if reservedModuleArgs[name] {
+			return nil, fmt.Errorf("task variable %q: the name is reserved (module argument set by ctsync)", name)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("task variable %q: the name clashes with the provider variable of the same name", name)
+		}
+		m.varNames = append(m.varNames, name)
+	}
+	sort.Strings(m.varNames)
+	m.varValues = make(map[string]json.RawMessage, len(m.varNames))
+	for _, name := range m.varNames {
+		raw, err := evalVariable(name, s.Variables[name])
+		if err != nil {
+			return nil, err
+		}
+		m.varValues[name] = raw
+	}
+
+	b, err := resolveBackend(o.Driver.Backend, o.Consul)
+	if err != nil {
+		return nil, err
+	}
+	m.backend = b
+	return m, nil
+}
+
+// evalVariable evaluates a task variable's HCL expression text with no
+// variables or functions available (literals only) and returns it as JSON.
+func evalVariable(name, src string) (json.RawMessage, error) {
+	expr, diags := hclsyntax.ParseExpression([]byte(src), "task variable "+name, hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("task variable %q: invalid expression: %s", name, diagText(diags))
+	}
+	v, diags := expr.Value(nil)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("task variable %q: the value must be a literal: %s", name, diagText(diags))
+	}
+	raw, err := ctyjson.SimpleJSONValue{Value: v}.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("task variable %q: %w", name, err)
+	}
+	return raw, nil
+}
+
+func diagText(diags hcl.Diagnostics) string {
+	var parts []string
+	for _, d := range diags {
+		if d.Severity != hcl.DiagError {
+			continue
+		}
+		t := d.Summary
+		if d.Detail != "" {
+			t += ": " + d.Detail
+		}
+		parts = append(parts, t)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// resolveBackend returns the backend to write: the configured one, with the
+// consul defaults merged in for a consul backend, or the default consul
+// backend when none is configured.
+func resolveBackend(b *config.Backend, c config.Consul) (config.Backend, error) {
+	out := config.Backend{Type: "consul", Attrs: map[string]cty.Value{}}
+	if b != nil {
+		if b.Type == "" {
+			return out, fmt.Errorf("terraform backend has no type")
+		}
+		if !hclsyntax.ValidIdentifier(b.Type) {
+			return out, fmt.Errorf("terraform backend type %q is not a valid identifier", b.Type)
+		}
+		out.Type = b.Type
+		for k, v := range b.Attrs {
+			if !hclsyntax.ValidIdentifier(k) {
+				return out, fmt.Errorf("backend %q: argument name %q is not a valid identifier", b.Type, k)
+			}
+			if !v.IsWhollyKnown() {
+				return out, fmt.Errorf("backend %q: argument %q has no known value", b.Type, k)
+			}
+			out.Attrs[k] = v
+		}
+	}
+	if out.Type != "consul" {
+		return out, nil
+	}
+	for k, v := range consulBackendDefaults(c) {
+		if _, ok := out.Attrs[k]; !ok {
+			out.Attrs[k] = v
+		}
+	}
+	return out, nil
+}
+
+// consulBackendDefaults is the CTS default consul backend for a Consul
+// connection. The token is never part of it: Terraform gets it from the
+// environment (CONSUL_HTTP_TOKEN).
+func consulBackendDefaults(c config.Consul) map[string]cty.Value {
+	addr, https := splitScheme(c.Address)
+	if addr == "" {
+		addr = "localhost:8500"
+	}
+	attrs := map[string]cty.Value{
+		"address": cty.StringVal(addr),
+		"path":    cty.StringVal(stateKVPath(c.KVPath)),
+		"gzip":    cty.True,
+	}
+	if c.TLS.Enabled || https {
+		attrs["scheme"] = cty.StringVal("https")
+		if c.TLS.CACert != "" {
+			attrs["ca_file"] = cty.StringVal(c.TLS.CACert)
+		}
+		if c.TLS.Cert != "" {
+			attrs["cert_file"] = cty.StringVal(c.TLS.Cert)
+		}
+		if c.TLS.Key != "" {
+			attrs["key_file"] = cty.StringVal(c.TLS.Key)
+		}
+	}
+	return attrs
+}
+
+// splitScheme removes an http:// or https:// prefix from a Consul address
+// and reports whether it was https.
+func splitScheme(addr string) (string, bool) {
+	lower := strings.ToLower(addr)
+	switch {
+	case strings.HasPrefix(lower, "https://"):
+		return strings.TrimRight(addr[len("https://"):], "/"), true
+	case strings.HasPrefix(lower, "http://"):
+		return strings.TrimRight(addr[len("http://"):], "/"), false
+	}
+	return addr, false
+}
+
+// stateKVPath is the consul backend path for a kv_path: "<kv_path>/terraform",
+// without doubling a trailing "terraform" element.
+func stateKVPath(kvPath string) string {
+	if kvPath == "" {
+		kvPath = defaultKVPath
+	}
+	p := strings.TrimRight(kvPath, "/")
+	if p == "terraform" || strings.HasSuffix(p, "/terraform") {
+		return p
+	}
+	if p == "" {
+		return "terraform"
+	}
+	return p + "/terraform"
+}
+
+// checkProviderBody rejects what cannot be written: names that are not
+// identifiers, an argument and a block of the same name, unknown values.
+func checkProviderBody(where string, body config.ProviderBody) error {
+	for k, v := range body.Attrs {
+		if !hclsyntax.ValidIdentifier(k) {
+			return fmt.Errorf("provider %s: argument name %q is not a valid identifier", where, k)
+		}
+		if !v.IsWhollyKnown() {
+			return fmt.Errorf("provider %s: argument %q has no known value", where, k)
+		}
+	}
+	for _, b := range body.Blocks {
+		if !hclsyntax.ValidIdentifier(b.Type) {
+			return fmt.Errorf("provider %s: block type %q is not a valid identifier", where, b.Type)
+		}
+		if len(b.Labels) > 0 {
+			return fmt.Errorf("provider %s: block %q has labels %q; nested blocks of a provider configuration take no labels", where, b.Type, b.Labels)
+		}
+		if _, ok := body.Attrs[b.Type]; ok {
+			return fmt.Errorf("provider %s: %q is both an argument and a block", where, b.Type)
+		}
+		if err := checkProviderBody(where+"."+b.Type, b.Body); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// --- HCL files ---------------------------------------------------------------
+
+// header writes the comment every generated file starts with.
+func (m *rootModule) header(body *hclwrite.Body) {
+	lines := []string{
+		"This file is generated by ctsync from the task configuration.",
+		"Do not edit it: ctsync rewrites it whenever the task is initialised.",
+		"",
+		"Task: " + commentText(m.spec.Name),
+		"Description: " + commentText(m.spec.Description),
+	}
+	for _, l := range lines {
+		appendComment(body, l)
+	}
+	body.AppendNewline()
+}
+
+// appendComment appends one "# text" line comment.
+func appendComment(body *hclwrite.Body, text string) {
+	line := "#"
+	if t := strings.TrimRight(text, " "); t != "" {
+		line += " " + t
+	}
+	body.AppendUnstructuredTokens(hclwrite.Tokens{{Type: hclsyntax.TokenComment, Bytes: []byte(line + "\n")}})
+}
+
+// commentText makes text safe inside a one-line comment: every control or
+// line/paragraph separator character becomes a space, so a description can
+// never end the comment and start configuration.
+func commentText(s string) string {
+	return strings.TrimSpace(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' || r == '\u0085' {
+			return ' '
+		}
+		return r
+	}, s))
+}
+
+func varRef(steps ...string) hcl.Traversal {
+	t := hcl.Traversal{hcl.TraverseRoot{Name: "var"}}
+	for _, s := range steps {
+		t = append(t, hcl.TraverseAttr{Name: s})
+	}
+	return t
+}
+
+func formatFile(f *hclwrite.File) []byte { return hclwrite.Format(f.Bytes()) }
+
+// mainTF renders main.tf: terraform settings, the provider blocks and the
+// module call.
+func (m *rootModule) mainTF() []byte {
+	f := hclwrite.NewEmptyFile()
+	root := f.Body()
+	m.header(root)
+
+	tf := root.AppendNewBlock("terraform", nil).Body()
+	tf.SetAttributeValue("required_version", cty.StringVal(requiredVersion))
+	var req []string
+	for _, p := range m.providers {
+		if _, ok := m.required[p.Name]; ok {
+			req = append(req, p.Name)
+		}
+	}
+	if len(req) > 0 {
+		tf.AppendNewline()
+		rp := tf.AppendNewBlock("required_providers", nil).Body()
+		for _, name := range req {
+			r := m.required[name]
+			obj := map[string]cty.Value{}
+			if r.Source != "" {
+				obj["source"] = cty.StringVal(r.Source)
+			}
+			if r.Version != "" {
+				obj["version"] = cty.StringVal(r.Version)
+			}
+			rp.SetAttributeValue(name, cty.ObjectVal(obj))
+		}
+	}
+	tf.AppendNewline()
+	be := tf.AppendNewBlock("backend", []string{m.backend.Type}).Body()
+	for _, k := range sortedKeys(m.backend.Attrs) {
+		be.SetAttributeValue(k, m.backend.Attrs[k])
+	}
+
+	for _, p := range m.providers {
+		root.AppendNewline()
+		pb := root.AppendNewBlock("provider", []string{p.Name}).Body()
+		writeProviderRefs(pb, p.Args, varRef(p.Name))
+	}
+
+	root.AppendNewline()
+	if d := commentText(m.spec.Description); d != "" {
+		appendComment(root, d)
+	}
+	mod := root.AppendNewBlock("module", []string{m.spec.Name}).Body()
+	mod.SetAttributeValue("source", cty.StringVal(m.spec.Module))
+	if m.spec.Version != "" {
+		mod.SetAttributeValue("version", cty.StringVal(m.spec.Version))
+	}
+	mod.AppendNewline()
+	mod.SetAttributeTraversal("services", varRef("services"))
+	if m.catalogServices {
+		mod.SetAttributeTraversal("catalog_services", varRef("catalog_services"))
+	}
+	if m.consulKV {
+		mod.SetAttributeTraversal("consul_kv", varRef("consul_kv"))
+	}
+	if len(m.varNames) > 0 {
+		mod.AppendNewline()
+		for _, name := range m.varNames {
+			mod.SetAttributeTraversal(name, varRef(name))
+		}
+	}
+	return formatFile(f)
+}
+
+// writeProviderRefs writes a provider (or nested block) body whose every
+// argument refers to the matching place in the provider's variable: the
+// values themselves are only ever in providers.auto.tfvars.json.
+func writeProviderRefs(body *hclwrite.Body, pb config.ProviderBody, path hcl.Traversal) {
+	for _, k := range sortedKeys(pb.Attrs) {
+		body.SetAttributeTraversal(k, appendStep(path, hcl.TraverseAttr{Name: k}))
+	}
+	count := map[string]int{}
+	for _, b := range pb.Blocks {
+		count[b.Type]++
+	}
+	index := map[string]int{}
+	for _, b := range pb.Blocks {
+		p := appendStep(path, hcl.TraverseAttr{Name: b.Type})
+		if count[b.Type] > 1 {
+			p = appendStep(p, hcl.TraverseIndex{Key: cty.NumberIntVal(int64(index[b.Type]))})
+			index[b.Type]++
+		}
+		nb := body.AppendNewBlock(b.Type, nil).Body()
+		writeProviderRefs(nb, b.Body, p)
+	}
+}
+
+func appendStep(t hcl.Traversal, step hcl.Traverser) hcl.Traversal {
+	out := make(hcl.Traversal, 0, len(t)+1)
+	out = append(out, t...)
+	return append(out, step)
+}
+
+// variablesTF renders variables.tf: the module input variables and one
+// variable per provider.
+func (m *rootModule) variablesTF() []byte {
+	f := hclwrite.NewEmptyFile()
+	root := f.Body()
+	m.header(root)
+
+	svc := root.AppendNewBlock("variable", []string{"services"}).Body()
+	svc.SetAttributeValue("description", cty.StringVal("Consul service instances that ctsync monitors for this task, keyed by instance (id.node[.namespace].datacenter)"))
+	fields := make([]hclwrite.ObjectAttrTokens, 0, len(servicesFields))
+	for _, fld := range servicesFields {
+		fields = append(fields, hclwrite.ObjectAttrTokens{
+			Name:  hclwrite.TokensForIdentifier(fld.name),
+			Value: typeTokens(fld.typ),
+		})
+	}
+	svc.SetAttributeRaw("type", hclwrite.TokensForFunctionCall("map",
+		hclwrite.TokensForFunctionCall("object", hclwrite.TokensForObject(fields))))
+
+	if m.catalogServices {
+		root.AppendNewline()
+		cs := root.AppendNewBlock("variable", []string{"catalog_services"}).Body()
+		cs.SetAttributeValue("description", cty.StringVal("Consul catalog service names, each with the list of all tags known for that service"))
+		cs.SetAttributeRaw("type", typeTokens("map(list(string))"))
+	}
+	if m.consulKV {
+		root.AppendNewline()
+		kv := root.AppendNewBlock("variable", []string{"consul_kv"}).Body()
+		kv.SetAttributeValue("description", cty.StringVal("Consul KV pairs, keyed by their full key path"))
+		kv.SetAttributeRaw("type", typeTokens("map(string)"))
+	}
+	for _, p := range m.providers {
+		root.AppendNewline()
+		v := root.AppendNewBlock("variable", []string{p.Name}).Body()
+		v.SetAttributeValue("default", cty.NullVal(cty.DynamicPseudoType))
+		v.SetAttributeValue("description", cty.StringVal(fmt.Sprintf("Arguments of the %s provider, from its terraform_provider block (values in %s)", p.Name, fileProviders)))
+		v.SetAttributeValue("sensitive", cty.True)
+	}
+	return formatFile(f)
+}
+
+// typeTokens renders a type expression such as "map(list(string))". Only
+// the fixed type names used in this file are accepted.
+func typeTokens(t string) hclwrite.Tokens {
+	if open := strings.IndexByte(t, '('); open > 0 && strings.HasSuffix(t, ")") {
+		return hclwrite.TokensForFunctionCall(t[:open], typeTokens(t[open+1:len(t)-1]))
+	}
+	return hclwrite.TokensForIdentifier(t)
+}
+
+// variablesModuleTF renders variables.module.tf, or nil when the task has no
+// variables.
+func (m *rootModule) variablesModuleTF() []byte {
+	if len(m.varNames) == 0 {
+		return nil
+	}
+	f := hclwrite.NewEmptyFile()
+	root := f.Body()
+	m.header(root)
+	for i, name := range m.varNames {
+		if i > 0 {
+			root.AppendNewline()
+		}
+		v := root.AppendNewBlock("variable", []string{name}).Body()
+		v.SetAttributeValue("default", cty.NullVal(cty.DynamicPseudoType))
+	}
+	return formatFile(f)
+}
+
+// --- JSON values --------------------------------------------------------------
+
+// encodeJSON writes v as indented JSON with sorted object keys and a final
+// newline. HTML characters are not escaped (Terraform does not need it).
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// providersJSON renders providers.auto.tfvars.json, or nil when the task
+// uses no provider.
+func (m *rootModule) providersJSON() ([]byte, error) {
+	if len(m.providers) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]json.RawMessage, len(m.providers))
+	for _, p := range m.providers {
+		raw, err := ctyjson.SimpleJSONValue{Value: providerValue(p.Args)}.MarshalJSON()
+		if err != nil {
+			return nil, fmt.Errorf("provider %s: %w", p.Name, err)
+		}
+		out[p.Name] = raw
+	}
+	return encodeJSON(out)
+}
+
+// providerValue turns a provider body into one object: arguments as they
+// are, a nested block type that occurs once as an object, a repeated one as
+// a list of objects (in source order).
+func providerValue(pb config.ProviderBody) cty.Value {
+	attrs := make(map[string]cty.Value, len(pb.Attrs)+len(pb.Blocks))
+	for k, v := range pb.Attrs {
+		attrs[k] = v
+	}
+	var order []string
+	byType := map[string][]cty.Value{}
+	for _, b := range pb.Blocks {
+		if _, ok := byType[b.Type]; !ok {
+			order = append(order, b.Type)
+		}
+		byType[b.Type] = append(byType[b.Type], providerValue(b.Body))
+	}
+	for _, t := range order {
+		if vs := byType[t]; len(vs) == 1 {
+			attrs[t] = vs[0]
+		} else {
+			attrs[t] = cty.TupleVal(vs)
+		}
+	}
+	return cty.ObjectVal(attrs)
+}
+
+// variablesJSON renders variables.auto.tfvars.json, or nil when the task has
+// no variables.
+func (m *rootModule) variablesJSON() ([]byte, error) {
+	if len(m.varNames) == 0 {
+		return nil, nil
+	}
+	return encodeJSON(m.varValues)
+}
+
+// inputsJSON renders terraform.tfvars.json from the task's inputs. services
+// is always present; catalog_services and consul_kv exactly when the root
+// module declares them. Absent collections are written empty, never null,
+// matching what CTS renders.
+func (m *rootModule) inputsJSON(in *task.Inputs) ([]byte, error) {
+	if in == nil {
+		in = &task.Inputs{}
+	}
+	services := make(map[string]task.Service, len(in.Services))
+	for k, s := range in.Services {
+		s.Meta = nonNilMap(s.Meta)
+		s.NodeTaggedAddresses = nonNilMap(s.NodeTaggedAddresses)
+		s.NodeMeta = nonNilMap(s.NodeMeta)
+		s.CTSUserDefinedMeta = nonNilMap(s.CTSUserDefinedMeta)
+		if s.Tags == nil {
+			s.Tags = []string{}
+		}
+		services[k] = s
+	}
+	out := map[string]any{"services": services}
+	if m.catalogServices {
+		cs := make(map[string][]string, len(in.CatalogServices))
+		for k, tags := range in.CatalogServices {
+			if tags == nil {
+				tags = []string{}
+			}
+			cs[k] = tags
+		}
+		out["catalog_services"] = cs
+	}
+	if m.consulKV {
+		out["consul_kv"] = nonNilMap(in.ConsulKV)
+	}
+	return encodeJSON(out)
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,234 @@
+package terraform
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	logsDir     = "logs"
+	initLogName = "init.log"
+)
+
+// sink receives the output of the Terraform commands of one driver and
+// routes it to the current run's log file, the per-command buffers (for
+// parsing and error classification) and, optionally, the slog logger.
+// tfexec writes stdout and stderr from two goroutines, hence the mutex.
+type sink struct {
+	mu      sync.Mutex
+	file    *os.File
+	mute    bool // the command's stdout is machine output: keep it out of the logs
+	stdout  bytes.Buffer
+	stderr  bytes.Buffer
+	logger  *slog.Logger // nil: do not forward
+	task    string
+	partial map[string][]byte // per stream, a line not yet ended
+}
+
+func (s *sink) writer(stream string) io.Writer { return streamWriter{s: s, stream: stream} }
+
+type streamWriter struct {
+	s      *sink
+	stream string
+}
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	s := w.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.stream == "stderr" {
+		s.stderr.Write(p)
+	} else {
+		s.stdout.Write(p)
+		if s.mute {
+			return len(p), nil // machine-readable output: neither logged nor forwarded
+		}
+	}
+	if s.file != nil {
+		// A failing log write must not fail the Terraform command.
+		_, _ = s.file.Write(p)
+	}
+	if s.logger != nil {
+		s.forward(w.stream, p)
+	}
+	return len(p), nil
+}
+
+// forward logs complete lines; a partial line waits for its end.
+func (s *sink) forward(stream string, p []byte) {
+	buf := append(s.partial[stream], p...)
+	for {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			break
+		}
+		s.logLine(stream, buf[:i])
+		buf = buf[i+1:]
+	}
+	if s.partial == nil {
+		s.partial = map[string][]byte{}
+	}
+	s.partial[stream] = append([]byte(nil), buf...)
+}
+
+func (s *sink) logLine(stream string, line []byte) {
+	l := strings.TrimRight(string(line), "\r")
+	if strings.TrimSpace(l) == "" {
+		return
+	}
+	s.logger.LogAttrs(context.Background(), slog.LevelInfo, l,
+		slog.String("task", s.task), slog.String("stream", stream))
+}
+
+// begin starts a command: clears the per-command buffers and writes a marker
+// line into the log file.
+func (s *sink) begin(cmd string, mute bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushPartial()
+	s.stdout.Reset()
+	s.stderr.Reset()
+	s.mute = mute
+	if s.file != nil {
+		fmt.Fprintf(s.file, "==> %s terraform %s\n", time.Now().UTC().Format(time.RFC3339), cmd)
+	}
+}
+
+func (s *sink) flushPartial() {
+	if s.logger == nil {
+		return
+	}
+	for stream, p := range s.partial {
+		if len(p) > 0 {
+			s.logLine(stream, p)
+		}
+		delete(s.partial, stream)
+	}
+}
+
+// output returns the current command's stdout and stderr.
+func (s *sink) output() (stdout, stderr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stdout.String(), s.stderr.String()
+}
+
+// note writes a line of our own into the log file.
+func (s *sink) note(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.file != nil {
+		fmt.Fprintf(s.file, "==> %s "+format+"\n", append([]any{time.Now().UTC().Format(time.RFC3339)}, args...)...)
+	}
+}
+
+// attach points the sink at a new log file (nil: no file).
+func (s *sink) attach(f *os.File) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.file = f
+	s.mute = true
+	s.stdout.Reset()
+	s.stderr.Reset()
+}
+
+// detach flushes and closes the current log file.
+func (s *sink) detach() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushPartial()
+	f := s.file
+	s.file = nil
+	s.mute = true // output outside a command (version probes) is not logged
+	if f == nil {
+		return nil
+	}
+	return f.Close()
+}
+
+// validRunID reports whether id can name a log file.
+func validRunID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("run id is empty")
+	case id == "." || id == "..":
+		return fmt.Errorf("run id %q is not a valid file name", id)
+	case strings.ContainsAny(id, `/\`+"\x00"):
+		return fmt.Errorf("run id %q must not contain path separators", id)
+	case strings.TrimSuffix(id, ".log") == strings.TrimSuffix(initLogName, ".log"):
+		return fmt.Errorf("run id %q is reserved", id)
+	}
+	return nil
+}
+
+// openLog opens (appending) a log file in the task's logs folder, mode 0600.
+func openLog(workDir, name string) (*os.File, string, error) {
+	dir := filepath.Join(workDir, logsDir)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, "", err
+	}
+	p := filepath.Join(dir, name)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return nil, "", err
+	}
+	return f, p, nil
+}
+
+// rotateLogs keeps the newest keep run logs, always including current (the
+// log of the run in progress). init.log is not a run log.
+func rotateLogs(workDir, current string, keep int) error {
+	dir := filepath.Join(workDir, logsDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	type logFile struct {
+		name string
+		mod  time.Time
+	}
+	var logs []logFile
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".log") || e.Name() == initLogName || e.Name() == current {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue
+		}
+		logs = append(logs, logFile{e.Name(), info.ModTime()})
+	}
+	keep-- // the current run's log
+	if keep < 0 {
+		keep = 0
+	}
+	if len(logs) <= keep {
+		return nil
+	}
+	sort.Slice(logs, func(i, j int) bool {
+		if !logs[i].mod.Equal(logs[j].mod) {
+			return logs[i].mod.After(logs[j].mod)
+		}
+		return logs[i].name > logs[j].name
+	})
+	var firstErr error
+	for _, l := range logs[keep:] {
+		if err := os.Remove(filepath.Join(dir, l.name)); err != nil && !os.IsNotExist(err) && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}

@@ -1,0 +1,691 @@
+// Package terraform is the Terraform/OpenTofu driver. For one task it writes
+// a generated root module into the task's working directory (main.tf,
+// variables.tf, variables.module.tf) and passes every value through JSON
+// files that Terraform loads itself (terraform.tfvars.json,
+// providers.auto.tfvars.json, variables.auto.tfvars.json), so no data from
+// Consul or the configuration is ever parsed as HCL. It runs the commands
+// with terraform-exec in a workspace named after the task.
+package terraform
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-exec/tfexec"
+	tfjson "github.com/hashicorp/terraform-json"
+
+	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// DefaultKeepRunLogs is how many per-run log files are kept per task.
+const DefaultKeepRunLogs = 20
+
+const (
+	fingerprintFile = ".ctsync-init"
+	planFile        = ".ctsync.tfplan"
+	dataDir         = ".terraform"
+	tfLogFile       = "terraform.log"
+
+	cacheMayBreakLockEnv = "TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE"
+)
+
+// Options configure a Driver for one task.
+type Options struct {
+	Spec task.Spec
+	// WorkDir is the task's working directory (created with mode 0750).
+	WorkDir string
+	// Binary is the terraform/tofu executable; empty: FindBinary(Driver.Path).
+	Binary string
+	Driver config.TerraformDriver
+	// Providers are the terraform_provider blocks the task uses, resolved.
+	Providers []config.Provider
+	Consul    config.Consul
+	// PluginCacheDir, when set, is passed as TF_PLUGIN_CACHE_DIR.
+	PluginCacheDir string
+	// Env holds extra environment variables for Terraform.
+	Env    map[string]string
+	Logger *slog.Logger
+	// KeepRunLogs is how many run logs to keep (default 20).
+	KeepRunLogs int
+}
+
+// Driver runs one task with Terraform or OpenTofu. It implements
+// driver.Driver. Its methods must not be called concurrently; different
+// Drivers can run in parallel.
+type Driver struct {
+	opts    Options
+	workDir string
+	mod     *rootModule
+	tf      *tfexec.Terraform
+	sink    *sink
+	log     *slog.Logger
+
+	initDone bool
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// initSem serialises `terraform init` across all drivers of the process: a
+// shared plugin cache is not safe for concurrent installs.
+var initSem = make(chan struct{}, 1)
+
+// New validates the task's configuration and prepares a Driver. It does not
+// run Terraform unless Binary is empty (then the binary is looked up and
+// asked for its version) and writes nothing but the working directory.
+func New(opts Options) (*Driver, error) {
+	if opts.WorkDir == "" {
+		return nil, fmt.Errorf("task %q: working directory is not set", opts.Spec.Name)
+	}
+	if opts.KeepRunLogs <= 0 {
+		opts.KeepRunLogs = DefaultKeepRunLogs
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	mod, err := newRootModule(&opts)
+	if err != nil {
+		return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
+	}
+	workDir, err := filepath.Abs(opts.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case opts.Binary == "":
+		bin, _, err := FindBinary(opts.Driver.Path)
+		if err != nil {
+			return nil, err
+		}
+		opts.Binary = bin
+	case !strings.ContainsRune(opts.Binary, filepath.Separator):
+		// A bare name: resolve it now, the commands run in the task's folder.
+		bin, err := exec.LookPath(opts.Binary)
+		if err != nil {
+			return nil, fmt.Errorf("terraform binary: %w", err)
+		}
+		opts.Binary = bin
+	}
+	if bin, err := filepath.Abs(opts.Binary); err == nil {
+		opts.Binary = bin
+	}
+	env, err := buildEnv(&opts, mod.backend.Type == "consul")
+	if err != nil {
+		return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
+	}
+	if err := os.MkdirAll(workDir, 0o750); err != nil {
+		return nil, fmt.Errorf("task %q: working directory: %w", opts.Spec.Name, err)
+	}
+	tf, err := tfexec.NewTerraform(workDir, opts.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
+	}
+	if err := tf.SetEnv(env); err != nil {
+		return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
+	}
+	if opts.Driver.PersistLog {
+		// SetLogPath also sets TF_LOG=TRACE; both are refused by SetEnv.
+		if err := tf.SetLogPath(filepath.Join(workDir, tfLogFile)); err != nil {
+			return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
+		}
+	}
+	s := &sink{task: opts.Spec.Name, mute: true}
+	if opts.Driver.Log {
+		s.logger = opts.Logger
+	}
+	tf.SetStdout(s.writer("stdout"))
+	tf.SetStderr(s.writer("stderr"))
+	return &Driver{
+		opts:    opts,
+		workDir: workDir,
+		mod:     mod,
+		tf:      tf,
+		sink:    s,
+		log:     opts.Logger.With("task", opts.Spec.Name),
+	}, nil
+}
+
+// WorkDir returns the task's absolute working directory.
+func (d *Driver) WorkDir() string { return d.workDir }
+
+// buildEnv is the Terraform process environment: ours on top of the
+// daemon's. Variables that terraform-exec manages itself (TF_LOG*,
+// TF_IN_AUTOMATION, TF_WORKSPACE, TF_CLI_ARGS*, TF_VAR_* ...) are dropped
+// from the inherited environment and refused in the configured one.
+func buildEnv(o *Options, consulBackend bool) (map[string]string, error) {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			env[k] = v
+		}
+	}
+	tfexec.CleanEnv(env)
+	// Each task has its own .terraform folder in its working directory.
+	delete(env, "TF_DATA_DIR")
+	env["CHECKPOINT_DISABLE"] = "1"
+	if o.PluginCacheDir != "" {
+		env["TF_PLUGIN_CACHE_DIR"] = o.PluginCacheDir
+	}
+	// Without a lock-file entry, Terraform >= 1.4 does not trust a provider
+	// already in the shared cache: it installs it again into the cache,
+	// replacing the folder that other tasks' .terraform links point to, and
+	// their concurrent plan/apply fail with "could not read package
+	// directory". Trusting the cache avoids rewriting it (our root modules'
+	// lock files then hold the local package hash only). The daemon's own
+	// setting, if any, wins.
+	if _, ok := env[cacheMayBreakLockEnv]; !ok {
+		env[cacheMayBreakLockEnv] = "1"
+	}
+	if consulBackend {
+		for k, v := range consulEnv(o.Consul) {
+			env[k] = v
+		}
+	}
+	for _, p := range o.Providers {
+		for k, v := range p.TaskEnv {
+			if bad := tfexec.ProhibitedEnv(map[string]string{k: v}); len(bad) > 0 {
+				return nil, fmt.Errorf("provider %s: task_env %q cannot be set: ctsync manages it", p.Ref(), k)
+			}
+			env[k] = v
+		}
+	}
+	for k, v := range o.Env {
+		if bad := tfexec.ProhibitedEnv(map[string]string{k: v}); len(bad) > 0 {
+			return nil, fmt.Errorf("environment variable %q cannot be set for terraform: ctsync manages it", k)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// consulEnv is the Consul connection as the environment variables that
+// Terraform's consul backend (through the Consul API client) reads. The
+// token and basic-auth credentials only ever travel this way.
+func consulEnv(c config.Consul) map[string]string {
+	env := map[string]string{}
+	if c.Address != "" {
+		env["CONSUL_HTTP_ADDR"] = c.Address
+	}
+	if c.Token != "" {
+		env["CONSUL_HTTP_TOKEN"] = c.Token
+	}
+	if c.Auth.Enabled || c.Auth.Username != "" || c.Auth.Password != "" {
+		env["CONSUL_HTTP_AUTH"] = c.Auth.Username + ":" + c.Auth.Password
+	}
+	if _, https := splitScheme(c.Address); c.TLS.Enabled || https {
+		env["CONSUL_HTTP_SSL"] = "true"
+		if !c.TLS.Verify {
+			env["CONSUL_HTTP_SSL_VERIFY"] = "false"
+		}
+		set := func(k, v string) {
+			if v != "" {
+				env[k] = v
+			}
+		}
+		set("CONSUL_CACERT", c.TLS.CACert)
+		set("CONSUL_CAPATH", c.TLS.CAPath)
+		set("CONSUL_CLIENT_CERT", c.TLS.Cert)
+		set("CONSUL_CLIENT_KEY", c.TLS.Key)
+		set("CONSUL_TLS_SERVER_NAME", c.TLS.ServerName)
+	}
+	return env
+}
+
+// --- Init --------------------------------------------------------------------
+
+// Init writes the root module and, unless the working directory is already
+// initialised for exactly this module and binary, runs `terraform init` and
+// creates and selects the task's workspace.
+func (d *Driver) Init(ctx context.Context) error {
+	d.initDone = false
+	if dir := d.opts.PluginCacheDir; dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return &driver.Error{Op: "init", Err: fmt.Errorf("plugin cache: %w", err)}
+		}
+	}
+	modHash, err := d.writeRootModule()
+	if err != nil {
+		return &driver.Error{Op: "init", Err: err}
+	}
+	fp, err := d.fingerprint(ctx, modHash)
+	if err != nil {
+		return &driver.Error{Op: "init", Err: err}
+	}
+	fpPath := filepath.Join(d.workDir, fingerprintFile)
+	if old, err := os.ReadFile(fpPath); err == nil && string(old) == fp && isDir(filepath.Join(d.workDir, dataDir)) {
+		d.log.Debug("terraform working directory already initialised")
+		d.initDone = true
+		return nil
+	}
+	if err := os.Remove(fpPath); err != nil && !os.IsNotExist(err) {
+		return &driver.Error{Op: "init", Err: err}
+	}
+
+	f, _, err := openLog(d.workDir, initLogName)
+	if err != nil {
+		return &driver.Error{Op: "init", Err: err}
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return &driver.Error{Op: "init", Err: err}
+	}
+	d.sink.attach(f)
+	defer d.sink.detach()
+
+	if err := d.terraformInit(ctx); err != nil {
+		return err
+	}
+	d.sink.begin("workspace new "+d.opts.Spec.Name, false)
+	if err := d.tf.WorkspaceNew(ctx, d.opts.Spec.Name); err != nil {
+		_, stderr := d.sink.output()
+		if !strings.Contains(stderr, "already exists") && !strings.Contains(err.Error(), "already exists") {
+			return d.fail("workspace", err)
+		}
+	}
+	d.sink.begin("workspace select "+d.opts.Spec.Name, false)
+	if err := d.tf.WorkspaceSelect(ctx, d.opts.Spec.Name); err != nil {
+		return d.fail("workspace", err)
+	}
+	if _, err := writeFileAtomic(fpPath, []byte(fp), 0o640); err != nil {
+		return &driver.Error{Op: "init", Err: err}
+	}
+	d.initDone = true
+	return nil
+}
+
+// terraformInit runs `terraform init`, one at a time across all drivers.
+func (d *Driver) terraformInit(ctx context.Context) error {
+	select {
+	case initSem <- struct{}{}:
+	case <-ctx.Done():
+		return &driver.Error{Op: "init", Err: ctx.Err()}
+	}
+	defer func() { <-initSem }()
+
+	d.sink.begin("init", false)
+	err := d.tf.Init(ctx, tfexec.Upgrade(false))
+	if err == nil {
+		return nil
+	}
+	// The workspace recorded in .terraform/environment may no longer exist in
+	// the backend (state wiped, backend moved). Forget the selection and retry
+	// once; the task's workspace is created right after.
+	_, stderr := d.sink.output()
+	envFile := filepath.Join(d.workDir, dataDir, "environment")
+	if ctx.Err() == nil && strings.Contains(strings.ToLower(stderr), "workspace") && fileExists(envFile) {
+		if rmErr := os.Remove(envFile); rmErr == nil {
+			d.sink.note("selected workspace no longer exists; retrying init with the default workspace")
+			d.sink.begin("init", false)
+			if err = d.tf.Init(ctx, tfexec.Upgrade(false)); err == nil {
+				return nil
+			}
+		}
+	}
+	return d.fail("init", err)
+}
+
+// writeRootModule (re)writes the generated files and returns a hash of the
+// root module's .tf files. Unchanged files are not touched.
+func (d *Driver) writeRootModule() ([]byte, error) {
+	if err := os.MkdirAll(d.workDir, 0o750); err != nil {
+		return nil, err
+	}
+	providers, err := d.mod.providersJSON()
+	if err != nil {
+		return nil, err
+	}
+	vars, err := d.mod.variablesJSON()
+	if err != nil {
+		return nil, err
+	}
+	files := []struct {
+		name string
+		data []byte // nil: the file must not exist
+		mode os.FileMode
+		hash bool
+	}{
+		{fileMain, d.mod.mainTF(), 0o640, true},
+		{fileVariables, d.mod.variablesTF(), 0o640, true},
+		{fileModuleVars, d.mod.variablesModuleTF(), 0o640, true},
+		{fileProviders, providers, 0o600, false},
+		{fileModuleVarVals, vars, 0o640, false},
+	}
+	h := sha256.New()
+	for _, f := range files {
+		p := filepath.Join(d.workDir, f.name)
+		if f.data == nil {
+			if err := os.Remove(p); err != nil && !os.IsNotExist(err) {
+				return nil, err
+			}
+		} else if _, err := writeFileAtomic(p, f.data, f.mode); err != nil {
+			return nil, err
+		}
+		if f.hash {
+			fmt.Fprintf(h, "%s\x00%d\x00", f.name, len(f.data))
+			h.Write(f.data)
+		}
+	}
+	return h.Sum(nil), nil
+}
+
+// fingerprint identifies an initialised working directory: the root module
+// files and the binary (path and version) that initialised it.
+func (d *Driver) fingerprint(ctx context.Context, moduleHash []byte) (string, error) {
+	ver, _, err := d.tf.Version(ctx, false)
+	if err != nil {
+		return "", fmt.Errorf("terraform version: %w", err)
+	}
+	h := sha256.New()
+	h.Write(moduleHash)
+	fmt.Fprintf(h, "binary\x00%s\x00%s", d.opts.Binary, ver.String())
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func (d *Driver) ensureInit(ctx context.Context) error {
+	if d.initDone {
+		return nil
+	}
+	return d.Init(ctx)
+}
+
+// --- runs --------------------------------------------------------------------
+
+// startRun opens the run's log file and points the output at it.
+func (d *Driver) startRun(run driver.Run) (string, error) {
+	if err := validRunID(run.ID); err != nil {
+		return "", err
+	}
+	name := run.ID + ".log"
+	f, p, err := openLog(d.workDir, name)
+	if err != nil {
+		return "", err
+	}
+	d.sink.attach(f)
+	if err := rotateLogs(d.workDir, name, d.opts.KeepRunLogs); err != nil {
+		d.log.Warn("cannot remove old run logs", "error", err)
+	}
+	return p, nil
+}
+
+func (d *Driver) endRun() {
+	if err := d.sink.detach(); err != nil {
+		d.log.Warn("cannot close run log", "error", err)
+	}
+}
+
+// fail builds a *driver.Error from the failed command's stderr.
+func (d *Driver) fail(op string, err error) error {
+	_, stderr := d.sink.output()
+	sum := driver.Summarize(stderr)
+	if sum == "" && err != nil {
+		sum = driver.Summarize(err.Error())
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if sum == "" {
+			sum = "interrupted: " + err.Error()
+		}
+	}
+	d.sink.note("%s failed: %s", op, sum)
+	return &driver.Error{Op: op, Summary: sum, Err: err}
+}
+
+// writeInputs writes terraform.tfvars.json atomically.
+func (d *Driver) writeInputs(in *task.Inputs) error {
+	data, err := d.mod.inputsJSON(in)
+	if err != nil {
+		return fmt.Errorf("encoding inputs: %w", err)
+	}
+	_, err = writeFileAtomic(filepath.Join(d.workDir, fileInputs), data, 0o640)
+	return err
+}
+
+// prepare runs Init if needed, opens the run log and writes the inputs.
+func (d *Driver) prepare(ctx context.Context, op string, run driver.Run, in *task.Inputs) (string, error) {
+	if err := d.ensureInit(ctx); err != nil {
+		return "", err
+	}
+	logPath, err := d.startRun(run)
+	if err != nil {
+		return "", &driver.Error{Op: op, Err: err}
+	}
+	if in != nil {
+		if err := d.writeInputs(in); err != nil {
+			d.endRun()
+			return "", &driver.Error{Op: op, Err: err}
+		}
+	} else if !fileExists(filepath.Join(d.workDir, fileInputs)) {
+		// Terraform needs a value for every variable without a default.
+		if err := d.writeInputs(&task.Inputs{}); err != nil {
+			d.endRun()
+			return "", &driver.Error{Op: op, Err: err}
+		}
+	}
+	return logPath, nil
+}
+
+// Plan writes the inputs and runs `terraform plan`. Result.Output is the
+// readable plan.
+func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	start := time.Now()
+	logPath, err := d.prepare(ctx, "plan", run, in)
+	if err != nil {
+		return driver.Result{Duration: time.Since(start)}, err
+	}
+	defer d.endRun()
+	res := driver.Result{LogPath: logPath}
+
+	planPath := filepath.Join(d.workDir, planFile)
+	defer os.Remove(planPath)
+	opts := []tfexec.PlanOption{tfexec.Out(planPath)}
+	if p := d.opts.Spec.Parallelism; p > 0 {
+		opts = append(opts, tfexec.Parallelism(p))
+	}
+	d.sink.begin("plan", false)
+	changes, err := d.tf.Plan(ctx, opts...)
+	planText, _ := d.sink.output()
+	if err != nil {
+		res.Output = planText
+		res.Duration = time.Since(start)
+		return res, d.fail("plan", err)
+	}
+	res.Changes = changes
+
+	// The plan command already logged the plan: keep the show output out of
+	// the log file.
+	d.sink.begin("show (readable plan)", true)
+	text, err := d.tf.ShowPlanFileRaw(ctx, planPath)
+	if err != nil {
+		res.Output = planText
+		res.Duration = time.Since(start)
+		return res, d.fail("plan", err)
+	}
+	res.Output = text
+
+	d.sink.begin("show -json (plan summary)", true)
+	if plan, err := d.tf.ShowPlanFile(ctx, planPath); err == nil {
+		res.Add, res.Change, res.Destroy = countPlan(plan)
+	} else {
+		d.sink.note("cannot read the plan as JSON (%v); counting from the text", err)
+		res.Add, res.Change, res.Destroy = parsePlanCounts(text)
+	}
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// Apply writes the inputs and runs `terraform apply`.
+func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	start := time.Now()
+	logPath, err := d.prepare(ctx, "apply", run, in)
+	if err != nil {
+		return driver.Result{Duration: time.Since(start)}, err
+	}
+	defer d.endRun()
+	var opts []tfexec.ApplyOption
+	if p := d.opts.Spec.Parallelism; p > 0 {
+		opts = append(opts, tfexec.Parallelism(p))
+	}
+	d.sink.begin("apply", false)
+	err = d.tf.Apply(ctx, opts...)
+	out, _ := d.sink.output()
+	res := driver.Result{LogPath: logPath, Output: out}
+	res.Add, res.Change, res.Destroy = parseApplyCounts(out)
+	res.Changes = res.Add+res.Change+res.Destroy > 0
+	if err != nil {
+		err = d.fail("apply", err)
+	}
+	res.Duration = time.Since(start)
+	return res, err
+}
+
+// Destroy runs `terraform destroy` with the current inputs file (an empty
+// one if the task never ran).
+func (d *Driver) Destroy(ctx context.Context, run driver.Run) (driver.Result, error) {
+	start := time.Now()
+	logPath, err := d.prepare(ctx, "destroy", run, nil)
+	if err != nil {
+		return driver.Result{Duration: time.Since(start)}, err
+	}
+	defer d.endRun()
+	var opts []tfexec.DestroyOption
+	if p := d.opts.Spec.Parallelism; p > 0 {
+		opts = append(opts, tfexec.Parallelism(p))
+	}
+	d.sink.begin("destroy", false)
+	err = d.tf.Destroy(ctx, opts...)
+	out, _ := d.sink.output()
+	res := driver.Result{LogPath: logPath, Output: out}
+	res.Add, res.Change, res.Destroy = parseApplyCounts(out)
+	res.Changes = res.Destroy > 0
+	if err != nil {
+		err = d.fail("destroy", err)
+	}
+	res.Duration = time.Since(start)
+	return res, err
+}
+
+// --- output parsing ---------------------------------------------------------
+
+// countPlan counts resource changes the way Terraform's plan summary does:
+// a replacement is one add and one destroy.
+func countPlan(p *tfjson.Plan) (add, change, destroy int) {
+	for _, rc := range p.ResourceChanges {
+		if rc == nil || rc.Change == nil {
+			continue
+		}
+		a := rc.Change.Actions
+		switch {
+		case a.Replace():
+			add++
+			destroy++
+		case a.Create():
+			add++
+		case a.Update():
+			change++
+		case a.Delete():
+			destroy++
+		}
+	}
+	return add, change, destroy
+}
+
+var (
+	planSummaryRE = regexp.MustCompile(`Plan: (\d+) to add, (\d+) to change, (\d+) to destroy`)
+	resourcesRE   = regexp.MustCompile(`(?m)^.*complete! Resources: (.*)$`)
+	countRE       = regexp.MustCompile(`(\d+) (added|changed|destroyed)`)
+)
+
+// parsePlanCounts reads "Plan: X to add, Y to change, Z to destroy." from a
+// plan's text.
+func parsePlanCounts(text string) (add, change, destroy int) {
+	m := planSummaryRE.FindStringSubmatch(text)
+	if m == nil {
+		return 0, 0, 0
+	}
+	add, _ = strconv.Atoi(m[1])
+	change, _ = strconv.Atoi(m[2])
+	destroy, _ = strconv.Atoi(m[3])
+	return add, change, destroy
+}
+
+// parseApplyCounts reads "Apply complete! Resources: X added, Y changed, Z
+// destroyed." (or "Destroy complete! Resources: Z destroyed.").
+func parseApplyCounts(out string) (add, change, destroy int) {
+	ms := resourcesRE.FindAllStringSubmatch(out, -1)
+	if ms == nil {
+		return 0, 0, 0
+	}
+	for _, c := range countRE.FindAllStringSubmatch(ms[len(ms)-1][1], -1) {
+		n, _ := strconv.Atoi(c[1])
+		switch c[2] {
+		case "added":
+			add = n
+		case "changed":
+			change = n
+		case "destroyed":
+			destroy = n
+		}
+	}
+	return add, change, destroy
+}
+
+// --- files ------------------------------------------------------------------
+
+// writeFileAtomic writes data to path through a temporary file and a rename,
+// so Terraform never reads a half-written file. When the file already holds
+// exactly data it is left alone (only its mode is corrected).
+func writeFileAtomic(path string, data []byte, mode os.FileMode) (changed bool, err error) {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		if st, err := os.Stat(path); err == nil && st.Mode().Perm() != mode {
+			return false, os.Chmod(path, mode)
+		}
+		return false, nil
+	}
+	dir, base := filepath.Split(path)
+	tmp, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err = tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return false, err
+	}
+	if _, err = tmp.Write(data); err != nil {
+		tmp.Close()
+		return false, err
+	}
+	if err = tmp.Close(); err != nil {
+		return false, err
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
