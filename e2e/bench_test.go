@@ -15,6 +15,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	cfgpkg "github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/consul"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/task"
@@ -57,7 +59,11 @@ func BenchmarkReaction(b *testing.B) {
 			ServicesSelector: task.ServicesSelector{Names: []string{"web"}}, UseAsModuleInput: true}}}
 	var ctrl *reconcile.Controller
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := watch.NewRegistry(c.Client, logger, func(s, k string) { ctrl.Notify(s, k) })
+	client, err := consul.NewClient(cfgpkg.Consul{Address: c.Addr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := watch.NewRegistry(client, logger, func(s, k string) { ctrl.Notify(s, k) })
 	ctrl = reconcile.New(reconcile.Options{Watcher: reg, Logger: logger,
 		NewDriver: func(task.Spec) (driver.Driver, error) { return d, nil }}, []task.Spec{spec})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,7 +1,7 @@
 // Package consul is ctsync's one place that builds Consul API clients and
 // waits for the agent. Everything else (watch, store, ha, self-registration)
-// receives the *api.Client built here, so TLS, auth and the HTTP transport
-// are configured exactly once.
+// uses the Client built here, so TLS, auth and the HTTP transport are
+// configured exactly once.
 package consul
 
 import (
@@ -57,7 +57,7 @@ const (
 //
 // MaxConnsPerHost is deliberately left unlimited: a cap below V would make
 // views queue behind each other's 5-minute waits and stall.
-func NewClient(c config.Consul) (*api.Client, error) {
+func NewClient(c config.Consul) (*Client, error) {
 	addr := strings.TrimSpace(c.Address)
 	if addr == "" {
 		addr = "localhost:8500"
@@ -97,7 +97,7 @@ func NewClient(c config.Consul) (*api.Client, error) {
 	if c.Auth.Enabled || c.Auth.Username != "" || c.Auth.Password != "" {
 		cfg.HttpAuth = &api.HttpBasicAuth{Username: c.Auth.Username, Password: c.Auth.Password}
 	}
-	client, err := api.NewClient(cfg)
+	client, err := FromAPIConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consul client for %s: %w", c.Address, err)
 	}
@@ -134,6 +134,10 @@ func newTransport(c config.Consul, useTLS bool) (*http.Transport, error) {
 		TLSHandshakeTimeout: orDefault(t.TLSHandshakeTimeout, defaultTLSHandshakeTimeout),
 		DisableKeepAlives:   t.DisableKeepAlives,
 		ForceAttemptHTTP2:   useTLS,
+		// ctsync talks to a Consul agent, normally on the same host or LAN:
+		// gzip would cost CPU on both sides (a health response of 1,000
+		// instances is ~1 MB) and buy nothing.
+		DisableCompression: true,
 	}
 	if useTLS {
 		tc := apiTLSConfig(c.TLS)

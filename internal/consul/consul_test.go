@@ -221,7 +221,7 @@ func TestWaitReadyRetriesUntilLeader(t *testing.T) {
 	defer srv.Close()
 	c, _ := NewClient(config.Consul{Address: srv.URL})
 	log := &lines{}
-	if err := waitReady(context.Background(), c, slog.New(log), NewBackoff(time.Millisecond, 2*time.Millisecond)); err != nil {
+	if err := waitReady(context.Background(), c.Client, slog.New(log), NewBackoff(time.Millisecond, 2*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	if a.calls != 5 {
@@ -246,7 +246,7 @@ func TestWaitReadyUnreachableHonoursContext(t *testing.T) {
 	log := &lines{}
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
-	err := waitReady(ctx, c, slog.New(log), NewBackoff(time.Millisecond, 5*time.Millisecond))
+	err := waitReady(ctx, c.Client, slog.New(log), NewBackoff(time.Millisecond, 5*time.Millisecond))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
@@ -256,7 +256,7 @@ func TestWaitReadyUnreachableHonoursContext(t *testing.T) {
 		t.Fatalf("logs: %v", log.l)
 	}
 	// The public entry point returns at once on a cancelled context.
-	if err := WaitReady(ctx, c, nil); !errors.Is(err, context.Canceled) {
+	if err := WaitReady(ctx, c.Client, nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("WaitReady = %v", err)
 	}
 }

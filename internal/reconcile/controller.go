@@ -87,7 +87,7 @@ type entry struct {
 	lastNames []string               // catalog-services trigger state
 	nameSeen  bool
 
-	ranOnce  bool      // a run has happened (buffering applies after it)
+	ranOnce  bool      // a run has started with complete data (buffering applies after it)
 	trigger  string    // what first marked the task dirty since its last run
 	queued   bool      // in Controller.queue
 	running  bool      // a worker runs it now
@@ -407,9 +407,6 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 
 		c.mu.Lock()
 		e.running = false
-		if res.ran {
-			e.ranOnce = true
-		}
 		switch {
 		case res.failed && e.retries < c.opts.MaxRetries:
 			e.retries++
@@ -427,7 +424,6 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 
 // outcome is what one reconcile did.
 type outcome struct {
-	ran    bool // Terraform ran (or the run was decided: skipped counts)
 	failed bool
 	err    error
 	plan   string
@@ -443,6 +439,11 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 		log.Debug("waiting for watched data before running")
 		return outcome{}
 	}
+	// From here on the task has run as far as buffering is concerned: a
+	// change that arrives during this run waits out the buffer period.
+	c.mu.Lock()
+	e.ranOnce = true
+	c.mu.Unlock()
 	hash := Hash(s, &in)
 	if !inspect && !force && hash == c.opts.Store.Applied(s.Name) {
 		log.Debug("inputs unchanged since last apply, skipping run", "inputs_hash", short(hash))
@@ -455,7 +456,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 				StartTime: now, EndTime: now, Kind: "noop", Trigger: trigger, InputsHash: hash,
 				Config: eventConfig(s)})
 		}
-		return outcome{ran: true}
+		return outcome{}
 	}
 	c.mu.Lock()
 	if e.failHash != hash {
@@ -480,7 +481,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 		c.opts.Metrics.RunFinished(s.Name, kind, err == nil, end.Sub(start))
 	}
 	if inspect {
-		return outcome{ran: true, failed: err != nil, err: err, plan: res.Output}
+		return outcome{failed: err != nil, err: err, plan: res.Output}
 	}
 	ev := store.Event{ID: runID, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: end,
 		Kind: kind, Trigger: trigger, InputsHash: hash, Config: eventConfig(s), LogPath: res.LogPath,
@@ -497,7 +498,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 			"destroyed", res.Destroy, "duration", end.Sub(start).Round(time.Millisecond))
 	}
 	_ = c.opts.Store.AddEvent(ev)
-	return outcome{ran: true, failed: err != nil, err: err}
+	return outcome{failed: err != nil, err: err}
 }
 
 // drive creates and initialises the task's driver when needed, then plans

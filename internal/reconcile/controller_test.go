@@ -247,7 +247,8 @@ func TestRunsWhenDataArrivesAndSkipsUnchangedInputs(t *testing.T) {
 	if n := len(h.rec.last("a").Services); n != 2 {
 		t.Fatalf("want 2 services, got %d", n)
 	}
-	evs := h.st.Events("a")
+	var evs []store.Event
+	waitFor(t, "two events", func() bool { evs = h.st.Events("a"); return len(evs) == 2 })
 	if len(evs) != 2 || !evs[0].Success || evs[0].InputsHash == "" || evs[0].Plan == nil {
 		t.Fatalf("events: %+v", evs)
 	}
@@ -270,6 +271,17 @@ func TestChangeDuringRunIsAppliedAfterwards(t *testing.T) {
 	h.noApply(t, 100*time.Millisecond) // two changes coalesced into one rerun
 	if h.rec.overlap {
 		t.Fatal("a task ran twice at once")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -296,7 +308,6 @@ func TestGlobalParallelismBound(t *testing.T) {
 	}
 	h := start(t, 2, names, specs...)
 	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
-	waitRunning(t, h.rec, "t1")
 	for range names {
 		// Release whichever tasks are running, one at a time.
 		released := false
@@ -353,8 +364,9 @@ func TestRegexpFollowsCatalog(t *testing.T) {
 	h.w.set(healthKey("web-a"), []task.Service{inst("a1", "web-a")})
 	h.w.set(catKey, map[string][]string{"web-a": {}, "db": {}})
 	h.waitApplied(t, "a")
-	if !h.w.subscribed(healthKey("web-a")) || h.w.subscribed(healthKey("db")) {
-		t.Fatal("regexp selection subscribed to the wrong services")
+	waitFor(t, "the regexp selection to subscribe to web-a", func() bool { return h.w.subscribed(healthKey("web-a")) })
+	if h.w.subscribed(healthKey("db")) {
+		t.Fatal("regexp ^web subscribed to db")
 	}
 	h.w.set(healthKey("web-b"), []task.Service{inst("b1", "web-b")})
 	h.w.set(catKey, map[string][]string{"web-a": {}, "web-b": {}, "db": {}})
@@ -364,9 +376,7 @@ func TestRegexpFollowsCatalog(t *testing.T) {
 	}
 	h.w.set(catKey, map[string][]string{"web-b": {}})
 	h.waitApplied(t, "a")
-	if h.w.subscribed(healthKey("web-a")) {
-		t.Fatal("still watching web-a after it left the catalog")
-	}
+	waitFor(t, "web-a to be dropped after it left the catalog", func() bool { return !h.w.subscribed(healthKey("web-a")) })
 }
 
 func TestFailedApplyRetriesThenWaits(t *testing.T) {
@@ -384,6 +394,7 @@ func TestFailedApplyRetriesThenWaits(t *testing.T) {
 	h.waitApplied(t, "a") // retry 1
 	h.waitApplied(t, "a") // retry 2
 	h.noApply(t, 100*time.Millisecond)
+	waitFor(t, "four events", func() bool { return len(h.st.Events("a")) == 4 })
 	if got := store.Status(h.st.Events("a")); got != "critical" {
 		t.Fatalf("status = %s, want critical", got)
 	}

@@ -45,8 +45,11 @@ func kvSource(s *task.Spec) (sel *task.ConsulKVSelector, renders bool) {
 	return nil, false
 }
 
+// healthQuery is the health query of one service name of a selector, with
+// the options that apply to that name (see ServicesSelector.Options).
 func healthQuery(sel *task.ServicesSelector, name string) watch.Query {
-	return watch.HealthService(name, watch.ServiceOptions{Datacenter: sel.Datacenter, Namespace: sel.Namespace, Filter: sel.Filter})
+	o := sel.Options(name)
+	return watch.HealthService(name, watch.ServiceOptions{Datacenter: o.Datacenter, Namespace: o.Namespace, Filter: o.Filter})
 }
 
 func selectorCatalog(sel *task.ServicesSelector) watch.Query {
@@ -156,9 +159,19 @@ func CatalogNames(s *task.Spec, get Getter) ([]string, bool) {
 // BuildInputs computes the module inputs of a task from the current query
 // results. ready is false while any query the task needs has no result yet.
 // It is a pure function of its arguments.
+//
+// A source with use_as_module_input = false is not passed to the module,
+// but its data still goes into in.Unrendered (as a digest), so that a change
+// to it changes the inputs hash and the task runs, as in CTS.
 func BuildInputs(s *task.Spec, get Getter) (in task.Inputs, ready bool) {
 	in.Services = map[string]task.Service{}
+	var hidden unrendered
 	if sel, renders := servicesSource(s); sel != nil {
+		services := in.Services
+		if !renders {
+			services = map[string]task.Service{}
+			hidden.Services = services
+		}
 		var names []string
 		if sel.Regexp != nil {
 			var ok bool
@@ -173,16 +186,14 @@ func BuildInputs(s *task.Spec, get Getter) (in task.Inputs, ready bool) {
 			if !ok {
 				return in, false
 			}
-			if !renders {
-				continue
-			}
+			meta := sel.Options(n).CTSUserDefinedMeta
 			insts, _ := v.([]task.Service)
 			for _, svc := range insts {
-				svc.CTSUserDefinedMeta = maps.Clone(sel.CTSUserDefinedMeta)
+				svc.CTSUserDefinedMeta = maps.Clone(meta)
 				if svc.CTSUserDefinedMeta == nil {
 					svc.CTSUserDefinedMeta = map[string]string{}
 				}
-				in.Services[svc.Key()] = svc
+				services[svc.Key()] = svc
 			}
 		}
 	}
@@ -191,18 +202,28 @@ func BuildInputs(s *task.Spec, get Getter) (in task.Inputs, ready bool) {
 		if !ok {
 			return in, false
 		}
+		re, err := regexp.Compile(c.Regexp)
+		if err != nil {
+			return in, false
+		}
+		cat, _ := v.(map[string][]string)
 		if c.UseAsModuleInput {
-			re, err := regexp.Compile(c.Regexp)
-			if err != nil {
-				return in, false
-			}
-			cat, _ := v.(map[string][]string)
 			in.CatalogServices = map[string][]string{}
 			for n, tags := range cat {
 				if re.MatchString(n) {
 					in.CatalogServices[n] = tags
 				}
 			}
+		} else {
+			// Only the set of names triggers this condition; its tags
+			// would not, so they stay out of the digest.
+			hidden.CatalogNames = []string{}
+			for n := range cat {
+				if re.MatchString(n) {
+					hidden.CatalogNames = append(hidden.CatalogNames, n)
+				}
+			}
+			sort.Strings(hidden.CatalogNames)
 		}
 	}
 	if sel, renders := kvSource(s); sel != nil {
@@ -210,15 +231,41 @@ func BuildInputs(s *task.Spec, get Getter) (in task.Inputs, ready bool) {
 		if !ok {
 			return in, false
 		}
+		kv, _ := v.(map[string]string)
 		if renders {
-			kv, _ := v.(map[string]string)
 			in.ConsulKV = maps.Clone(kv)
 			if in.ConsulKV == nil {
 				in.ConsulKV = map[string]string{}
 			}
+		} else {
+			hidden.ConsulKV = kv
+			if hidden.ConsulKV == nil {
+				hidden.ConsulKV = map[string]string{}
+			}
 		}
 	}
+	in.Unrendered = hidden.digest()
 	return in, true
+}
+
+// unrendered is the data of the sources a task watches without passing it
+// to its module; nil fields are sources the task does not have (or renders).
+type unrendered struct {
+	Services     map[string]task.Service `json:"services,omitempty"`
+	CatalogNames []string                `json:"catalog_names,omitempty"`
+	ConsulKV     map[string]string       `json:"consul_kv,omitempty"`
+}
+
+// digest returns a hash of the data, or "" when there is none.
+func (u *unrendered) digest() string {
+	if u.Services == nil && u.CatalogNames == nil && u.ConsulKV == nil {
+		return ""
+	}
+	h := sha256.New()
+	if err := json.NewEncoder(h).Encode(u); err != nil {
+		panic(fmt.Sprintf("hash unrendered inputs: %v", err)) // plain data; cannot fail
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // fingerprint is the part of a spec that changes what Terraform is asked to

@@ -212,9 +212,6 @@ func (c *Controller) runReserved(ctx context.Context, e *entry, trigger string, 
 	c.slots <- struct{}{}
 	res := c.reconcile(ctx, e, &s, trigger, force, false)
 	<-c.slots
-	c.mu.Lock()
-	e.ranOnce = e.ranOnce || res.ran
-	c.mu.Unlock()
 	return res, res.err
 }
 

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/ctsync/ctsync/internal/consul"
 )
 
 // fakeConsul is a scripted stand-in for the Consul HTTP API. Every request
@@ -61,8 +63,8 @@ func (f *fakeConsul) close() {
 	f.hc.CloseIdleConnections()
 }
 
-func (f *fakeConsul) client() *api.Client {
-	c, err := api.NewClient(&api.Config{Address: f.srv.URL, HttpClient: f.hc})
+func (f *fakeConsul) client() *consul.Client {
+	c, err := consul.FromAPIConfig(&api.Config{Address: f.srv.URL, HttpClient: f.hc})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -274,7 +276,7 @@ func runRegistry(t testing.TB, r *Registry) (stop func()) {
 }
 
 // fastRegistry is a registry with millisecond backoff for tests.
-func fastRegistry(c *api.Client, logger *slog.Logger, rec *recorder) *Registry {
+func fastRegistry(c *consul.Client, logger *slog.Logger, rec *recorder) *Registry {
 	r := NewRegistry(c, logger, rec.notify)
 	r.backoffBase = time.Millisecond
 	r.backoffCap = 5 * time.Millisecond

@@ -18,12 +18,15 @@ package watch
 import (
 	"context"
 	"maps"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/ctsync/ctsync/internal/consul"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -33,7 +36,7 @@ type Query interface {
 	Key() string
 	// Fetch does one blocking read starting at waitIndex (0 = return at
 	// once) and returns a normalised, sorted, comparable value.
-	Fetch(ctx context.Context, c *api.Client, waitIndex uint64) (value any, index uint64, err error)
+	Fetch(ctx context.Context, c *consul.Client, waitIndex uint64) (value any, index uint64, err error)
 }
 
 // WaitTime is how long one blocking query may wait in Consul before it
@@ -87,31 +90,94 @@ func (h *healthService) passingOnly() bool {
 	return !strings.Contains(h.o.Filter, "Checks.Status")
 }
 
-func (h *healthService) Fetch(ctx context.Context, c *api.Client, waitIndex uint64) (any, uint64, error) {
-	q := queryOptions(ctx, waitIndex, h.o.Datacenter, h.o.Namespace)
-	q.Filter = h.o.Filter
-	entries, meta, err := c.Health().Service(h.name, "", h.passingOnly(), q)
+func (h *healthService) Fetch(ctx context.Context, c *consul.Client, waitIndex uint64) (any, uint64, error) {
+	p := url.Values{}
+	if waitIndex > 0 {
+		p.Set("index", strconv.FormatUint(waitIndex, 10))
+		p.Set("wait", strconv.FormatInt(WaitTime.Milliseconds(), 10)+"ms")
+	}
+	setNonEmpty(p, "dc", h.o.Datacenter)
+	setNonEmpty(p, "ns", h.o.Namespace)
+	setNonEmpty(p, "filter", h.o.Filter)
+	if h.passingOnly() {
+		p.Set("passing", "1")
+	}
+	var entries []*healthEntry
+	index, err := c.BlockingGet(ctx, "/v1/health/service/"+url.PathEscape(h.name), p, &entries)
 	if err != nil {
 		return nil, 0, err
 	}
-	return normaliseHealth(entries), meta.LastIndex, nil
+	return normaliseHealth(entries), index, nil
+}
+
+func setNonEmpty(p url.Values, k, v string) {
+	if v != "" {
+		p.Set(k, v)
+	}
+}
+
+// healthEntry is the part of a /v1/health/service entry that the services
+// variable needs. Decoding only these fields, rather than the API client's
+// full ServiceEntry (check definitions, output text, proxy and connect
+// settings), is what keeps a 1,000-instance response cheap: the JSON decoder
+// skips what a struct does not name without allocating for it, and the
+// read goes through consul.Client.BlockingGet, which decodes with go-json.
+type healthEntry struct {
+	Node    *healthNode
+	Service *healthInstance
+	Checks  []healthCheck
+}
+
+type healthNode struct {
+	ID              string
+	Node            string
+	Address         string
+	Datacenter      string
+	TaggedAddresses map[string]string
+	Meta            map[string]string
+}
+
+type healthInstance struct {
+	Kind      string
+	ID        string
+	Service   string
+	Tags      []string
+	Address   string
+	Meta      map[string]string
+	Port      int
+	Namespace string
+}
+
+type healthCheck struct {
+	CheckID string
+	Status  string
+}
+
+// status aggregates the entry's checks with the API client's rule:
+// maintenance > critical > warning > passing.
+func (e *healthEntry) status() string {
+	checks := make(api.HealthChecks, len(e.Checks))
+	for i := range e.Checks {
+		checks[i] = &api.HealthCheck{CheckID: e.Checks[i].CheckID, Status: e.Checks[i].Status}
+	}
+	return checks.AggregatedStatus()
 }
 
 // normaliseHealth converts Consul's entries into sorted task.Service values.
 // It takes ownership of the entries (the slice is reordered and compacted,
 // tags are sorted in place, maps are reused, not copied). Check output and
-// any other check detail beyond the aggregated status are dropped, so a
-// check whose output text alone changed yields an equal value.
-func normaliseHealth(entries []*api.ServiceEntry) []task.Service {
+// any other check detail beyond the aggregated status are never decoded, so
+// a check whose output text alone changed yields an equal value.
+func normaliseHealth(entries []*healthEntry) []task.Service {
 	// Sort the pointers, not the ~200-byte results: far fewer bytes moved
 	// and no write barriers per swap. Entries without a service are dropped.
-	valid := slices.DeleteFunc(entries, func(e *api.ServiceEntry) bool { return e == nil || e.Service == nil })
+	valid := slices.DeleteFunc(entries, func(e *healthEntry) bool { return e == nil || e.Service == nil })
 	for _, e := range valid {
 		if e.Node == nil {
-			e.Node = &api.Node{}
+			e.Node = &healthNode{}
 		}
 	}
-	slices.SortFunc(valid, func(a, b *api.ServiceEntry) int {
+	slices.SortFunc(valid, func(a, b *healthEntry) int {
 		if c := strings.Compare(a.Node.Node, b.Node.Node); c != 0 {
 			return c
 		}
@@ -139,13 +205,13 @@ func normaliseHealth(entries []*api.ServiceEntry) []task.Service {
 		out[i] = task.Service{
 			ID:                  s.ID,
 			Name:                s.Service,
-			Kind:                string(s.Kind),
+			Kind:                s.Kind,
 			Address:             addr,
 			Port:                s.Port,
 			Meta:                nonNil(s.Meta),
 			Tags:                tags,
 			Namespace:           s.Namespace,
-			Status:              e.Checks.AggregatedStatus(),
+			Status:              e.status(),
 			Node:                n.Node,
 			NodeID:              n.ID,
 			NodeAddress:         n.Address,
@@ -195,7 +261,7 @@ func CatalogServices(o CatalogOptions) Query {
 
 func (c *catalogServices) Key() string { return c.key }
 
-func (c *catalogServices) Fetch(ctx context.Context, cl *api.Client, waitIndex uint64) (any, uint64, error) {
+func (c *catalogServices) Fetch(ctx context.Context, cl *consul.Client, waitIndex uint64) (any, uint64, error) {
 	q := queryOptions(ctx, waitIndex, c.o.Datacenter, c.o.Namespace)
 	q.NodeMeta = c.o.NodeMeta
 	svcs, meta, err := cl.Catalog().Services(q)
@@ -247,7 +313,7 @@ func KV(path string, recurse bool, datacenter, namespace string) Query {
 
 func (k *kvQuery) Key() string { return k.key }
 
-func (k *kvQuery) Fetch(ctx context.Context, c *api.Client, waitIndex uint64) (any, uint64, error) {
+func (k *kvQuery) Fetch(ctx context.Context, c *consul.Client, waitIndex uint64) (any, uint64, error) {
 	q := queryOptions(ctx, waitIndex, k.dc, k.ns)
 	if !k.recurse {
 		pair, meta, err := c.KV().Get(k.path, q)

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"encoding/json"
 	"reflect"
 	"testing"
 
@@ -50,7 +51,7 @@ func TestNormaliseHealth(t *testing.T) {
 		nil,
 		{Node: &api.Node{Node: "broken"}}, // no service: skipped
 	}
-	got := normaliseHealth(entries)
+	got := normaliseHealth(slim(t, entries))
 	empty := map[string]string{}
 	want := []task.Service{
 		{ID: "web-a", Name: "web", Address: "10.0.0.1", Meta: empty, Tags: []string{}, Status: "maintenance",
@@ -168,6 +169,21 @@ func TestHealthServiceRequestParams(t *testing.T) {
 	}
 }
 
+// slim converts API entries into the slim form the query decodes, the way
+// Consul's JSON would reach it.
+func slim(t testing.TB, entries []*api.ServiceEntry) []*healthEntry {
+	t.Helper()
+	b, err := json.Marshal(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*healthEntry
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 func TestCatalogServicesFetch(t *testing.T) {
 	f := newFakeConsul(t)
 	f.reply("/v1/catalog/services", 9, map[string][]string{"web": {"b", "a", "a"}, "consul": {}})
@@ -247,15 +263,46 @@ func BenchmarkHealthNormalise(b *testing.B) {
 			},
 		}
 	}
-	// normaliseHealth reorders its input; give it the unsorted (reversed)
-	// order every round, as a fresh response would be.
-	scratch := make([]*api.ServiceEntry, len(entries))
+	// A whole response: decode (the expensive part) and normalise, the way
+	// a fetch does. BenchmarkHealthDecodeFullEntry decodes the same bytes
+	// into the API client's full ServiceEntry, for comparison.
+	body, err := json.Marshal(entries)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
 	for b.Loop() {
-		copy(scratch, entries)
-		out := normaliseHealth(scratch)
-		if len(out) != 1000 {
+		var got []*healthEntry
+		if err := json.Unmarshal(body, &got); err != nil {
+			b.Fatal(err)
+		}
+		if out := normaliseHealth(got); len(out) != 1000 {
 			b.Fatal(len(out))
+		}
+	}
+}
+
+func BenchmarkHealthDecodeFullEntry(b *testing.B) {
+	entries := make([]*api.ServiceEntry, 1000)
+	for i := range entries {
+		entries[i] = &api.ServiceEntry{Node: &api.Node{Node: "n", Address: "10.0.0.1"},
+			Service: &api.AgentService{ID: "web", Service: "web", Port: 80, Tags: []string{"v2", "blue", "prod"}},
+			Checks: api.HealthChecks{
+				{CheckID: "serfHealth", Status: api.HealthPassing, Output: "Agent alive and reachable"},
+				{CheckID: "service:web", Status: api.HealthPassing, Output: "HTTP GET: 200 OK"},
+			}}
+	}
+	body, err := json.Marshal(entries)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var got []*api.ServiceEntry
+		if err := json.Unmarshal(body, &got); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

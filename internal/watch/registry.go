@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/consul/api"
-
 	"github.com/ctsync/ctsync/internal/consul"
 )
 
@@ -22,7 +20,7 @@ import (
 // of the time, i.e. one HTTP/1.1 connection (or one HTTP/2 stream over
 // TLS); see consul.NewClient for the connection math.
 type Registry struct {
-	client *api.Client
+	client *consul.Client
 	logger *slog.Logger
 	notify func(subscriber, key string)
 
@@ -65,7 +63,7 @@ type view struct {
 // block long) when a view's value changes, once per subscriber of that
 // view: subscriber is the opaque subscriber id (a task name), key the
 // view's Query.Key(). notify may call back into the Registry.
-func NewRegistry(client *api.Client, logger *slog.Logger, notify func(subscriber, key string)) *Registry {
+func NewRegistry(client *consul.Client, logger *slog.Logger, notify func(subscriber, key string)) *Registry {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

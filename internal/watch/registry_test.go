@@ -45,7 +45,7 @@ func TestViewIndexUnchangedAndEqualDataDoNotNotify(t *testing.T) {
 	stop := runRegistry(t, r)
 
 	a := []*api.ServiceEntry{entry("n1", "web-1", check("c", "passing", ""))}
-	b := []*api.ServiceEntry{entry("n1", "web-1", check("c", "critical", ""))}
+	b := []*api.ServiceEntry{entry("n1", "web-2", check("c", "passing", ""))}
 
 	f.reply(healthWeb, 10, a)
 	rec.waitCount(t, 1)
@@ -74,7 +74,7 @@ func TestViewIndexUnchangedAndEqualDataDoNotNotify(t *testing.T) {
 		t.Fatalf("wait param = %q, want 5m", reqs[1].Get("wait"))
 	}
 	v, idx, ok := r.Get(q.Key())
-	if !ok || idx != 12 || v.([]task.Service)[0].Status != "critical" {
+	if !ok || idx != 12 || v.([]task.Service)[0].ID != "web-2" {
 		t.Fatalf("Get = %v %d %v", v, idx, ok)
 	}
 	if got, want := rec.all(), []string{"t1 " + q.Key(), "t1 " + q.Key()}; !reflect.DeepEqual(got, want) {
