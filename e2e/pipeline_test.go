@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,14 +70,68 @@ func TestServicesLifecycle(t *testing.T) {
 	}
 	waitServices(t, out, "web-2,web-3")
 
-	// Only a check's output text changes: the inputs are the same, so no run.
+	// Only a check's output text changes: the inputs are the same, so no
+	// run. The agent would sync an output-only change lazily, so write it
+	// to the catalog directly (an external node) to be sure Consul's index
+	// moves.
+	extNode := func(output string) {
+		t.Helper()
+		_, err := c.Client.Catalog().Register(&api.CatalogRegistration{Node: "ext", Address: "10.9.9.9",
+			Service: &api.AgentService{ID: "web-ext", Service: "web", Port: 9000},
+			Check: &api.AgentCheck{CheckID: "ext-http", Name: "http", Status: api.HealthPassing,
+				ServiceID: "web-ext", Output: output}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	extNode("HTTP 200 at 10:00:00")
+	waitServices(t, out, "web-2,web-3,web-ext")
 	runs := p.count("running task")
-	c.SetCheck(t, "web-2", api.HealthPassing, "different output text")
-	// A marker change that does trigger a run proves the watch saw both.
+	_, meta, err := c.Client.Health().Service("web", "", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	extNode("HTTP 200 at 10:00:10")
+	_, meta2, err := c.Client.Health().Service("web", "", true, nil)
+	if err != nil || meta2.LastIndex <= meta.LastIndex {
+		t.Fatalf("the output-only change did not move Consul's index (%d -> %d, %v)", meta.LastIndex, meta2.LastIndex, err)
+	}
+	// A change that does trigger a run proves the watch saw both.
 	c.RegisterService(t, reg("web-4", "web", 8004), "passing")
-	waitServices(t, out, "web-2,web-3,web-4")
+	waitServices(t, out, "web-2,web-3,web-4,web-ext")
 	if n := p.count("running task") - runs; n != 1 {
 		t.Fatalf("%d runs after an output-only change and one registration, want 1", n)
+	}
+}
+
+// SIGTERM during an apply: ctsync stops watching, lets the apply finish and
+// exits 0.
+func TestGracefulShutdownDuringApply(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	out, varFile := newTaskDir(t)
+	work := t.TempDir()
+	cfg := writeFile(t, work, "config.hcl", config(t, c.Addr, filepath.Join(work, "sync-tasks"),
+		taskSpec{name: "gated", module: module("gated"), services: `"web"`,
+			extra: fmt.Sprintf("variable_files = [%q]", varFile)}))
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	p := startCtsync(t, work, "start", "-config-file", cfg)
+	testutil.Eventually(t, 60*time.Second, "the apply to start", func() bool {
+		_, err := os.Stat(filepath.Join(out, "started"))
+		return err == nil
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the shutdown to begin", func() bool {
+		return p.count("shutting down") > 0
+	})
+	writeFile(t, out, "gate", "")
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0", code)
+	}
+	if got := ids(readServices(t, out)); got != "web-1" {
+		t.Fatalf("the apply in progress did not finish: services.json has %q", got)
 	}
 }
 
@@ -250,4 +305,3 @@ func TestInspectMode(t *testing.T) {
 		t.Fatal("inspect applied the plan")
 	}
 }
-

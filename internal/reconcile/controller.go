@@ -47,6 +47,9 @@ type Options struct {
 	RetryBase time.Duration
 	// Metrics receives run outcomes; nil for none.
 	Metrics Metrics
+	// OnEvent is called after every event is stored (runs, drift); it must
+	// not block (notifications hand the event to their own queue).
+	OnEvent func(ev store.Event)
 }
 
 // Metrics is notified of what the controller does.
@@ -55,6 +58,7 @@ type Metrics interface {
 	RunFinished(taskName string, kind string, success bool, d time.Duration)
 	RunSkipped(taskName string)
 	QueueDepth(n int)
+	Drift(taskName string, drifted bool)
 }
 
 // Controller runs tasks when their inputs change.
@@ -70,9 +74,10 @@ type Controller struct {
 	notes      []note   // notifications from views, handled by the note loop
 	started    bool
 
-	kick     chan struct{} // wakes a worker
-	noteKick chan struct{} // wakes the note loop
-	slots    chan struct{} // one token per Terraform run allowed at once
+	kick      chan struct{} // wakes a worker
+	noteKick  chan struct{} // wakes the note loop
+	driftKick chan struct{} // wakes the drift loop (task added or changed)
+	slots     chan struct{} // one token per Terraform run allowed at once
 }
 
 type note struct{ task, key string }
@@ -100,7 +105,11 @@ type entry struct {
 	retries  int // consecutive failed applies of the current inputs
 	failHash string
 	nextCron time.Time
-	changed  chan struct{} // signalled on every notification (once mode)
+	// drift detection state
+	nextDrift      time.Time
+	drifted        bool
+	lastDriftCheck time.Time
+	changed        chan struct{} // signalled on every notification (once mode)
 }
 
 // New returns a Controller for the given tasks.
@@ -349,6 +358,7 @@ func (c *Controller) Run(ctx, runCtx context.Context) error {
 		wg.Go(func() { c.worker(ctx, runCtx) })
 	}
 	wg.Go(func() { c.scheduleLoop(ctx) })
+	wg.Go(func() { c.driftLoop(ctx, runCtx) })
 	<-ctx.Done()
 	wg.Wait()
 	c.mu.Lock()
@@ -452,8 +462,8 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 		}
 		if trigger == "schedule" {
 			now := time.Now()
-			_ = c.opts.Store.AddEvent(store.Event{ID: uuid.NewString(), TaskName: s.Name, Success: true,
-				StartTime: now, EndTime: now, Kind: "noop", Trigger: trigger, InputsHash: hash,
+			c.record(store.Event{ID: uuid.NewString(), TaskName: s.Name, Success: true,
+				StartTime: now, EndTime: now, Kind: store.KindNoop, Trigger: trigger, InputsHash: hash,
 				Config: eventConfig(s)})
 		}
 		return outcome{}
@@ -467,9 +477,9 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 
 	runID := uuid.NewString()
 	start := time.Now()
-	kind := "apply"
+	kind := store.KindApply
 	if inspect {
-		kind = "plan"
+		kind = store.KindPlan
 	}
 	if c.opts.Metrics != nil {
 		c.opts.Metrics.RunStarted(s.Name)
@@ -497,7 +507,12 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 		log.Info("task run succeeded", "run_id", runID, "added", res.Add, "changed", res.Change,
 			"destroyed", res.Destroy, "duration", end.Sub(start).Round(time.Millisecond))
 	}
-	_ = c.opts.Store.AddEvent(ev)
+	c.record(ev)
+	if err == nil {
+		c.mu.Lock()
+		e.drifted = false // just applied: matches the configuration again
+		c.mu.Unlock()
+	}
 	return outcome{failed: err != nil, err: err}
 }
 

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -179,14 +180,16 @@ type harness struct {
 	drv    map[string]*fakeDriver
 }
 
-func start(t *testing.T, maxParallel int, gated []string, specs ...task.Spec) *harness {
+// start runs a controller over the specs. Option funcs (any func(*Options)
+// among the variadic arguments' first element) adjust Options.
+func start(t *testing.T, maxParallel int, gated []string, args ...any) *harness {
 	t.Helper()
 	h := &harness{w: newFakeWatcher(), rec: newRecorder(), st: store.NewMemory(0),
 		gates: map[string]chan struct{}{}, drv: map[string]*fakeDriver{}}
 	for _, g := range gated {
 		h.gates[g] = make(chan struct{})
 	}
-	h.ctrl = New(Options{
+	opts := Options{
 		Watcher: h.w, Store: h.st, MaxParallel: maxParallel, RetryBase: time.Millisecond,
 		NewDriver: func(s task.Spec) (driver.Driver, error) {
 			h.mu.Lock()
@@ -195,7 +198,17 @@ func start(t *testing.T, maxParallel int, gated []string, specs ...task.Spec) *h
 			h.drv[s.Name] = d
 			return d, nil
 		},
-	}, specs)
+	}
+	var specs []task.Spec
+	for _, a := range args {
+		switch v := a.(type) {
+		case task.Spec:
+			specs = append(specs, v)
+		case func(*Options):
+			v(&opts)
+		}
+	}
+	h.ctrl = New(opts, specs)
 	h.w.notify = h.ctrl.Notify
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan struct{})
@@ -302,12 +315,17 @@ func waitRunning(t *testing.T, r *recorder, name string) {
 
 func TestGlobalParallelismBound(t *testing.T) {
 	names := []string{"t1", "t2", "t3", "t4", "t5"}
-	var specs []task.Spec
+	var specs []any
 	for _, n := range names {
 		specs = append(specs, servicesTask(n, "web"))
 	}
 	h := start(t, 2, names, specs...)
 	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	waitFor(t, "two tasks running at once", func() bool {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		return h.rec.global == 2
+	})
 	for range names {
 		// Release whichever tasks are running, one at a time.
 		released := false
@@ -325,6 +343,8 @@ func TestGlobalParallelismBound(t *testing.T) {
 		}
 		<-h.rec.applied
 	}
+	h.rec.mu.Lock()
+	defer h.rec.mu.Unlock()
 	if h.rec.maxGlobal != 2 {
 		t.Fatalf("max parallel runs = %d, want 2", h.rec.maxGlobal)
 	}
@@ -414,5 +434,33 @@ func TestBuildInputsCatalogAndKV(t *testing.T) {
 	}
 	if Hash(&s, &in) != Hash(&s, &in) {
 		t.Fatal("hash not stable")
+	}
+}
+
+func TestDriftDetectedAndRemediated(t *testing.T) {
+	s := servicesTask("a", "web")
+	s.DriftDetection = &task.DriftDetection{Interval: task.Duration(time.Second), Remediate: true}
+	var mu sync.Mutex
+	var hooked []store.Event
+	h := start(t, 4, nil, func(o *Options) {
+		o.OnEvent = func(ev store.Event) { mu.Lock(); hooked = append(hooked, ev); mu.Unlock() }
+	}, s)
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.waitApplied(t, "a")
+	// The fake driver's plan always has changes: the drift check finds
+	// drift and, with remediate, applies again.
+	h.waitApplied(t, "a")
+	has := func(match func(store.Event) bool) func() bool {
+		return func() bool { return slices.ContainsFunc(h.st.Events("a"), match) }
+	}
+	waitFor(t, "a drift event", has(func(ev store.Event) bool { return ev.Kind == store.KindDrift }))
+	waitFor(t, "the remediation run", has(func(ev store.Event) bool { return ev.Kind == store.KindApply && ev.Trigger == "drift" }))
+	if got := store.Status(h.st.Events("a")); got != "successful" {
+		t.Fatalf("status %s: a drift check must not count as a failed run", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(hooked) < 3 {
+		t.Fatalf("OnEvent saw %d events, want apply, drift, remediation", len(hooked))
 	}
 }

@@ -36,6 +36,11 @@ type TaskState struct {
 	Deleting bool
 	// NextRun is the next schedule tick (schedule tasks only).
 	NextRun time.Time
+	// Drifted is true when the last drift check found changes made
+	// outside Terraform (and no apply has happened since).
+	Drifted bool
+	// LastDriftCheck is when drift was last checked (zero: never).
+	LastDriftCheck time.Time
 }
 
 // Tasks returns every task, sorted by name.
@@ -62,7 +67,8 @@ func (c *Controller) Task(name string) (TaskState, error) {
 }
 
 func (e *entry) state() TaskState {
-	return TaskState{Spec: e.spec, Active: e.running || e.queued, Deleting: e.deleting, NextRun: e.nextCron}
+	return TaskState{Spec: e.spec, Active: e.running || e.queued, Deleting: e.deleting, NextRun: e.nextCron,
+		Drifted: e.drifted, LastDriftCheck: e.lastDriftCheck}
 }
 
 // PlanResult is the outcome of an inspect (plan-only) run.

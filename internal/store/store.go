@@ -23,8 +23,9 @@ type Event struct {
 	Error     *EventError  `json:"error"`
 	Config    *EventConfig `json:"config,omitempty"`
 
-	// Kind is what the run did: "apply", "plan", "destroy" or "noop" (a
-	// scheduled run whose inputs had not changed).
+	// Kind is what the run did: "apply", "plan", "destroy", "noop" (a
+	// scheduled run whose inputs had not changed) or "drift" (a drift check
+	// whose plan found changes made outside Terraform).
 	Kind string `json:"kind,omitempty"`
 	// Trigger names what caused the run: a watched query key, "schedule",
 	// "start", "api" or "retry".
@@ -150,8 +151,10 @@ func (m *Memory) DeleteTask(taskName string) error {
 // Status derives a task's CTS status from its events (newest first):
 // "successful" when the latest succeeded, "errored" when the latest failed
 // and all older ones succeeded, "critical" when the latest and at least one
-// older one failed, "unknown" without events.
+// older one failed, "unknown" without events. Drift checks are not runs of
+// the task and do not count.
 func Status(events []Event) string {
+	events = runs(events)
 	if len(events) == 0 {
 		return "unknown"
 	}
@@ -165,6 +168,26 @@ func Status(events []Event) string {
 	}
 	return "errored"
 }
+
+// runs returns the events that are runs of the task (not drift checks).
+func runs(events []Event) []Event {
+	out := events[:0:0]
+	for _, ev := range events {
+		if ev.Kind != KindDrift {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// Event kinds.
+const (
+	KindApply   = "apply"
+	KindPlan    = "plan"
+	KindDestroy = "destroy"
+	KindNoop    = "noop"
+	KindDrift   = "drift"
+)
 
 // TaskNames returns the names of tasks with events, sorted.
 func TaskNames(all map[string][]Event) []string {

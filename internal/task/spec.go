@@ -34,7 +34,22 @@ type Spec struct {
 	ModuleInput  ModuleInputs  `json:"module_input,omitempty"`
 	// Parallelism is passed to terraform apply -parallelism when > 0.
 	Parallelism int `json:"parallelism,omitempty"`
+	// DriftDetection plans the task periodically to find changes made
+	// outside Terraform (ctsync extension); nil means off.
+	DriftDetection *DriftDetection `json:"drift_detection,omitempty"`
 }
+
+// DriftDetection configures periodic drift checks: a plan that has changes
+// although the task's inputs did not change means the infrastructure was
+// changed behind Terraform's back.
+type DriftDetection struct {
+	Interval Duration `json:"interval"`
+	// Remediate applies the task when drift is found.
+	Remediate bool `json:"remediate"`
+}
+
+// MinDriftInterval is the shortest drift check interval allowed.
+const MinDriftInterval = time.Second
 
 // BufferPeriod is the debounce window of a dynamic task (CTS semantics).
 // A nil *BufferPeriod on a Spec means "inherit the global one"; config
@@ -62,6 +77,32 @@ type ServicesSelector struct {
 	Namespace          string            `json:"namespace"`
 	Filter             string            `json:"filter"`
 	CTSUserDefinedMeta map[string]string `json:"cts_user_defined_meta"`
+	// PerService holds, for some of Names, query options and metadata that
+	// replace the selector's own. Only the deprecated CTS form produces it:
+	// a task's `services = [...]` list whose entries refer to top-level
+	// `service` blocks, each with its own datacenter, namespace, filter and
+	// cts_user_defined_meta. It is configuration-file only (CTS's API never
+	// accepted it), so it is not part of the task's JSON.
+	PerService map[string]ServiceOptions `json:"-"`
+}
+
+// ServiceOptions are the query options and metadata of one service name in
+// a ServicesSelector's PerService.
+type ServiceOptions struct {
+	Datacenter         string
+	Namespace          string
+	Filter             string
+	CTSUserDefinedMeta map[string]string
+}
+
+// Options returns the query options and metadata that apply to the service
+// name: its PerService entry when there is one, else the selector's own.
+func (sel *ServicesSelector) Options(name string) ServiceOptions {
+	if o, ok := sel.PerService[name]; ok {
+		return o
+	}
+	return ServiceOptions{Datacenter: sel.Datacenter, Namespace: sel.Namespace, Filter: sel.Filter,
+		CTSUserDefinedMeta: sel.CTSUserDefinedMeta}
 }
 
 // ServicesCondition triggers on any change to the matching healthy instances.
@@ -201,6 +242,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.Parallelism < 0 {
 		return fieldErr("parallelism", "cannot be negative")
+	}
+	if d := s.DriftDetection; d != nil && d.Interval.D() < MinDriftInterval {
+		return fieldErr("drift_detection.interval", "must be at least %s", MinDriftInterval)
 	}
 	if c := s.Condition.Services; c != nil {
 		if err := c.ServicesSelector.validate("condition.services"); err != nil {

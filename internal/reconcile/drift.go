@@ -1,0 +1,128 @@
+package reconcile
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/store"
+)
+
+// driftLoop plans tasks that have drift detection on their interval. A plan
+// with changes while the task's inputs equal the ones last applied means
+// the infrastructure was changed outside Terraform: that is recorded as a
+// drift event (and, with remediate, the task is applied again). A task
+// whose inputs changed is not checked: its next run is already due.
+func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		var due []*entry
+		var earliest time.Time
+		c.mu.Lock()
+		for _, e := range c.tasks {
+			dd := e.spec.DriftDetection
+			if dd == nil || !e.spec.Enabled || e.deleting {
+				e.nextDrift = time.Time{}
+				continue
+			}
+			if e.nextDrift.IsZero() {
+				e.nextDrift = now.Add(jitter(dd.Interval.D()))
+			}
+			if !e.nextDrift.After(now) {
+				if !e.running && !e.queued {
+					e.running = true // reserve, like a worker would
+					due = append(due, e)
+				}
+				e.nextDrift = now.Add(jitter(dd.Interval.D()))
+			}
+			if earliest.IsZero() || e.nextDrift.Before(earliest) {
+				earliest = e.nextDrift
+			}
+		}
+		c.mu.Unlock()
+		for _, e := range due {
+			c.checkDrift(runCtx, e)
+		}
+		wait := time.Hour
+		if !earliest.IsZero() {
+			wait = time.Until(earliest)
+		}
+		timer.Reset(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-c.driftKick:
+		}
+	}
+}
+
+// jitter spreads drift checks by ±10% so tasks with the same interval do
+// not all plan at once.
+func jitter(d time.Duration) time.Duration {
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
+}
+
+// checkDrift plans one reserved task and records what it found.
+func (c *Controller) checkDrift(ctx context.Context, e *entry) {
+	defer c.release(e)
+	s := e.spec
+	log := c.log.With("task", s.Name)
+	in, ready := BuildInputs(&s, c.get)
+	if !ready {
+		return
+	}
+	hash := Hash(&s, &in)
+	if hash != c.opts.Store.Applied(s.Name) {
+		log.Debug("drift check skipped: the task's inputs changed since its last apply")
+		return
+	}
+	c.slots <- struct{}{}
+	start := time.Now()
+	res, err := c.drive(ctx, e, &s, driver.Run{ID: uuid.NewString()}, &in, true)
+	<-c.slots
+	drifted := err == nil && res.Changes
+	c.mu.Lock()
+	e.drifted = drifted
+	e.lastDriftCheck = time.Now()
+	c.mu.Unlock()
+	if c.opts.Metrics != nil {
+		c.opts.Metrics.Drift(s.Name, drifted)
+	}
+	if err != nil {
+		log.Warn("drift check failed", "error", err)
+		return
+	}
+	if !drifted {
+		log.Debug("drift check: no changes")
+		return
+	}
+	remediate := s.DriftDetection != nil && s.DriftDetection.Remediate
+	log.Warn("drift detected: the infrastructure differs from the task's last apply",
+		"add", res.Add, "change", res.Change, "destroy", res.Destroy, "remediate", remediate)
+	ev := store.Event{ID: uuid.NewString(), TaskName: s.Name, Success: true, StartTime: start, EndTime: time.Now(),
+		Kind: store.KindDrift, Trigger: "drift-check", InputsHash: hash,
+		Plan:    &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy},
+		LogPath: res.LogPath, LogTail: tail(res.LogPath, 4096)}
+	c.record(ev)
+	if remediate {
+		c.mu.Lock()
+		e.force = true
+		e.trigger = "drift"
+		e.rerun = true // enqueued by release
+		c.mu.Unlock()
+	}
+}
+
+// record stores an event and hands it to the event hook.
+func (c *Controller) record(ev store.Event) {
+	_ = c.opts.Store.AddEvent(ev)
+	if c.opts.OnEvent != nil {
+		c.opts.OnEvent(ev)
+	}
+}
