@@ -4,8 +4,8 @@ package e2e
 
 import (
 	"bytes"
-	"flag"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"

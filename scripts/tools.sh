@@ -2,8 +2,11 @@
 # Finds or builds the real components ctsync's tests and demo need, and caches
 # them in .tools/ (git-ignored). Idempotent: a second run takes seconds.
 #
-#   scripts/tools.sh            consul, terraform, providers + mirror + CLI config
-#   TOOLS_TOFU=1 scripts/tools.sh   also OpenTofu
+#   scripts/tools.sh            consul, terraform, OpenTofu, providers + mirror + CLI config
+#   TOOLS_TOFU=0 scripts/tools.sh   without OpenTofu (the compatibility suite
+#                                   runs against both terraform and tofu, so
+#                                   `make test` needs it; building it takes
+#                                   ~4-7 minutes once, then it is cached)
 #   TOOLS_NGINX=1 scripts/tools.sh  also nginx (Debian package; for the demo)
 #
 # Afterwards `source .tools/env.sh` puts everything on PATH and sets
@@ -85,7 +88,7 @@ provider() {
 
 have consul || build_consul
 have terraform || build_terraform
-if [ "${TOOLS_TOFU:-0}" = 1 ]; then have tofu || build_tofu; fi
+if [ "${TOOLS_TOFU:-1}" = 1 ]; then have tofu || build_tofu; fi
 provider local github.com/terraform-providers/terraform-provider-local "$LOCAL_PROVIDER_VERSION"
 provider time github.com/hashicorp/terraform-provider-time "$TIME_PROVIDER_VERSION"
 

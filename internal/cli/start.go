@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/consul/api"
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/consul"
@@ -99,6 +98,12 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGQUIT)
 	defer stop()
 
+	// {{ key "..." }} in terraform_provider blocks: read from Consul once.
+	if err := config.ResolveProviders(ctx, cfg, config.ConsulKV(client.Client)); err != nil {
+		fmt.Fprintf(stderr, "configuration error: %v\n", err)
+		return ExitConfig
+	}
+
 	app, err := newApp(cfg, client, bin, logger)
 	if err != nil {
 		logger.Error("start-up failed", "error", err)
@@ -115,13 +120,13 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 type app struct {
 	cfg      *config.Config
 	log      *slog.Logger
-	client   *api.Client
+	client   *consul.Client
 	registry *watch.Registry
 	ctrl     *reconcile.Controller
 	store    store.Store
 }
 
-func newApp(cfg *config.Config, client *api.Client, bin string, logger *slog.Logger) (*app, error) {
+func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.Logger) (*app, error) {
 	workDir, err := filepath.Abs(cfg.WorkingDir)
 	if err != nil {
 		return nil, fmt.Errorf("working_dir: %w", err)
@@ -205,7 +210,7 @@ func localModuleSource(src, taskDir string) string {
 // runOnce runs (or, with inspect, plans) the tasks once and exits.
 func (a *app) runOnce(ctx context.Context, only []string, inspect bool, stdout io.Writer) int {
 	waitCtx, cancel := context.WithTimeout(ctx, onceWait)
-	err := consul.WaitReady(waitCtx, a.client, a.log)
+	err := consul.WaitReady(waitCtx, a.client.Client, a.log)
 	cancel()
 	if err != nil {
 		a.log.Error("consul is not reachable", "address", a.cfg.Consul.Address, "error", err)
@@ -256,7 +261,7 @@ func (a *app) runDaemon(ctx context.Context) int {
 	}()
 	defer func() { stopDaemon(); <-apiDone }()
 
-	if err := consul.WaitReady(ctx, a.client, a.log); err != nil {
+	if err := consul.WaitReady(ctx, a.client.Client, a.log); err != nil {
 		select {
 		case err := <-apiErr:
 			a.log.Error("api server failed", "error", err)

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"math"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -763,96 +762,4 @@ func writeHCLString(b *strings.Builder, s string) {
 		}
 	}
 	b.WriteByte('"')
-}
-
-// ---- provider templates ----
-
-// envTemplateRE matches one {{ env "NAME" }} action, with optional trim
-// markers.
-var envTemplateRE = regexp.MustCompile(`^\{\{(-?)\s*env\s+"([^"]*)"\s*(-?)\}\}$`)
-
-// resolveEnv replaces every {{ env "NAME" }} in s by the environment
-// variable's value (empty when unset). ok is false when s holds another
-// kind of template, which is not supported yet.
-func resolveEnv(s string) (string, bool) {
-	locs := templateRE.FindAllStringIndex(s, -1)
-	if len(locs) == 0 {
-		return s, true
-	}
-	var b strings.Builder
-	last := 0
-	for _, l := range locs {
-		m := envTemplateRE.FindStringSubmatch(s[l[0]:l[1]])
-		if m == nil {
-			return "", false
-		}
-		before := s[last:l[0]]
-		if m[1] == "-" {
-			before = strings.TrimRight(before, " \t\r\n")
-		}
-		b.WriteString(before)
-		b.WriteString(os.Getenv(m[2]))
-		last = l[1]
-		if m[3] == "-" {
-			for last < len(s) && strings.IndexByte(" \t\r\n", s[last]) >= 0 {
-				last++
-			}
-		}
-	}
-	b.WriteString(s[last:])
-	return b.String(), true
-}
-
-// resolveValueEnv applies resolveEnv to every string inside v.
-func resolveValueEnv(v cty.Value) (cty.Value, bool) {
-	if v == cty.NilVal || v.IsNull() || !v.IsKnown() {
-		return v, true
-	}
-	ty := v.Type()
-	switch {
-	case ty == cty.String:
-		s, ok := resolveEnv(v.AsString())
-		if !ok {
-			return v, false
-		}
-		return cty.StringVal(s), true
-	case ty.IsListType() || ty.IsSetType() || ty.IsTupleType():
-		if v.LengthInt() == 0 {
-			return v, true
-		}
-		var elems []cty.Value
-		for it := v.ElementIterator(); it.Next(); {
-			_, e := it.Element()
-			r, ok := resolveValueEnv(e)
-			if !ok {
-				return v, false
-			}
-			elems = append(elems, r)
-		}
-		switch {
-		case ty.IsListType():
-			return cty.ListVal(elems), true
-		case ty.IsSetType():
-			return cty.SetVal(elems), true
-		}
-		return cty.TupleVal(elems), true
-	case ty.IsMapType() || ty.IsObjectType():
-		if v.LengthInt() == 0 {
-			return v, true
-		}
-		m := map[string]cty.Value{}
-		for it := v.ElementIterator(); it.Next(); {
-			k, e := it.Element()
-			r, ok := resolveValueEnv(e)
-			if !ok {
-				return v, false
-			}
-			m[k.AsString()] = r
-		}
-		if ty.IsMapType() {
-			return cty.MapVal(m), true
-		}
-		return cty.ObjectVal(m), true
-	}
-	return v, true
 }

@@ -612,24 +612,43 @@ terraform_provider "aws" {
 	}
 }
 
-func TestResolveEnv(t *testing.T) {
+func TestRenderTemplates(t *testing.T) {
 	t.Setenv("CTSYNC_X", "x")
+	key := func(path, dc string) (string, error) { return "<" + path + "|" + dc + ">", nil }
 	for in, want := range map[string]string{
-		"plain":                                  "plain",
-		`{{ env "CTSYNC_X" }}`:                   "x",
-		`a {{- env "CTSYNC_X" -}}  b`:            "axb",
-		`{{env "CTSYNC_UNSET_VAR"}}!`:            "!",
-		`{{ env "CTSYNC_X" }}{{env "CTSYNC_X"}}`: "xx",
+		"plain":                                         "plain",
+		"json {\"a\": {\"b\": 1}}":                      "json {\"a\": {\"b\": 1}}",
+		`{{ env "CTSYNC_X" }}`:                          "x",
+		`a {{- env "CTSYNC_X" -}}  b`:                   "axb",
+		`{{env "CTSYNC_UNSET_VAR"}}!`:                   "!",
+		`{{ env "CTSYNC_X" }}{{env "CTSYNC_X"}}`:        "xx",
+		"{{ env `CTSYNC_X` }}":                          "x",
+		`{{ key "a/b" }}`:                               "<a/b|>",
+		`pre-{{ key "/a/b@dc2" }}-{{ env "CTSYNC_X" }}`: "pre-<a/b|dc2>-x",
 	} {
-		got, ok := resolveEnv(in)
-		if !ok || got != want {
-			t.Errorf("resolveEnv(%q) = %q, %v; want %q", in, got, ok, want)
+		got, err := render(in, key)
+		if err != nil || got != want {
+			t.Errorf("render(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	for _, in := range []string{`{{ key "a" }}`, `{{ with secret "a" }}{{ .Data }}{{ end }}`, `{{ env X }}`} {
-		if _, ok := resolveEnv(in); ok {
-			t.Errorf("resolveEnv(%q) should fail", in)
+	for in, want := range map[string]string{
+		`{{ with secret "a" }}{{ .Data }}{{ end }}`:  "Vault is not supported yet",
+		`{{ secret "a" }}`:                           "Vault is not supported yet",
+		`{{ env X }}`:                                "template action 1 is not supported",
+		`a {{ env "A" }} {{ keyOrDefault "k" "d" }}`: "template action 2 is not supported",
+		`{{ key "a@" }}`:                             "needs a datacenter",
+		`{{ key "" }}`:                               "needs a KV path",
+		`{{ env "" }}`:                               "needs a variable name",
+		`{{ env "A" }} {{`:                           "unterminated",
+		`{{ env "A`:                                  "unterminated",
+	} {
+		_, err := render(in, key)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("render(%q) error = %v, want %q", in, err, want)
 		}
+	}
+	if _, err := render(`{{ key "k" }}`, nil); err == nil {
+		t.Error("{{ key }} without a lookup must fail")
 	}
 }
 

@@ -25,6 +25,7 @@ type rawConfig struct {
 	driver                              rawDriver
 	providers                           []Provider
 	tasks                               []*rawTask
+	services                            []*rawService // deprecated service blocks
 }
 
 type rawBuffer struct {
@@ -66,6 +67,7 @@ var topKeys = []key{
 	{name: "driver", kind: kBlock, labels: 1, label: "name"},
 	{name: "terraform_provider", kind: kBlock, labels: 1, label: "name"},
 	{name: "task", kind: kBlock},
+	{name: "service", kind: kBlock},
 }
 
 const enterpriseMsg = "is a CTS Enterprise feature and is not supported"
@@ -77,7 +79,6 @@ var topRejects = map[string]string{
 	"high_availability": `"high_availability" is not supported yet`,
 	"license":           `"license" ` + enterpriseMsg + ": ctsync needs no license",
 	"license_path":      `"license_path" ` + enterpriseMsg + ": ctsync needs no license",
-	"service":           `"service" (deprecated in CTS 0.5) is not supported yet: use condition "services" or module_input "services" in the task`,
 	"client_type":       `"client_type" is not supported yet`,
 	"provider":          `unknown block "provider": use terraform_provider "<name>" { ... } to configure Terraform providers`,
 }
@@ -150,6 +151,11 @@ func (d *decoder) decodeFile(body hcl.Body, r *rawConfig) {
 	}
 	for _, b := range c.blocks["task"] {
 		r.tasks = append(r.tasks, d.task(b))
+	}
+	for _, b := range c.blocks["service"] {
+		if s := d.service(b); s != nil {
+			r.services = append(r.services, s)
+		}
 	}
 }
 
@@ -398,6 +404,7 @@ func (d *decoder) provider(b *hcl.Block) Provider {
 	}
 	sortRanges(attrList, func(a *hcl.Attribute) hcl.Range { return a.Range })
 
+	usesKey := false
 	p.Args.Attrs = map[string]cty.Value{}
 	for _, a := range attrList {
 		switch a.Name {
@@ -410,11 +417,9 @@ func (d *decoder) provider(b *hcl.Block) Provider {
 				p.Alias = s.V
 			}
 		case "task_env":
-			p.TaskEnv = d.taskEnv(&content{attrs: map[string]*hcl.Attribute{"task_env": a}}, path, p.TaskEnv)
+			usesKey = d.taskEnv(&content{attrs: map[string]*hcl.Attribute{"task_env": a}}, path, &p) || usesKey
 		default:
-			if v, ok := d.providerValue(a.Expr, join(path, a.Name)); ok {
-				p.Args.Attrs[a.Name] = v
-			}
+			usesKey = d.providerValue(a.Expr, path, a.Name, &p.Args) || usesKey
 		}
 	}
 	for _, blk := range blocks {
@@ -424,23 +429,36 @@ func (d *decoder) provider(b *hcl.Block) Provider {
 				d.errf(blk.TypeRange, join(path, "task_env"), "this block takes no labels")
 				continue
 			}
-			p.TaskEnv = d.taskEnv(&content{blocks: map[string][]*hcl.Block{"task_env": {blk.AsHCLBlock()}}}, path, p.TaskEnv)
+			usesKey = d.taskEnv(&content{blocks: map[string][]*hcl.Block{"task_env": {blk.AsHCLBlock()}}}, path, &p) || usesKey
 		case "alias":
 			d.errf(blk.TypeRange, join(path, "alias"), "must be an argument (alias = \"...\"), not a block")
 		default:
-			p.Args.Blocks = append(p.Args.Blocks, d.providerBlock(blk, path))
+			pb, k := d.providerBlock(blk, path)
+			p.Args.Blocks = append(p.Args.Blocks, pb)
+			usesKey = k || usesKey
 		}
 	}
-	return p
+	if usesKey {
+		// Resolved as a whole by ResolveProviders, which reads Consul.
+		p.pending = true
+		return p
+	}
+	// Only {{ env }}: resolve now. Syntax was checked above, so the only
+	// possible error is none.
+	return resolveProvider(p, nil, func(field string, _ *hcl.Range, err error) {
+		d.errf(p.Range, join(path, field), "%v", err)
+	})
 }
 
-func (d *decoder) taskEnv(c *content, path string, into map[string]string) map[string]string {
+// taskEnv reads a task_env map into p.TaskEnv (values as written, their
+// templates checked) and reports whether a value uses {{ key }}.
+func (d *decoder) taskEnv(c *content, path string, p *Provider) (usesKey bool) {
 	m, rngs := d.strMap(c, "task_env", path)
 	if !m.Set {
-		return into
+		return false
 	}
-	if into == nil {
-		into = map[string]string{}
+	if p.TaskEnv == nil {
+		p.TaskEnv = map[string]string{}
 	}
 	keys := make([]string, 0, len(m.V))
 	for k := range m.V {
@@ -448,31 +466,49 @@ func (d *decoder) taskEnv(c *content, path string, into map[string]string) map[s
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		s, ok := resolveEnv(m.V[k])
-		if !ok {
-			d.errf(rngs[k], join(path, "task_env."+k), `dynamic provider values are not supported yet (only {{ env "NAME" }} is)`)
-			continue
+		v := m.V[k]
+		if strings.Contains(v, "{{") {
+			if _, err := parseTemplate(v); err != nil {
+				d.errf(rngs[k], join(path, "task_env."+k), "%v", err)
+				continue
+			}
+			if p.taskEnvRng == nil {
+				p.taskEnvRng = map[string]hcl.Range{}
+			}
+			p.taskEnvRng[k] = rngs[k]
+			usesKey = usesKey || hasKey(v)
 		}
-		into[k] = s
+		p.TaskEnv[k] = v
 	}
-	return into
+	return usesKey
 }
 
-// providerValue evaluates a provider argument and resolves {{ env "X" }}.
-func (d *decoder) providerValue(expr hcl.Expression, field string) (cty.Value, bool) {
+// providerValue evaluates a provider argument into body (as written) after
+// checking its template syntax, and reports whether it uses {{ key }}.
+func (d *decoder) providerValue(expr hcl.Expression, path, name string, body *ProviderBody) (usesKey bool) {
+	field := join(path, name)
 	v, ok := d.eval(expr, field)
 	if !ok {
-		return cty.NilVal, false
+		return false
 	}
-	r, ok := resolveValueEnv(v)
-	if !ok {
-		d.errf(expr.Range(), field, `dynamic provider values are not supported yet (only {{ env "NAME" }} is)`)
-		return cty.NilVal, false
+	usesKey, err := checkTemplates(v)
+	if err != nil {
+		d.errf(expr.Range(), field, "%v", err)
+		return false
 	}
-	return r, true
+	found := false
+	walkStrings(v, func(s string) { found = found || strings.Contains(s, "{{") })
+	if found {
+		if body.rng == nil {
+			body.rng = map[string]hcl.Range{}
+		}
+		body.rng[name] = expr.Range()
+	}
+	body.Attrs[name] = v
+	return usesKey
 }
 
-func (d *decoder) providerBlock(b *hclsyntax.Block, parent string) ProviderBlock {
+func (d *decoder) providerBlock(b *hclsyntax.Block, parent string) (ProviderBlock, bool) {
 	path := join(parent, b.Type)
 	for _, l := range b.Labels {
 		path += " " + strconv.Quote(l)
@@ -486,15 +522,16 @@ func (d *decoder) providerBlock(b *hclsyntax.Block, parent string) ProviderBlock
 		list = append(list, a)
 	}
 	sortRanges(list, func(a *hclsyntax.Attribute) hcl.Range { return a.SrcRange })
+	usesKey := false
 	for _, a := range list {
-		if v, ok := d.providerValue(a.Expr, join(path, a.Name)); ok {
-			pb.Body.Attrs[a.Name] = v
-		}
+		usesKey = d.providerValue(a.Expr, path, a.Name, &pb.Body) || usesKey
 	}
 	for _, nb := range b.Body.Blocks {
-		pb.Body.Blocks = append(pb.Body.Blocks, d.providerBlock(nb, path))
+		nested, k := d.providerBlock(nb, path)
+		pb.Body.Blocks = append(pb.Body.Blocks, nested)
+		usesKey = k || usesKey
 	}
-	return pb
+	return pb, usesKey
 }
 
 // checkProviders reports two providers with the same name and alias.

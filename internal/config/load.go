@@ -106,6 +106,7 @@ func LoadTaskFileWarnings(path string) (task.Spec, []string, error) {
 	var spec task.Spec
 	if len(tasks) > 0 && len(d.errs) == 0 {
 		t := d.task(tasks[0])
+		d.resolveServices(t, nil)
 		d.finishTask(t, task.DefaultBufferPeriod)
 		spec = t.spec
 	}
@@ -235,7 +236,9 @@ func (d *decoder) finish(r *rawConfig) *Config {
 	cfg.Providers = r.providers
 	refs := d.checkProviders(r.providers)
 
+	serviceBlocks := d.serviceBlocks(r.services)
 	for _, t := range r.tasks {
+		d.resolveServices(t, serviceBlocks)
 		d.finishTask(t, cfg.BufferPeriod)
 	}
 	d.checkTaskRefs(r.tasks, refs)

@@ -32,11 +32,16 @@ type rawTask struct {
 	// failed is set when decoding reported an error, so that validation
 	// does not pile follow-on errors on top.
 	failed bool
+	// services is the deprecated `services = [...]` list, resolved against
+	// the service blocks once every file is read (see resolveServices).
+	services     opt[[]string]
+	serviceElems []hcl.Range
 }
 
 var taskKeys = []key{
 	{name: "name"}, {name: "description"}, {name: "module"}, {name: "source"}, {name: "version"},
 	{name: "providers"}, {name: "variable_files"}, {name: "enabled"}, {name: "working_dir"},
+	{name: "services"},
 	{name: "parallelism"},
 	{name: "variables", kind: kMap},
 	{name: "buffer_period", kind: kBlock},
@@ -46,7 +51,6 @@ var taskKeys = []key{
 }
 
 var taskRejects = map[string]string{
-	"services":                  `"services" (deprecated in CTS 0.5) is not supported yet: use condition "services" or module_input "services"`,
 	"terraform_version":         `"terraform_version" ` + enterpriseMsg + " (it belongs to the terraform-cloud driver)",
 	"terraform_cloud_workspace": `"terraform_cloud_workspace" ` + enterpriseMsg + " (it belongs to the terraform-cloud driver)",
 }
@@ -154,7 +158,8 @@ func (d *decoder) task(b *hcl.Block) *rawTask {
 	mod := d.str(c, "module", p)
 	if src := d.str(c, "source", p); src.Set {
 		if mod.Set {
-			d.errf(src.Rng, join(p, "source"), `is a deprecated alias of "module"; set only "module"`)
+			// CTS keeps module and only warns.
+			d.warnf(src.Rng, join(p, "source"), `is deprecated and ignored: "module" is also set, and wins`)
 		} else {
 			d.warnf(src.Rng, join(p, "source"), `is deprecated: use "module"`)
 			mod = src
@@ -170,6 +175,8 @@ func (d *decoder) task(b *hcl.Block) *rawTask {
 	providers, elems := d.strList(c, "providers", p)
 	s.Providers = providers.V
 	t.recordList("providers", elems)
+
+	t.services, t.serviceElems = d.strList(c, "services", p)
 
 	files, elems := d.strList(c, "variable_files", p)
 	t.recordList("variable_files", elems)

@@ -147,6 +147,13 @@ type Provider struct {
 	Args ProviderBody
 	// Range is where the block was declared.
 	Range hcl.Range
+
+	// pending is set when the block holds {{ key }} templates: then every
+	// string value of the block (arguments and task_env) is still as
+	// written, until ResolveProviders resolves them all.
+	pending bool
+	// taskEnvRng is where each task_env value with a template was written.
+	taskEnvRng map[string]hcl.Range
 }
 
 // Ref returns how tasks refer to this provider: "name" or "name.alias".
@@ -162,6 +169,9 @@ func (p *Provider) Ref() string {
 type ProviderBody struct {
 	Attrs  map[string]cty.Value
 	Blocks []ProviderBlock
+
+	// rng is where each argument holding a template was written.
+	rng map[string]hcl.Range
 }
 
 // ProviderBlock is a nested block inside a provider block.

@@ -50,6 +50,9 @@ type Options struct {
 	// OnEvent is called after every event is stored (runs, drift); it must
 	// not block (notifications hand the event to their own queue).
 	OnEvent func(ev store.Event)
+	// Standby starts the controller as a follower: it watches and keeps
+	// track of what is due, but starts no run until SetActive(true).
+	Standby bool
 }
 
 // Metrics is notified of what the controller does.
@@ -73,6 +76,7 @@ type Controller struct {
 	queue      []string // task names ready to run, FIFO
 	notes      []note   // notifications from views, handled by the note loop
 	started    bool
+	standby    bool // a follower: nothing runs (high availability)
 
 	kick      chan struct{} // wakes a worker
 	noteKick  chan struct{} // wakes the note loop
@@ -138,7 +142,9 @@ func New(opts Options, specs []task.Spec) *Controller {
 		inspecting: map[string]*entry{},
 		kick:       make(chan struct{}, 1),
 		noteKick:   make(chan struct{}, 1),
+		driftKick:  make(chan struct{}, 1),
 		slots:      make(chan struct{}, opts.MaxParallel),
+		standby:    opts.Standby,
 	}
 	for _, s := range specs {
 		c.tasks[s.Name] = &entry{spec: s, changed: make(chan struct{}, 1)}
@@ -371,11 +377,53 @@ func (c *Controller) Run(ctx, runCtx context.Context) error {
 	return nil
 }
 
+// SetActive switches the controller between leader (active) and follower
+// (standby). On becoming active every enabled task is reconciled at once:
+// the ones whose inputs match the hash last applied (kept in the store,
+// which is shared in high availability) are skipped, the others run, and a
+// task whose run was in flight when the previous leader stopped runs again
+// even if its hash matches. A follower finishes the runs it has started but
+// starts no new ones.
+func (c *Controller) SetActive(active bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.standby == !active {
+		return
+	}
+	c.standby = !active
+	if !active {
+		c.log.Info("standing by: no new runs")
+		return
+	}
+	c.log.Info("active: reconciling every task")
+	for _, e := range c.tasks {
+		if !e.spec.Enabled || !e.spec.IsDynamic() || e.deleting {
+			continue
+		}
+		if c.opts.Store.InFlight(e.spec.Name) != "" {
+			e.force = true
+			e.trigger = "failover"
+		}
+		e.ranOnce = false // the first run as leader is not buffered
+		c.markDirtyLocked(e, "leader")
+	}
+	signal(c.kick)
+	signal(c.driftKick)
+}
+
+// Active reports whether the controller runs tasks (it is the leader, or
+// high availability is off).
+func (c *Controller) Active() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.standby
+}
+
 // worker takes task names off the queue and runs them, one at a time.
 func (c *Controller) worker(ctx, runCtx context.Context) {
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 {
+		if len(c.queue) == 0 || c.standby {
 			c.mu.Unlock()
 			select {
 			case <-ctx.Done():
@@ -485,8 +533,14 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 		c.opts.Metrics.RunStarted(s.Name)
 	}
 	log.Info("running task", "run_id", runID, "trigger", trigger, "mode", kind, "instances", len(in.Services))
+	if !inspect {
+		_ = c.opts.Store.SetInFlight(s.Name, runID)
+	}
 	res, err := c.drive(ctx, e, s, driver.Run{ID: runID}, &in, inspect)
 	end := time.Now()
+	if !inspect {
+		_ = c.opts.Store.SetInFlight(s.Name, "")
+	}
 	if c.opts.Metrics != nil {
 		c.opts.Metrics.RunFinished(s.Name, kind, err == nil, end.Sub(start))
 	}

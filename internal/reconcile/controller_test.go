@@ -464,3 +464,33 @@ func TestDriftDetectedAndRemediated(t *testing.T) {
 		t.Fatalf("OnEvent saw %d events, want apply, drift, remediation", len(hooked))
 	}
 }
+
+func TestStandbyRunsNothingUntilActive(t *testing.T) {
+	h := start(t, 4, nil, func(o *Options) { o.Standby = true }, servicesTask("a", "web"), servicesTask("b", "web"))
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.noApply(t, 200*time.Millisecond)
+	// What a previous leader left in the shared store: "a" applied these
+	// inputs completely; "b" applied them too but died during a later run.
+	in := task.Inputs{Services: map[string]task.Service{}}
+	for _, svc := range []task.Service{inst("web-1", "web")} {
+		svc.CTSUserDefinedMeta = map[string]string{}
+		in.Services[svc.Key()] = svc
+	}
+	for _, name := range []string{"a", "b"} {
+		s := servicesTask(name, "web")
+		_ = h.st.SetApplied(name, Hash(&s, &in))
+	}
+	_ = h.st.SetInFlight("b", "run-that-died")
+	h.ctrl.SetActive(true)
+	h.waitApplied(t, "b")
+	h.noApply(t, 200*time.Millisecond) // "a" is up to date: not run
+	if got := h.rec.count("a"); got != 0 {
+		t.Fatalf("a ran %d times although its inputs were applied", got)
+	}
+	if h.st.InFlight("b") != "" {
+		t.Fatal("in-flight marker not cleared after the run")
+	}
+	h.ctrl.SetActive(false)
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+	h.noApply(t, 200*time.Millisecond)
+}

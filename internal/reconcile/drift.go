@@ -26,7 +26,7 @@ func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
 		c.mu.Lock()
 		for _, e := range c.tasks {
 			dd := e.spec.DriftDetection
-			if dd == nil || !e.spec.Enabled || e.deleting {
+			if dd == nil || !e.spec.Enabled || e.deleting || c.standby {
 				e.nextDrift = time.Time{}
 				continue
 			}

@@ -23,7 +23,7 @@ func (c *Controller) scheduleLoop(ctx context.Context) {
 				e.nextCron = time.Time{}
 				continue
 			}
-			if !e.nextCron.IsZero() && !e.nextCron.After(now) {
+			if !e.nextCron.IsZero() && !e.nextCron.After(now) && !c.standby {
 				if e.trigger == "" {
 					e.trigger = "schedule"
 				}

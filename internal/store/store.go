@@ -71,16 +71,23 @@ type Store interface {
 	SetApplied(taskName, hash string) error
 	// Applied returns the hash last applied, or "".
 	Applied(taskName string) string
+	// SetInFlight marks a task as being applied by run runID ("" clears
+	// it). A new leader re-runs a task whose marker is still set: the old
+	// leader died during its apply.
+	SetInFlight(taskName, runID string) error
+	// InFlight returns the run in flight, or "".
+	InFlight(taskName string) string
 	// DeleteTask forgets a task's events and state.
 	DeleteTask(taskName string) error
 }
 
 // Memory is the in-memory Store.
 type Memory struct {
-	history int
-	mu      sync.RWMutex
-	events  map[string][]Event
-	applied map[string]string
+	history  int
+	mu       sync.RWMutex
+	events   map[string][]Event
+	applied  map[string]string
+	inFlight map[string]string
 }
 
 var _ Store = (*Memory)(nil)
@@ -91,7 +98,7 @@ func NewMemory(history int) *Memory {
 	if history <= 0 {
 		history = DefaultHistory
 	}
-	return &Memory{history: history, events: map[string][]Event{}, applied: map[string]string{}}
+	return &Memory{history: history, events: map[string][]Event{}, applied: map[string]string{}, inFlight: map[string]string{}}
 }
 
 // AddEvent implements Store.
@@ -139,12 +146,32 @@ func (m *Memory) Applied(taskName string) string {
 	return m.applied[taskName]
 }
 
+// SetInFlight implements Store.
+func (m *Memory) SetInFlight(taskName, runID string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if runID == "" {
+		delete(m.inFlight, taskName)
+	} else {
+		m.inFlight[taskName] = runID
+	}
+	return nil
+}
+
+// InFlight implements Store.
+func (m *Memory) InFlight(taskName string) string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.inFlight[taskName]
+}
+
 // DeleteTask implements Store.
 func (m *Memory) DeleteTask(taskName string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.events, taskName)
 	delete(m.applied, taskName)
+	delete(m.inFlight, taskName)
 	return nil
 }
 

@@ -1,0 +1,449 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// StatusEvents is how many of a task's newest events the status endpoints
+// consider, as CTS (which keeps no more): the status is derived from them
+// and include=events returns them. GET /v1/tasks/{name}/events returns the
+// whole history.
+const StatusEvents = 5
+
+var (
+	errNotFound = reconcile.ErrNotFound
+	errActive   = reconcile.ErrActive
+	errExists   = reconcile.ErrExists
+)
+
+// notFound is the CTS error for an unknown task.
+func notFound(name string) error {
+	return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", errNotFound, name)
+}
+
+// message is the text shown to the client: the controller's sentinel
+// prefix ("task not found: ") is dropped so the CTS wording remains.
+func message(err error) string {
+	msg := err.Error()
+	for _, s := range []error{errNotFound, errActive, errExists} {
+		if errors.Is(err, s) {
+			msg = strings.TrimPrefix(msg, s.Error()+": ")
+		}
+	}
+	return msg
+}
+
+// visibleTasks are the tasks the API shows: a task marked for deletion is
+// gone as far as clients are concerned.
+func (s *Server) visibleTasks() []reconcile.TaskState {
+	all := s.opts.Controller.Tasks()
+	out := all[:0:0]
+	for _, t := range all {
+		if !t.Deleting {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// lookup returns a visible task or the CTS 404 error.
+func (s *Server) lookup(name string) (reconcile.TaskState, error) {
+	st, err := s.opts.Controller.Task(name)
+	if err != nil || st.Deleting {
+		return reconcile.TaskState{}, notFound(name)
+	}
+	return st, nil
+}
+
+func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, struct{}{})
+}
+
+func (s *Server) getClusterStatus(w http.ResponseWriter, r *http.Request) {
+	writeError(w, r, http.StatusMethodNotAllowed, "this endpoint is only available with high availability configured")
+}
+
+// statusEvents returns a task's newest events as the status endpoints use them.
+func (s *Server) statusEvents(name string) []store.Event {
+	evs := s.opts.Controller.Events(name)
+	if len(evs) > StatusEvents {
+		evs = evs[:StatusEvents]
+	}
+	return evs
+}
+
+func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
+	var sum TaskSummary
+	for _, t := range s.visibleTasks() {
+		switch store.Status(s.statusEvents(t.Spec.Name)) {
+		case "successful":
+			sum.Status.Successful++
+		case "errored":
+			sum.Status.Errored++
+		case "critical":
+			sum.Status.Critical++
+		default:
+			sum.Status.Unknown++
+		}
+		if t.Spec.Enabled {
+			sum.Enabled.True++
+		} else {
+			sum.Enabled.False++
+		}
+	}
+	writeJSON(w, http.StatusOK, StatusResponse{TaskSummary: sum})
+}
+
+var statuses = []string{"successful", "errored", "critical", "unknown"}
+
+// getTaskStatuses serves GET /v1/status/tasks and /v1/status/tasks/{name}.
+func (s *Server) getTaskStatuses(w http.ResponseWriter, r *http.Request) {
+	q, err := queryParams(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	include := false
+	if v, ok := q["include"]; ok {
+		if v[0] != "events" {
+			s.fail(w, r, badRequest("unsupported value %q for query parameter include: only \"events\" is supported", v[0]))
+			return
+		}
+		include = true
+	}
+	filter := ""
+	if v, ok := q["status"]; ok {
+		filter = strings.ToLower(v[0])
+		if !slices.Contains(statuses, filter) {
+			s.fail(w, r, badRequest("unsupported value %q for query parameter status: must be one of %s", v[0], strings.Join(statuses, ", ")))
+			return
+		}
+	}
+	var tasks []reconcile.TaskState
+	if name := r.PathValue("name"); name != "" {
+		st, err := s.lookup(name)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		tasks = []reconcile.TaskState{st}
+	} else {
+		tasks = s.visibleTasks()
+	}
+	out := make(map[string]TaskStatus, len(tasks))
+	for _, t := range tasks {
+		ts := s.taskStatus(t, include)
+		if filter != "" && ts.Status != filter {
+			continue
+		}
+		out[t.Spec.Name] = ts
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
+	name := t.Spec.Name
+	evs := s.statusEvents(name)
+	ts := TaskStatus{
+		TaskName:  name,
+		Status:    store.Status(evs),
+		Enabled:   t.Spec.Enabled,
+		Providers: append([]string{}, t.Spec.Providers...),
+		Services:  []string{},
+		Active:    t.Active,
+	}
+	if c := t.Spec.Condition.Services; c != nil {
+		ts.Services = append(ts.Services, c.Names...)
+	} else if m := t.Spec.ModuleInput.Services; m != nil {
+		ts.Services = append(ts.Services, m.Names...)
+	}
+	if len(evs) > 0 {
+		ts.EventsURL = "/v1/status/tasks/" + url.PathEscape(name) + "?include=events"
+	}
+	if include {
+		ts.Events = evs
+	}
+	if !t.NextRun.IsZero() && t.Spec.Enabled {
+		next := t.NextRun.UTC().Truncate(time.Second)
+		ts.NextRun = &next
+	}
+	return ts
+}
+
+func (s *Server) getTasks(w http.ResponseWriter, r *http.Request) {
+	tasks := s.visibleTasks()
+	out := TasksResponse{Tasks: make([]task.Spec, 0, len(tasks)), RequestID: requestID(r)}
+	for _, t := range tasks {
+		out.Tasks = append(out.Tasks, TaskView(t.Spec))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
+	st, err := s.lookup(r.PathValue("name"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, TaskResponse{Task: TaskView(st.Spec), RequestID: requestID(r)})
+}
+
+// createTask serves POST /v1/tasks[?run=now|inspect].
+func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
+	q, err := queryParams(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	run, err := runParam(q)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req TaskRequest
+	if err := decodeStrict(body, &req, ""); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	spec, err := s.decodeTask(req.Task)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if _, err := s.opts.Controller.Task(spec.Name); err == nil {
+		s.fail(w, r, fmt.Errorf("%w: task with name '%s' already exists", errExists, spec.Name))
+		return
+	}
+	ctl := s.opts.Controller
+	switch run {
+	case "inspect":
+		res, err := ctl.Inspect(r.Context(), spec)
+		if err != nil {
+			s.fail(w, r, fmt.Errorf("inspecting task '%s': %w", spec.Name, err))
+			return
+		}
+		writeJSON(w, http.StatusOK, TaskResponse{Task: TaskView(spec),
+			Run: &RunResult{Plan: res.Plan, ChangesPresent: res.ChangesPresent}, RequestID: requestID(r)})
+		return
+	case "now":
+		if err := ctl.Create(r.Context(), spec, true); err != nil {
+			if !errors.Is(err, errExists) {
+				err = fmt.Errorf("running task '%s': %w", spec.Name, err)
+			}
+			s.fail(w, r, err)
+			return
+		}
+	default:
+		if err := ctl.Create(r.Context(), spec, false); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	s.log.Info("task created through the api", "task", spec.Name, "run", run, "request_id", requestID(r))
+	writeJSON(w, http.StatusCreated, TaskResponse{Task: TaskView(spec), RequestID: requestID(r)})
+}
+
+// updateTask serves PATCH /v1/tasks/{name}[?run=now|inspect].
+func (s *Server) updateTask(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	q, err := queryParams(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	run, err := runParam(q)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	body, err := readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var req UpdateTaskRequest
+	if err := decodeStrict(body, &req, ""); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Enabled == nil {
+		s.fail(w, r, badRequest("enabled is required: it is the only field that can be updated"))
+		return
+	}
+	if _, err := s.lookup(name); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := s.opts.Controller.SetEnabled(r.Context(), name, *req.Enabled, run)
+	if err != nil {
+		if !errors.Is(err, errNotFound) && !errors.Is(err, errActive) {
+			err = fmt.Errorf("updating task '%s': %w", name, err)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	if run == "inspect" {
+		writeJSON(w, http.StatusOK, UpdateTaskResponse{Inspect: &RunResult{Plan: res.Plan, ChangesPresent: res.ChangesPresent}})
+		return
+	}
+	s.log.Info("task updated through the api", "task", name, "enabled", *req.Enabled, "run", run, "request_id", requestID(r))
+	writeJSON(w, http.StatusOK, UpdateTaskResponse{})
+}
+
+// deleteTask serves DELETE /v1/tasks/{name}[?destroy=true]. As CTS, the
+// task is marked for deletion and removed asynchronously once it is not
+// running; with destroy (ctsync) its infrastructure is destroyed first.
+func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	q, err := queryParams(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	destroy := false
+	if v, ok := q["destroy"]; ok {
+		if destroy, err = strconv.ParseBool(v[0]); err != nil {
+			s.fail(w, r, badRequest("invalid value %q for query parameter destroy: must be true or false", v[0]))
+			return
+		}
+	}
+	if _, err := s.lookup(name); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	id := requestID(r)
+	done := make(chan error, 1)
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		err := s.opts.Controller.Delete(s.bgCtx, name, destroy)
+		done <- err
+		switch {
+		case err == nil:
+			s.log.Info("task deleted", "task", name, "destroyed", destroy, "request_id", id)
+		case errors.Is(err, errNotFound):
+		default:
+			s.log.Error("deleting task failed", "task", name, "request_id", id, "error", err)
+		}
+	}()
+	// Answer once the task is marked (the controller does that first), so
+	// that the next request already sees it gone.
+	if err := s.waitMarked(r, name, done); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, RequestIDResponse{RequestID: id})
+}
+
+// waitMarked waits until the task is marked for deletion or gone, or the
+// delete returned. Marking takes the controller's lock only, so this is
+// a matter of microseconds.
+func (s *Server) waitMarked(r *http.Request, name string, done <-chan error) error {
+	for delay := 50 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+		select {
+		case err := <-done:
+			return err
+		default:
+		}
+		if st, err := s.opts.Controller.Task(name); err != nil || st.Deleting {
+			return nil
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-r.Context().Done():
+			return r.Context().Err()
+		case <-time.After(delay):
+		}
+	}
+}
+
+// runTask serves POST /v1/tasks/{name}/run (ctsync): apply now, even when
+// the inputs did not change since the last apply.
+func (s *Server) runTask(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if _, err := queryParams(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if _, err := s.lookup(name); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := s.opts.Controller.RunNow(r.Context(), name); err != nil {
+		if !errors.Is(err, errNotFound) && !errors.Is(err, errActive) {
+			err = fmt.Errorf("running task '%s': %w", name, err)
+		}
+		s.fail(w, r, err)
+		return
+	}
+	resp := RunTaskResponse{RequestID: requestID(r)}
+	if evs := s.opts.Controller.Events(name); len(evs) > 0 {
+		resp.Event = &evs[0]
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// getEvents serves GET /v1/tasks/{name}/events (ctsync): the whole run
+// history kept, newest first.
+func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if _, err := s.lookup(name); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	evs := s.opts.Controller.Events(name)
+	if evs == nil {
+		evs = []store.Event{}
+	}
+	writeJSON(w, http.StatusOK, EventsResponse{Events: evs, RequestID: requestID(r)})
+}
+
+// TaskView returns a task as the API shows it: empty lists and maps instead
+// of nulls. The condition and module input structs are copied, never
+// changed in place (the controller shares them).
+func TaskView(s task.Spec) task.Spec {
+	if s.Providers == nil {
+		s.Providers = []string{}
+	}
+	if c := s.Condition.Services; c != nil {
+		cc := *c
+		cc.ServicesSelector = displaySelector(cc.ServicesSelector)
+		s.Condition.Services = &cc
+	}
+	if c := s.Condition.CatalogServices; c != nil {
+		cc := *c
+		if cc.NodeMeta == nil {
+			cc.NodeMeta = map[string]string{}
+		}
+		s.Condition.CatalogServices = &cc
+	}
+	if m := s.ModuleInput.Services; m != nil {
+		mm := displaySelector(*m)
+		s.ModuleInput.Services = &mm
+	}
+	return s
+}
+
+func displaySelector(sel task.ServicesSelector) task.ServicesSelector {
+	if sel.CTSUserDefinedMeta == nil {
+		sel.CTSUserDefinedMeta = map[string]string{}
+	}
+	return sel
+}

@@ -1,0 +1,317 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/cronexpr"
+
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// httpError is an error with the status code it maps to.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(format string, args ...any) *httpError {
+	return &httpError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, args...)}
+}
+
+// queryParams returns the query parameters, rejecting any that is repeated.
+func queryParams(r *http.Request) (url.Values, error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, badRequest("invalid query string: %v", err)
+	}
+	for k, vs := range q {
+		if len(vs) > 1 {
+			return nil, badRequest("query parameter %q must not be repeated", k)
+		}
+	}
+	return q, nil
+}
+
+// runParam reads ?run=now|inspect ("" when absent).
+func runParam(q url.Values) (string, error) {
+	v := q.Get("run")
+	switch v {
+	case "", "now", "inspect":
+		return v, nil
+	}
+	return "", badRequest("invalid value %q for query parameter run: must be \"now\" or \"inspect\"", v)
+}
+
+// readBody reads the whole request body, at most MaxBodyBytes.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &httpError{status: http.StatusRequestEntityTooLarge,
+				msg: fmt.Sprintf("request body is larger than %d bytes", mbe.Limit)}
+		}
+		return nil, badRequest("reading request body: %v", err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, badRequest("request body is empty")
+	}
+	return b, nil
+}
+
+// decodeStrict decodes one JSON value into v, rejecting unknown fields and
+// trailing data. prefix names the value in messages ("task").
+func decodeStrict(b []byte, v any, prefix string) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, prefix)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("request body must hold a single JSON object")
+	}
+	return nil
+}
+
+// jsonError turns a decoding error into a 400 that names the field.
+func jsonError(err error, prefix string) *httpError {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return badRequest("malformed JSON at byte %d: %v", se.Offset, se)
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return badRequest("malformed JSON: unexpected end of input")
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			return badRequest("invalid request body: cannot use a JSON %s as %s", te.Value, jsonTypeName(te.Type.Kind().String()))
+		}
+		return badRequest("invalid value for %s: expected %s, got a JSON %s", join(prefix, jsonPath(field)), jsonTypeName(te.Type.Kind().String()), te.Value)
+	}
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if f, ok := strings.CutPrefix(msg, "unknown field "); ok {
+		if prefix != "" {
+			return badRequest("unknown field %s in %s", f, prefix)
+		}
+		return badRequest("unknown field %s", f)
+	}
+	return badRequest("invalid request body: %s", msg)
+}
+
+// jsonPath drops the names of embedded Go structs from a decoder field
+// path ("condition.services.ServicesSelector.names"): JSON names in the
+// API are lower case.
+func jsonPath(field string) string {
+	parts := strings.Split(field, ".")
+	out := parts[:0]
+	for _, p := range parts {
+		if p != "" && p[0] >= 'A' && p[0] <= 'Z' {
+			continue
+		}
+		out = append(out, p)
+	}
+	return strings.Join(out, ".")
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "bool":
+		return "a boolean"
+	case "string":
+		return "a string"
+	case "slice", "array":
+		return "an array"
+	case "map", "struct":
+		return "an object"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "float32", "float64":
+		return "a number"
+	}
+	return kind
+}
+
+func join(prefix, field string) string {
+	if prefix == "" {
+		return field
+	}
+	return prefix + "." + field
+}
+
+// taskPresence records which optional task fields a request body set, so
+// that defaults apply only to what is missing: a JSON bool that is absent
+// decodes as false, but enabled and use_as_module_input default to true.
+type taskPresence struct {
+	Enabled       *bool           `json:"enabled"`
+	WorkingDir    json.RawMessage `json:"working_dir"`
+	VariableFiles json.RawMessage `json:"variable_files"`
+	BufferPeriod  *struct {
+		Enabled *bool           `json:"enabled"`
+		Min     json.RawMessage `json:"min"`
+		Max     json.RawMessage `json:"max"`
+	} `json:"buffer_period"`
+	Condition struct {
+		Services        *useInput `json:"services"`
+		CatalogServices *useInput `json:"catalog_services"`
+		ConsulKV        *useInput `json:"consul_kv"`
+	} `json:"condition"`
+}
+
+type useInput struct {
+	UseAsModuleInput *bool `json:"use_as_module_input"`
+}
+
+// decodeTask decodes the task object of a POST /v1/tasks body, applies the
+// defaults of a task created through the API (as CTS: enabled and
+// use_as_module_input true, the global buffer period unless set, none for
+// schedule tasks) and validates it.
+func (s *Server) decodeTask(raw json.RawMessage) (task.Spec, error) {
+	if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return task.Spec{}, badRequest("task is required")
+	}
+	var p taskPresence
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return task.Spec{}, jsonError(err, "task")
+	}
+	if p.WorkingDir != nil {
+		return task.Spec{}, badRequest("task.working_dir cannot be set through the API")
+	}
+	if p.VariableFiles != nil {
+		return task.Spec{}, badRequest("task.variable_files cannot be set through the API: send the values in task.variables")
+	}
+	// Durations first, so a bad one is reported with its field.
+	var minSet, maxSet bool
+	if bp := p.BufferPeriod; bp != nil {
+		for _, f := range []struct {
+			name string
+			v    json.RawMessage
+			set  *bool
+		}{{"min", bp.Min, &minSet}, {"max", bp.Max, &maxSet}} {
+			if f.v == nil || string(f.v) == "null" {
+				continue
+			}
+			*f.set = true
+			var d task.Duration
+			if err := d.UnmarshalJSON(f.v); err != nil {
+				return task.Spec{}, badRequest("invalid value for task.buffer_period.%s: %v", f.name, err)
+			}
+		}
+	}
+	var spec task.Spec
+	if err := decodeStrict(raw, &spec, "task"); err != nil {
+		return task.Spec{}, err
+	}
+
+	spec.Enabled = p.Enabled == nil || *p.Enabled
+	if c := spec.Condition.Services; c != nil {
+		c.UseAsModuleInput = useDefault(p.Condition.Services)
+	}
+	if c := spec.Condition.CatalogServices; c != nil {
+		c.UseAsModuleInput = useDefault(p.Condition.CatalogServices)
+	}
+	if c := spec.Condition.ConsulKV; c != nil {
+		c.UseAsModuleInput = useDefault(p.Condition.ConsulKV)
+	}
+	switch {
+	case spec.Condition.Schedule != nil:
+		spec.BufferPeriod = &task.BufferPeriod{}
+	case p.BufferPeriod == nil:
+		// No buffer_period: the global one.
+		bp := s.opts.BufferPeriod
+		spec.BufferPeriod = &bp
+	case p.BufferPeriod.Enabled == nil && !minSet && !maxSet:
+		// An empty block inherits too, as in configuration files.
+		bp := s.opts.BufferPeriod
+		spec.BufferPeriod = &bp
+	default:
+		enabled := p.BufferPeriod.Enabled
+		spec.BufferPeriod = resolveBuffer(spec.BufferPeriod, enabled == nil || *enabled, minSet, maxSet, s.opts.BufferPeriod)
+	}
+
+	if err := validateTask(&spec); err != nil {
+		return task.Spec{}, err
+	}
+	if s.opts.Validate != nil {
+		if err := s.opts.Validate(spec); err != nil {
+			return task.Spec{}, invalidTask(err)
+		}
+	}
+	return spec, nil
+}
+
+func useDefault(u *useInput) bool {
+	return u == nil || u.UseAsModuleInput == nil || *u.UseAsModuleInput
+}
+
+// resolveBuffer applies the CTS rules to a task's own buffer_period: off
+// when disabled; otherwise min from the task, else the global min when the
+// global one is on, else 5s; max from the task, else 4 x min.
+func resolveBuffer(bp *task.BufferPeriod, enabled, minSet, maxSet bool, global task.BufferPeriod) *task.BufferPeriod {
+	if !enabled {
+		return &task.BufferPeriod{}
+	}
+	out := task.BufferPeriod{Enabled: true}
+	switch {
+	case minSet:
+		out.Min = bp.Min
+	case global.Enabled:
+		out.Min = global.Min
+	default:
+		out.Min = task.DefaultBufferPeriod.Min
+	}
+	if maxSet {
+		out.Max = bp.Max
+	} else {
+		out.Max = max(4*out.Min, out.Min)
+	}
+	return &out
+}
+
+// validateTask runs the task's own rules plus the checks that need a
+// parser: the cron expression of a schedule condition.
+func validateTask(spec *task.Spec) error {
+	if err := spec.Validate(); err != nil {
+		return invalidTask(err)
+	}
+	if c := spec.Condition.Schedule; c != nil {
+		if err := checkCron(c.Cron); err != nil {
+			return badRequest("invalid task: condition.schedule.cron: %q %v", c.Cron, err)
+		}
+	}
+	return nil
+}
+
+func invalidTask(err error) error {
+	var fe *task.FieldError
+	if errors.As(err, &fe) {
+		return badRequest("invalid task: %s: %s", fe.Field, fe.Msg)
+	}
+	return badRequest("invalid task: %v", err)
+}
+
+// checkCron parses a cron expression and rejects one that never fires.
+// cronexpr panics on some malformed input; that is an error too.
+func checkCron(expr string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errors.New("is not a valid cron expression")
+		}
+	}()
+	e, perr := cronexpr.Parse(expr)
+	if perr != nil {
+		return fmt.Errorf("is not a valid cron expression: %v", perr)
+	}
+	if e.Next(time.Now()).IsZero() {
+		return errors.New("never fires")
+	}
+	return nil
+}

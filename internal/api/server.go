@@ -1,0 +1,267 @@
+// Package api serves ctsync's CTS-compatible HTTP API under /v1: task
+// status, task management (create, enable/disable, delete, run) and health.
+// Shapes, status codes and messages follow CTS; docs/api/openapi.yaml
+// describes every route and a test checks live responses against it.
+package api
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// Server timeouts. WriteTimeout bounds the longest synchronous request:
+// create or enable with run=now waits for a whole Terraform apply.
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = 15 * time.Second
+	WriteTimeout      = 15 * time.Minute
+	IdleTimeout       = 60 * time.Second
+	// ShutdownTimeout bounds the graceful shutdown once Run's ctx is done.
+	ShutdownTimeout = 5 * time.Second
+	// MaxBodyBytes is the largest request body accepted.
+	MaxBodyBytes = 1 << 20
+)
+
+// Controller is what the API needs from the reconciler; *reconcile.Controller
+// implements it.
+type Controller interface {
+	Tasks() []reconcile.TaskState
+	Task(name string) (reconcile.TaskState, error)
+	Create(ctx context.Context, spec task.Spec, runNow bool) error
+	Inspect(ctx context.Context, spec task.Spec) (reconcile.PlanResult, error)
+	SetEnabled(ctx context.Context, name string, enabled bool, mode string) (reconcile.PlanResult, error)
+	RunNow(ctx context.Context, name string) error
+	Delete(ctx context.Context, name string, destroy bool) error
+	Events(name string) []store.Event
+}
+
+var _ Controller = (*reconcile.Controller)(nil)
+
+// Options configure a Server.
+type Options struct {
+	// Addr is the listen address, e.g. ":8558"; ":0" picks a free port.
+	Addr string
+	// TLS is the top-level tls block: TLS, and with VerifyIncoming mutual TLS.
+	TLS        config.APITLS
+	Controller Controller
+	Logger     *slog.Logger
+	// BufferPeriod is the global buffer period that tasks created through
+	// the API inherit when they do not set their own.
+	BufferPeriod task.BufferPeriod
+	// Validate, when set, runs after the built-in checks on a task created
+	// through the API (e.g. that its providers are configured). A
+	// *task.FieldError names the field in the 400 response.
+	Validate func(task.Spec) error
+}
+
+// Server is the API server.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+	h    http.Handler
+	tls  *tls.Config
+
+	mu sync.Mutex
+	ln net.Listener
+
+	// bgCtx bounds work that outlives its request (asynchronous deletes).
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
+}
+
+// New builds a Server. It loads the TLS certificates but does not listen
+// yet (see Listen and Run).
+func New(opts Options) (*Server, error) {
+	if opts.Controller == nil {
+		return nil, errors.New("api: a controller is required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	if opts.TLS.Enabled {
+		tc, err := TLSConfig(opts.TLS)
+		if err != nil {
+			return nil, err
+		}
+		s.tls = tc
+	}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	s.routes()
+	s.h = s.middleware(s.mux)
+	return s, nil
+}
+
+// Handler returns the API's handler with its middleware (CORS, request id,
+// logging), for tests and for embedding.
+func (s *Server) Handler() http.Handler { return s.h }
+
+// Handle mounts another handler (metrics, UI) on the API's mux; the
+// pattern uses net/http.ServeMux syntax. It must be called before Run.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Listen binds the listen address, so a bad address or a port in use is
+// reported before anything else starts. Run calls it when it has not been
+// called.
+func (s *Server) Listen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.opts.Addr)
+	if err != nil {
+		return fmt.Errorf("api: listening on %s: %w", s.opts.Addr, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr returns the bound address ("" before Listen).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return s.ln.Addr().String()
+}
+
+// Run serves until ctx is done, then shuts down gracefully within
+// ShutdownTimeout. It returns nil after a shutdown caused by ctx and the
+// error otherwise.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.stopBackground()
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	ln := s.ln
+	s.mu.Unlock()
+	srv := &http.Server{
+		Handler:           s.h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
+		TLSConfig:         s.tls,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	scheme := "http"
+	if s.tls != nil {
+		scheme = "https"
+		ln = tls.NewListener(ln, s.tls)
+	}
+	s.log.Info("api listening", "address", ln.Addr().String(), "scheme", scheme,
+		"mtls", s.tls != nil && s.tls.ClientAuth == tls.RequireAndVerifyClientCert)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("api: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err != nil {
+		_ = srv.Close()
+	}
+	<-errc
+	s.log.Info("api stopped")
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("api: shutdown: %w", err)
+	}
+	return nil
+}
+
+// stopBackground cancels and waits for asynchronous deletes.
+func (s *Server) stopBackground() {
+	s.bgCancel()
+	s.bg.Wait()
+}
+
+// TLSConfig builds the server TLS configuration of the tls block: TLS 1.2
+// or later and, with verify_incoming, client certificates required and
+// verified against ca_cert (preferred) or the PEM files in ca_path.
+func TLSConfig(c config.APITLS) (*tls.Config, error) {
+	if c.Cert == "" || c.Key == "" {
+		return nil, errors.New("api tls: cert and key are both required")
+	}
+	cert, err := tls.LoadX509KeyPair(c.Cert, c.Key)
+	if err != nil {
+		return nil, fmt.Errorf("api tls: loading cert and key: %w", err)
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if !c.VerifyIncoming {
+		return tc, nil
+	}
+	pool, err := LoadCAs(c.CACert, c.CAPath)
+	if err != nil {
+		return nil, fmt.Errorf("api tls: %w", err)
+	}
+	if pool == nil {
+		return nil, errors.New("api tls: verify_incoming needs ca_cert or ca_path")
+	}
+	tc.ClientCAs = pool
+	tc.ClientAuth = tls.RequireAndVerifyClientCert
+	return tc, nil
+}
+
+// LoadCAs reads PEM certificates from caFile, or when it is empty from
+// every regular file in caDir. It returns nil, nil when both are empty.
+func LoadCAs(caFile, caDir string) (*x509.CertPool, error) {
+	var files []string
+	switch {
+	case caFile != "":
+		files = []string{caFile}
+	case caDir != "":
+		entries, err := os.ReadDir(caDir)
+		if err != nil {
+			return nil, fmt.Errorf("reading ca_path: %w", err)
+		}
+		for _, e := range entries {
+			if e.Type().IsRegular() {
+				files = append(files, filepath.Join(caDir, e.Name()))
+			}
+		}
+	default:
+		return nil, nil
+	}
+	pool := x509.NewCertPool()
+	added := 0
+	for _, f := range files {
+		pem, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("reading CA certificate: %w", err)
+		}
+		if pool.AppendCertsFromPEM(pem) {
+			added++
+		}
+	}
+	if added == 0 {
+		src := caFile
+		if src == "" {
+			src = caDir
+		}
+		return nil, fmt.Errorf("no PEM certificate found in %s", src)
+	}
+	return pool, nil
+}

@@ -1,0 +1,125 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// The wire types of the /v1 API. Field names follow CTS; fields marked
+// "ctsync" are additions that CTS clients ignore. docs/api/openapi.yaml
+// describes the same shapes and a test checks live responses against it.
+
+// ErrorObject is the CTS error object.
+type ErrorObject struct {
+	Message string `json:"message"`
+}
+
+// ErrorResponse is the body of every error response.
+type ErrorResponse struct {
+	Error     ErrorObject `json:"error"`
+	RequestID string      `json:"request_id,omitempty"`
+}
+
+// StatusResponse is the body of GET /v1/status.
+type StatusResponse struct {
+	TaskSummary TaskSummary `json:"task_summary"`
+}
+
+// TaskSummary counts tasks by status and by enabled flag.
+type TaskSummary struct {
+	Status  StatusCounts  `json:"status"`
+	Enabled EnabledCounts `json:"enabled"`
+}
+
+// StatusCounts counts tasks per derived status.
+type StatusCounts struct {
+	Successful int `json:"successful"`
+	Errored    int `json:"errored"`
+	Critical   int `json:"critical"`
+	Unknown    int `json:"unknown"`
+}
+
+// EnabledCounts counts enabled and disabled tasks.
+type EnabledCounts struct {
+	True  int `json:"true"`
+	False int `json:"false"`
+}
+
+// TaskStatus is one entry of GET /v1/status/tasks.
+type TaskStatus struct {
+	TaskName string `json:"task_name"`
+	// Status is successful, errored, critical or unknown.
+	Status  string `json:"status"`
+	Enabled bool   `json:"enabled"`
+	// Providers and Services are the deprecated CTS configuration echo.
+	Providers []string `json:"providers"`
+	Services  []string `json:"services"`
+	// EventsURL is "/v1/status/tasks/<name>?include=events", or "" when the
+	// task has no events.
+	EventsURL string `json:"events_url"`
+	// Events are the newest events (at most StatusEvents), only with
+	// include=events.
+	Events []store.Event `json:"events,omitempty"`
+
+	// Active is true while the task runs or waits to run (ctsync).
+	Active bool `json:"active"`
+	// NextRun is the next schedule tick of an enabled schedule task (ctsync).
+	NextRun *time.Time `json:"next_run,omitempty"`
+}
+
+// TaskRequest is the body of POST /v1/tasks.
+type TaskRequest struct {
+	Task json.RawMessage `json:"task"`
+}
+
+// TaskResponse is the body of POST /v1/tasks and GET /v1/tasks/{name}.
+type TaskResponse struct {
+	Task task.Spec `json:"task"`
+	// Run is set for POST /v1/tasks?run=inspect.
+	Run       *RunResult `json:"run,omitempty"`
+	RequestID string     `json:"request_id"`
+}
+
+// RunResult is the outcome of a plan requested through the API.
+type RunResult struct {
+	Plan           string `json:"plan"`
+	ChangesPresent bool   `json:"changes_present"`
+}
+
+// TasksResponse is the body of GET /v1/tasks.
+type TasksResponse struct {
+	Tasks     []task.Spec `json:"tasks"`
+	RequestID string      `json:"request_id"`
+}
+
+// UpdateTaskRequest is the body of PATCH /v1/tasks/{name}.
+type UpdateTaskRequest struct {
+	Enabled *bool `json:"enabled"`
+}
+
+// UpdateTaskResponse is the body of PATCH /v1/tasks/{name}: empty, or with
+// run=inspect the plan.
+type UpdateTaskResponse struct {
+	Inspect *RunResult `json:"inspect,omitempty"`
+}
+
+// RequestIDResponse is the body of DELETE /v1/tasks/{name}.
+type RequestIDResponse struct {
+	RequestID string `json:"request_id"`
+}
+
+// RunTaskResponse is the body of POST /v1/tasks/{name}/run (ctsync): the
+// event the run recorded.
+type RunTaskResponse struct {
+	Event     *store.Event `json:"event"`
+	RequestID string       `json:"request_id"`
+}
+
+// EventsResponse is the body of GET /v1/tasks/{name}/events (ctsync).
+type EventsResponse struct {
+	Events    []store.Event `json:"events"`
+	RequestID string        `json:"request_id"`
+}

@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/api"
+	"github.com/ctsync/ctsync/internal/api/client"
+)
+
+// now is the clock of the status command (tests fix it).
+var now = time.Now
+
+// runStatus handles `ctsync status [options] [task name]`: a table of the
+// tasks with their status, last run and next scheduled run.
+func runStatus(args []string, stdout, stderr io.Writer) int {
+	c := newClientCmd("status", `Usage: ctsync status [options] [task name]
+
+Shows every task of a running daemon (or the named one): whether it is
+enabled, its status (from its latest runs), its last run and what
+triggered it, and its next scheduled run.
+`, stdout, stderr)
+	filter := c.fs.String("status", "", "Only tasks with this status: successful, errored, critical or unknown.")
+	pos, code := c.parse(args, -1, "")
+	if code >= 0 {
+		return code
+	}
+	if len(pos) > 1 {
+		fmt.Fprintf(stderr, "Error: status takes at most one task name; unexpected arguments: %s\n", strings.Join(pos[1:], " "))
+		return ExitFlagParse
+	}
+	name := ""
+	if len(pos) == 1 {
+		name = pos[0]
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.errorf("%v", err)
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	tasks, err := cl.TaskStatuses(ctx, name, client.StatusQuery{IncludeEvents: true, Status: *filter})
+	if err != nil {
+		return c.errorf("unable to get the status from %s: %v", cl.Address(), err)
+	}
+	printStatus(stdout, tasks, now())
+	return ExitOK
+}
+
+func printStatus(w io.Writer, tasks map[string]api.TaskStatus, t time.Time) {
+	if len(tasks) == 0 {
+		fmt.Fprintln(w, "No tasks.")
+		return
+	}
+	names := make([]string, 0, len(tasks))
+	for n := range tasks {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tENABLED\tSTATUS\tLAST RUN\tTRIGGER\tNEXT RUN")
+	var failures []string
+	for _, n := range names {
+		ts := tasks[n]
+		last, trigger := "never", "-"
+		if len(ts.Events) > 0 {
+			ev := ts.Events[0]
+			at := ev.EndTime
+			if at.IsZero() {
+				at = ev.StartTime
+			}
+			result := "succeeded"
+			if !ev.Success {
+				result = "failed"
+				if ev.Error != nil {
+					failures = append(failures, fmt.Sprintf("%s: %s", n, oneLine(ev.Error.Message)))
+				}
+			}
+			last = fmt.Sprintf("%s ago (%s)", ago(t.Sub(at)), result)
+			if ev.Trigger != "" {
+				trigger = ev.Trigger
+			}
+		}
+		enabled := "yes"
+		if !ts.Enabled {
+			enabled = "no"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n, enabled, ts.Status, last, trigger, nextRun(ts, t))
+	}
+	_ = tw.Flush()
+	if len(failures) > 0 {
+		fmt.Fprintln(w, "\nLatest errors:")
+		for _, f := range failures {
+			fmt.Fprintf(w, "  %s\n", f)
+		}
+	}
+}
+
+// nextRun describes when the task runs next.
+func nextRun(ts api.TaskStatus, t time.Time) string {
+	switch {
+	case ts.Active:
+		return "running now"
+	case !ts.Enabled:
+		return "-"
+	case ts.NextRun != nil:
+		return fmt.Sprintf("in %s (%s)", ago(ts.NextRun.Sub(t)), ts.NextRun.Local().Format("2006-01-02 15:04:05"))
+	}
+	return "on change"
+}
+
+// ago renders a duration coarsely: 45s, 12m, 3h5m, 2d4h.
+func ago(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " ..."
+	}
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}

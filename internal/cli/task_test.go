@@ -1,0 +1,587 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/api"
+	"github.com/ctsync/ctsync/internal/api/testcerts"
+	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// fakeCtrl implements api.Controller and records the calls it gets.
+type fakeCtrl struct {
+	mu        sync.Mutex
+	tasks     map[string]task.Spec
+	events    map[string][]store.Event
+	changes   bool
+	calls     []string
+	deleted   chan string
+	nextRun   time.Time
+	activeSet map[string]bool
+}
+
+func newFakeCtrl(specs ...task.Spec) *fakeCtrl {
+	f := &fakeCtrl{tasks: map[string]task.Spec{}, events: map[string][]store.Event{}, changes: true,
+		deleted: make(chan string, 10), activeSet: map[string]bool{}}
+	for _, s := range specs {
+		f.tasks[s.Name] = s
+	}
+	return f
+}
+
+func (f *fakeCtrl) record(format string, args ...any) {
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+}
+
+func (f *fakeCtrl) Calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+func (f *fakeCtrl) Tasks() []reconcile.TaskState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []reconcile.TaskState
+	for _, s := range f.tasks {
+		out = append(out, reconcile.TaskState{Spec: s, Active: f.activeSet[s.Name], NextRun: f.nextRunOf(s)})
+	}
+	slices.SortFunc(out, func(a, b reconcile.TaskState) int { return strings.Compare(a.Spec.Name, b.Spec.Name) })
+	return out
+}
+
+func (f *fakeCtrl) nextRunOf(s task.Spec) time.Time {
+	if s.Condition.Schedule != nil {
+		return f.nextRun
+	}
+	return time.Time{}
+}
+
+func (f *fakeCtrl) Task(name string) (reconcile.TaskState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.tasks[name]
+	if !ok {
+		return reconcile.TaskState{}, reconcile.ErrNotFound
+	}
+	return reconcile.TaskState{Spec: s, NextRun: f.nextRunOf(s)}, nil
+}
+
+func (f *fakeCtrl) Create(_ context.Context, spec task.Spec, runNow bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("create %s runNow=%v", spec.Name, runNow)
+	f.tasks[spec.Name] = spec
+	return nil
+}
+
+func (f *fakeCtrl) Inspect(_ context.Context, spec task.Spec) (reconcile.PlanResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("inspect %s", spec.Name)
+	return f.plan(), nil
+}
+
+func (f *fakeCtrl) plan() reconcile.PlanResult {
+	if !f.changes {
+		return reconcile.PlanResult{Plan: "No changes."}
+	}
+	return reconcile.PlanResult{Plan: "Plan: 2 to add, 0 to change, 0 to destroy.", ChangesPresent: true}
+}
+
+func (f *fakeCtrl) SetEnabled(_ context.Context, name string, enabled bool, mode string) (reconcile.PlanResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("set %s enabled=%v mode=%q", name, enabled, mode)
+	s, ok := f.tasks[name]
+	if !ok {
+		return reconcile.PlanResult{}, reconcile.ErrNotFound
+	}
+	if mode == "inspect" {
+		return f.plan(), nil
+	}
+	s.Enabled = enabled
+	f.tasks[name] = s
+	return reconcile.PlanResult{}, nil
+}
+
+func (f *fakeCtrl) RunNow(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("run %s", name)
+	return nil
+}
+
+func (f *fakeCtrl) Delete(_ context.Context, name string, destroy bool) error {
+	f.mu.Lock()
+	f.record("delete %s destroy=%v", name, destroy)
+	delete(f.tasks, name)
+	f.mu.Unlock()
+	f.deleted <- name
+	return nil
+}
+
+func (f *fakeCtrl) Events(name string) []store.Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]store.Event(nil), f.events[name]...)
+}
+
+func specNamed(name string) task.Spec {
+	return task.Spec{Name: name, Module: "org/m/x", Enabled: true, BufferPeriod: &task.BufferPeriod{},
+		Condition: task.Condition{Services: &task.ServicesCondition{ServicesSelector: task.ServicesSelector{Names: []string{"web"}}}}}
+}
+
+// serve runs the API with the fake controller on an httptest server and
+// points CTS_ADDRESS at it.
+func serve(t *testing.T, f *fakeCtrl) *httptest.Server {
+	t.Helper()
+	srv, err := api.New(api.Options{Controller: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	t.Setenv("CTS_ADDRESS", ts.URL)
+	return ts
+}
+
+// run runs the CLI with stdin as the answers.
+func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	old := Stdin
+	Stdin = strings.NewReader(stdin)
+	t.Cleanup(func() { Stdin = old })
+	var out, errb bytes.Buffer
+	code = Run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func wantCalls(t *testing.T, f *fakeCtrl, want ...string) {
+	t.Helper()
+	if got := f.Calls(); !slices.Equal(got, want) {
+		t.Errorf("calls:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+const prompt = "Only 'yes' will be accepted to approve, enter 'no' or leave blank to reject.\nEnter a value: "
+
+func TestTaskEnable(t *testing.T) {
+	cases := []struct {
+		name, stdin string
+		args        []string
+		changes     bool
+		calls       []string
+		out         []string
+		noPrompt    bool
+	}{
+		{"yes", "yes\n", nil, true,
+			[]string{`set a enabled=true mode="inspect"`, `set a enabled=true mode="now"`},
+			[]string{"Plan: 2 to add", "Enable task 'a' and apply the changes above?\n" + prompt, "enabled and applied"}, false},
+		{"yes without newline", "yes", nil, true,
+			[]string{`set a enabled=true mode="inspect"`, `set a enabled=true mode="now"`}, nil, false},
+		{"no", "no\n", nil, true,
+			[]string{`set a enabled=true mode="inspect"`}, []string{"Cancelled enabling task 'a'"}, false},
+		{"blank", "\n", nil, true,
+			[]string{`set a enabled=true mode="inspect"`}, []string{"Cancelled enabling task 'a'"}, false},
+		{"eof", "", nil, true,
+			[]string{`set a enabled=true mode="inspect"`}, []string{"Cancelled enabling task 'a'"}, false},
+		{"Yes is not yes", "Yes\n", nil, true,
+			[]string{`set a enabled=true mode="inspect"`}, []string{"Cancelled enabling task 'a'"}, false},
+		{"auto-approve", "", []string{"-auto-approve"}, true,
+			[]string{`set a enabled=true mode="inspect"`, `set a enabled=true mode="now"`}, nil, true},
+		{"no changes", "", nil, false,
+			[]string{`set a enabled=true mode="inspect"`, `set a enabled=true mode=""`}, []string{"no changes to apply"}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeCtrl(specNamed("a"))
+			f.changes = c.changes
+			serve(t, f)
+			args := append([]string{"task", "enable"}, c.args...)
+			code, out, errOut := run(t, c.stdin, append(args, "a")...)
+			if code != ExitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			wantCalls(t, f, c.calls...)
+			for _, w := range c.out {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if c.noPrompt == strings.Contains(out, "Enter a value:") {
+				t.Errorf("prompt shown=%v, want %v:\n%s", !c.noPrompt, !c.noPrompt, out)
+			}
+		})
+	}
+}
+
+func TestTaskEnableFlagAfterName(t *testing.T) {
+	f := newFakeCtrl(specNamed("a"))
+	serve(t, f)
+	if code, _, errOut := run(t, "", "task", "enable", "a", "-auto-approve"); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	wantCalls(t, f, `set a enabled=true mode="inspect"`, `set a enabled=true mode="now"`)
+}
+
+func TestTaskCommandErrors(t *testing.T) {
+	f := newFakeCtrl(specNamed("a"))
+	serve(t, f)
+	cases := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"task"}, ExitRequiredFlags, "Usage: ctsync task"},
+		{[]string{"task", "frobnicate"}, ExitFlagParse, "unknown task subcommand"},
+		{[]string{"task", "enable"}, ExitRequiredFlags, "requires one argument"},
+		{[]string{"task", "enable", "a", "b"}, ExitFlagParse, "unexpected arguments: b"},
+		{[]string{"task", "enable", "-bogus", "a"}, ExitFlagParse, "flag provided but not defined"},
+		{[]string{"task", "disable"}, ExitRequiredFlags, "requires one argument"},
+		{[]string{"task", "delete"}, ExitRequiredFlags, "requires one argument"},
+		{[]string{"task", "create"}, ExitRequiredFlags, "-task-file flag is required"},
+		{[]string{"task", "create", "-task-file=x.hcl", "extra"}, ExitFlagParse, "unexpected arguments: extra"},
+		{[]string{"task", "enable", "nope"}, ExitError, "a task with name 'nope' does not exist or has not been initialized yet"},
+		{[]string{"task", "disable", "nope"}, ExitError, "a task with name 'nope' does not exist"},
+		{[]string{"task", "delete", "nope"}, ExitError, "a task with name 'nope' does not exist"},
+		{[]string{"task", "create", "-task-file=/does/not/exist.hcl"}, ExitError, "cannot read task file"},
+		{[]string{"status", "a", "b"}, ExitFlagParse, "at most one task name"},
+		{[]string{"status", "-status=bogus"}, ExitError, "query parameter status"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			code, _, errOut := run(t, "", c.args...)
+			if code != c.code || !strings.Contains(errOut, c.want) {
+				t.Errorf("exit %d (want %d), stderr:\n%s\nwant %q", code, c.code, errOut, c.want)
+			}
+		})
+	}
+	for _, h := range [][]string{{"task", "-h"}, {"task", "enable", "-h"}, {"status", "-h"}} {
+		if code, _, _ := run(t, "", h...); code != ExitOK {
+			t.Errorf("%v: exit %d", h, code)
+		}
+	}
+	wantCalls(t, f) // unknown tasks fail before reaching the controller
+}
+
+func TestTaskDisable(t *testing.T) {
+	f := newFakeCtrl(specNamed("a"))
+	serve(t, f)
+	code, out, errOut := run(t, "", "task", "disable", "a")
+	if code != ExitOK || !strings.Contains(out, "Task 'a' disabled") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	wantCalls(t, f, `set a enabled=false mode=""`)
+	if strings.Contains(out, "Enter a value") {
+		t.Error("disable prompted")
+	}
+}
+
+func writeTaskFile(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "vars.tfvars"), []byte("size = 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "task.hcl")
+	src := fmt.Sprintf(`task {
+  name           = "new"
+  module         = "org/m/x"
+  variable_files = [%q]
+  condition "services" {
+    names = ["web"]
+  }
+}
+`, filepath.Join(dir, "vars.tfvars"))
+	if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestTaskCreate(t *testing.T) {
+	file := writeTaskFile(t)
+	for _, c := range []struct {
+		name, stdin string
+		args        []string
+		calls       []string
+		out         string
+	}{
+		{"yes", "yes\n", nil, []string{"inspect new", "create new runNow=true"}, "Task 'new' created and applied"},
+		{"no", "no\n", nil, []string{"inspect new"}, "Cancelled creating task 'new'"},
+		{"blank", "\n", nil, []string{"inspect new"}, "Cancelled creating task 'new'"},
+		{"auto-approve", "", []string{"-auto-approve"}, []string{"inspect new", "create new runNow=true"}, "Task 'new' created and applied"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeCtrl()
+			serve(t, f)
+			args := append([]string{"task", "create", "-task-file", file}, c.args...)
+			code, out, errOut := run(t, c.stdin, args...)
+			if code != ExitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			wantCalls(t, f, c.calls...)
+			for _, w := range []string{c.out, "Request ID: ", "Plan: 2 to add", "Request Payload:"} {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if (c.stdin != "") != strings.Contains(out, prompt) {
+				t.Errorf("prompt:\n%s", out)
+			}
+			if strings.Contains(c.out, "created") {
+				got, _ := f.Task("new")
+				if got.Spec.Variables["size"] != "3" || !got.Spec.Enabled {
+					t.Errorf("created task %+v", got.Spec)
+				}
+			}
+		})
+	}
+}
+
+func TestTaskCreateInvalidFile(t *testing.T) {
+	f := newFakeCtrl()
+	serve(t, f)
+	p := filepath.Join(t.TempDir(), "bad.hcl")
+	if err := os.WriteFile(p, []byte("task {\n  name = \"x\"\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := run(t, "", "task", "create", "-task-file="+p)
+	if code != ExitError || !strings.Contains(errOut, "bad.hcl") {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	wantCalls(t, f)
+}
+
+func TestTaskDelete(t *testing.T) {
+	for _, c := range []struct {
+		name, stdin string
+		args        []string
+		deleted     bool
+		notes       []string
+	}{
+		{"yes", "yes\n", nil, true, []string{"This action cannot be undone.", "will not destroy the infrastructure"}},
+		{"no", "no\n", nil, false, nil},
+		{"blank", "", nil, false, nil},
+		{"destroy", "yes\n", []string{"-destroy"}, true, []string{"This action cannot be undone.", "will be destroyed (terraform destroy)"}},
+		{"auto-approve", "", []string{"-auto-approve"}, true, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeCtrl(specNamed("a"))
+			serve(t, f)
+			args := append([]string{"task", "delete"}, c.args...)
+			code, out, errOut := run(t, c.stdin, append(args, "a")...)
+			if code != ExitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			for _, n := range c.notes {
+				if !strings.Contains(out, n) {
+					t.Errorf("prompt lacks %q:\n%s", n, out)
+				}
+			}
+			if !c.deleted {
+				if !strings.Contains(out, "Cancelled deleting task 'a'") {
+					t.Errorf("output:\n%s", out)
+				}
+				wantCalls(t, f)
+				return
+			}
+			select {
+			case <-f.deleted:
+			case <-time.After(10 * time.Second):
+				t.Fatal("not deleted")
+			}
+			wantCalls(t, f, fmt.Sprintf("delete a destroy=%v", slices.Contains(c.args, "-destroy")))
+			if !strings.Contains(out, "marked for deletion") || !strings.Contains(out, "Request ID: ") {
+				t.Errorf("output:\n%s", out)
+			}
+		})
+	}
+}
+
+func TestStatusCommand(t *testing.T) {
+	base := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	old := now
+	now = func() time.Time { return base }
+	t.Cleanup(func() { now = old })
+
+	sched := specNamed("nightly")
+	sched.Condition = task.Condition{Schedule: &task.ScheduleCondition{Cron: "0 3 * * *"}}
+	off := specNamed("off")
+	off.Enabled = false
+	f := newFakeCtrl(specNamed("web"), sched, off, specNamed("busy"))
+	f.nextRun = base.Add(15 * time.Hour)
+	f.activeSet["busy"] = true
+	f.events["web"] = []store.Event{
+		{ID: "2", TaskName: "web", StartTime: base.Add(-3 * time.Minute), EndTime: base.Add(-2 * time.Minute),
+			Error: &store.EventError{Message: "apply: Error: no provider\nmore"}, Trigger: "health/service/web"},
+		{ID: "1", TaskName: "web", Success: true, EndTime: base.Add(-time.Hour)},
+	}
+	f.events["nightly"] = []store.Event{{ID: "3", TaskName: "nightly", Success: true, EndTime: base.Add(-9 * time.Hour), Trigger: "schedule"}}
+	serve(t, f)
+
+	code, out, errOut := run(t, "", "status")
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	want := [][]string{
+		{"TASK", "ENABLED", "STATUS", "LAST RUN", "TRIGGER", "NEXT RUN"},
+		{"busy", "yes", "unknown", "never", "-", "running now"},
+		{"nightly", "yes", "successful", "9h0m ago (succeeded)", "schedule", "in 15h0m"},
+		{"off", "no", "unknown", "never", "-", "-"},
+		{"web", "yes", "errored", "2m ago (failed)", "health/service/web", "on change"},
+	}
+	for i, w := range want {
+		for _, cell := range w {
+			if !strings.Contains(lines[i], cell) {
+				t.Errorf("line %d %q lacks %q\n%s", i, lines[i], cell, out)
+			}
+		}
+	}
+	if !strings.Contains(out, "Latest errors:\n  web: apply: Error: no provider ...") {
+		t.Errorf("errors section:\n%s", out)
+	}
+
+	code, out, _ = run(t, "", "status", "-status=SUCCESSFUL")
+	if code != ExitOK || !strings.Contains(out, "nightly") || strings.Contains(out, "web") {
+		t.Errorf("filtered:\n%s", out)
+	}
+	code, out, _ = run(t, "", "status", "web")
+	if code != ExitOK || !strings.Contains(out, "web") || strings.Contains(out, "nightly") {
+		t.Errorf("one task:\n%s", out)
+	}
+	code, _, errOut = run(t, "", "status", "nope")
+	if code != ExitError || !strings.Contains(errOut, "does not exist") {
+		t.Errorf("unknown task: %d %s", code, errOut)
+	}
+	f2 := newFakeCtrl()
+	serve(t, f2)
+	if code, out, _ := run(t, "", "status"); code != ExitOK || !strings.Contains(out, "No tasks.") {
+		t.Errorf("empty: %d %s", code, out)
+	}
+}
+
+func TestClientAddressFlagsAndEnv(t *testing.T) {
+	f := newFakeCtrl(specNamed("a"))
+	ts := serve(t, f)
+	// -http-addr wins over CTS_ADDRESS.
+	t.Setenv("CTS_ADDRESS", "http://127.0.0.1:1")
+	if code, _, errOut := run(t, "", "task", "disable", "-http-addr", ts.URL, "a"); code != ExitOK {
+		t.Fatalf("-http-addr: %d %s", code, errOut)
+	}
+	// Deprecated -port replaces the port only.
+	port := ts.URL[strings.LastIndex(ts.URL, ":")+1:]
+	if code, _, errOut := run(t, "", "task", "disable", "-port", port, "a"); code != ExitOK {
+		t.Fatalf("-port: %d %s", code, errOut)
+	}
+	// Without a scheme, http is assumed.
+	if code, _, errOut := run(t, "", "status", "-http-addr", strings.TrimPrefix(ts.URL, "http://")); code != ExitOK {
+		t.Fatalf("no scheme: %d %s", code, errOut)
+	}
+	// Nothing listening: exit 11 with the address.
+	if code, _, errOut := run(t, "", "status"); code != ExitError || !strings.Contains(errOut, "127.0.0.1:1") {
+		t.Fatalf("unreachable: %d %s", code, errOut)
+	}
+	t.Setenv("CTS_SSL_VERIFY", "maybe")
+	if code, _, errOut := run(t, "", "status"); code != ExitFlagParse || !strings.Contains(errOut, "CTS_SSL_VERIFY") {
+		t.Fatalf("bad CTS_SSL_VERIFY: %d %s", code, errOut)
+	}
+}
+
+// tlsServe runs the API over TLS (mutual TLS with verify) on httptest.
+func tlsServe(t *testing.T, f *fakeCtrl, certs testcerts.Files, verify bool) *httptest.Server {
+	t.Helper()
+	srv, err := api.New(api.Options{Controller: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := api.TLSConfig(config.APITLS{Enabled: true, Cert: certs.ServerCert, Key: certs.ServerKey,
+		VerifyIncoming: verify, CACert: certs.CACert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(srv.Handler())
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected
+	ts.TLS = tc
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func TestClientTLS(t *testing.T) {
+	certs := testcerts.Generate(t)
+	f := newFakeCtrl(specNamed("a"))
+	ts := tlsServe(t, f, certs, false)
+	t.Setenv("CTS_ADDRESS", ts.URL)
+
+	if code, _, errOut := run(t, "", "status", "-ca-cert", certs.CACert); code != ExitOK {
+		t.Fatalf("-ca-cert: %d %s", code, errOut)
+	}
+	if code, _, errOut := run(t, "", "status", "-ca-path", certs.CADir); code != ExitOK {
+		t.Fatalf("-ca-path: %d %s", code, errOut)
+	}
+	t.Setenv("CTS_CACERT", certs.CACert)
+	if code, _, errOut := run(t, "", "status"); code != ExitOK {
+		t.Fatalf("CTS_CACERT: %d %s", code, errOut)
+	}
+	t.Setenv("CTS_CACERT", "")
+	if code, _, errOut := run(t, "", "status"); code != ExitError || !strings.Contains(errOut, "certificate") {
+		t.Fatalf("unknown CA: %d %s", code, errOut)
+	}
+	if code, _, errOut := run(t, "", "status", "-ssl-verify=false"); code != ExitOK {
+		t.Fatalf("-ssl-verify=false: %d %s", code, errOut)
+	}
+	t.Setenv("CTS_SSL_VERIFY", "false")
+	if code, _, errOut := run(t, "", "status"); code != ExitOK {
+		t.Fatalf("CTS_SSL_VERIFY=false: %d %s", code, errOut)
+	}
+	t.Setenv("CTS_SSL_VERIFY", "")
+
+	// http:// against the TLS server: a hint.
+	httpURL := "http://" + strings.TrimPrefix(ts.URL, "https://")
+	code, _, errOut := run(t, "", "status", "-http-addr", httpURL)
+	if code != ExitError || !strings.Contains(errOut, "hint: the ctsync API may be serving HTTPS") {
+		t.Fatalf("http to https: %d %s", code, errOut)
+	}
+}
+
+func TestClientMutualTLS(t *testing.T) {
+	certs := testcerts.Generate(t)
+	f := newFakeCtrl(specNamed("a"))
+	ts := tlsServe(t, f, certs, true)
+	t.Setenv("CTS_ADDRESS", ts.URL)
+	t.Setenv("CTS_CACERT", certs.CACert)
+
+	if code, _, _ := run(t, "", "status"); code != ExitError {
+		t.Fatalf("no client certificate: exit %d", code)
+	}
+	if code, _, errOut := run(t, "", "status", "-client-cert", certs.ClientCert, "-client-key", certs.ClientKey); code != ExitOK {
+		t.Fatalf("client cert flags: %d %s", code, errOut)
+	}
+	t.Setenv("CTS_CLIENT_CERT", certs.ClientCert)
+	t.Setenv("CTS_CLIENT_KEY", certs.ClientKey)
+	if code, _, errOut := run(t, "", "task", "disable", "a"); code != ExitOK {
+		t.Fatalf("client cert env: %d %s", code, errOut)
+	}
+	t.Setenv("CTS_CLIENT_KEY", "")
+	if code, _, errOut := run(t, "", "status"); code != ExitError || !strings.Contains(errOut, "-client-key must be given together") {
+		t.Fatalf("cert without key: %d %s", code, errOut)
+	}
+}

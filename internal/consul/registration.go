@@ -1,0 +1,205 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/ctsync/ctsync/internal/config"
+)
+
+// Self-registration defaults (CTS values).
+const (
+	// ServiceTag is the tag of the registered service.
+	ServiceTag = "cts"
+	// HealthCheckName is the name of the registered HTTP check.
+	HealthCheckName = "CTS Health Status"
+	// HealthCheckNotes describes the check in Consul.
+	HealthCheckNotes = "Check created by ctsync (Consul-Terraform-Sync compatible)"
+
+	checkInterval       = "10s"
+	checkTimeout        = "2s"
+	checkDeregisterTime = "30m"
+
+	// registerAttempts bounds how often a registration or deregistration is
+	// tried (CTS retries up to 8 times).
+	registerAttempts = 8
+)
+
+// registerBackoff is the first and the largest delay between attempts.
+var registerBackoff = [2]time.Duration{DefaultBackoffBase, 2 * time.Second}
+
+// AgentAPI is what registration needs from a Consul client: both
+// *api.Client and *Client provide it.
+type AgentAPI interface {
+	Agent() *api.Agent
+}
+
+// Registration is ctsync's own service in the Consul catalog.
+type Registration struct {
+	// ID is the service ID (the instance id, config `id`).
+	ID string
+	// Name is the service name (default "consul-terraform-sync").
+	Name string
+	// Address is the service address; empty lets the agent use its node's.
+	Address   string
+	Namespace string
+	// Port is the API port.
+	Port int
+	// Tags default to ["cts"].
+	Tags []string
+	// Check adds the HTTP health check on /v1/health.
+	Check bool
+	// CheckAddress is scheme://host:port of the check; empty means
+	// http(s)://localhost:<Port>.
+	CheckAddress string
+	// TLS says the API serves HTTPS (for the default check address).
+	TLS bool
+}
+
+// RegistrationFromConfig returns the registration the configuration asks
+// for, and false when consul.service_registration is disabled.
+func RegistrationFromConfig(cfg *config.Config) (Registration, bool) {
+	sr := cfg.Consul.ServiceRegistration
+	if !sr.Enabled {
+		return Registration{}, false
+	}
+	return Registration{
+		ID:           cfg.ID,
+		Name:         sr.ServiceName,
+		Address:      sr.Address,
+		Namespace:    sr.Namespace,
+		Port:         cfg.Port,
+		Tags:         []string{ServiceTag},
+		Check:        sr.DefaultCheck.Enabled,
+		CheckAddress: sr.DefaultCheck.Address,
+		TLS:          cfg.TLS.Enabled,
+	}, true
+}
+
+// service builds the agent registration: the service and, with Check, an
+// HTTP check that starts critical and is removed with the service after
+// 30 minutes of failing.
+func (r Registration) service() *api.AgentServiceRegistration {
+	name := r.Name
+	if name == "" {
+		name = config.DefaultServiceName
+	}
+	tags := r.Tags
+	if tags == nil {
+		tags = []string{ServiceTag}
+	}
+	svc := &api.AgentServiceRegistration{
+		ID:        r.ID,
+		Name:      name,
+		Tags:      tags,
+		Port:      r.Port,
+		Address:   r.Address,
+		Namespace: r.Namespace,
+	}
+	if r.Check {
+		addr := r.CheckAddress
+		if addr == "" {
+			scheme := "http"
+			if r.TLS {
+				scheme = "https"
+			}
+			addr = scheme + "://localhost:" + strconv.Itoa(r.Port)
+		}
+		svc.Checks = api.AgentServiceChecks{{
+			CheckID:                        r.ID + "-health",
+			Name:                           HealthCheckName,
+			Notes:                          HealthCheckNotes,
+			HTTP:                           addr + "/v1/health",
+			Method:                         http.MethodGet,
+			Interval:                       checkInterval,
+			Timeout:                        checkTimeout,
+			DeregisterCriticalServiceAfter: checkDeregisterTime,
+			TLSSkipVerify:                  true,
+			Status:                         api.HealthCritical,
+		}}
+	}
+	return svc
+}
+
+// Register registers ctsync as a service with the local agent, retrying
+// transient failures (up to 8 attempts with backoff). A permission error
+// is not retried and says which ACL permission is missing.
+func Register(ctx context.Context, client AgentAPI, r Registration, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	svc := r.service()
+	err := retry(ctx, func() error {
+		return client.Agent().ServiceRegisterOpts(svc, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx))
+	})
+	if err != nil {
+		return fmt.Errorf("registering service %q (id %q) with consul: %w%s", svc.Name, svc.ID, err, aclHint(err, svc.Name))
+	}
+	logger.Info("registered with consul", "service", svc.Name, "id", svc.ID, "port", svc.Port, "check", r.Check)
+	return nil
+}
+
+// Deregister removes the service registered by Register.
+func Deregister(ctx context.Context, client AgentAPI, r Registration, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	q := (&api.QueryOptions{Namespace: r.Namespace}).WithContext(ctx)
+	err := retry(ctx, func() error { return client.Agent().ServiceDeregisterOpts(r.ID, q) })
+	if err != nil {
+		return fmt.Errorf("deregistering service id %q from consul: %w%s", r.ID, err, aclHint(err, r.Name))
+	}
+	logger.Info("deregistered from consul", "id", r.ID)
+	return nil
+}
+
+// retry runs fn until it succeeds, fails permanently (4xx) or has been
+// tried registerAttempts times.
+func retry(ctx context.Context, fn func() error) error {
+	bo := NewBackoff(registerBackoff[0], registerBackoff[1])
+	var err error
+	for attempt := 1; ; attempt++ {
+		if err = fn(); err == nil {
+			return nil
+		}
+		var se api.StatusError
+		if errors.As(err, &se) && se.Code >= 400 && se.Code < 500 && se.Code != http.StatusTooManyRequests {
+			return err
+		}
+		if attempt >= registerAttempts {
+			return err
+		}
+		t := time.NewTimer(bo.Next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// IsUnknownService reports whether err is a 404 from the agent (for example,
+// deregistering a service it does not know).
+func IsUnknownService(err error) bool {
+	var se api.StatusError
+	return errors.As(err, &se) && se.Code == http.StatusNotFound
+}
+
+func aclHint(err error, name string) string {
+	var se api.StatusError
+	if errors.As(err, &se) && se.Code == http.StatusForbidden {
+		if name == "" {
+			name = config.DefaultServiceName
+		}
+		return fmt.Sprintf(" (the consul token needs service:write on %q)", name)
+	}
+	return ""
+}
