@@ -274,7 +274,15 @@ func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
 // markDirtyLocked records that a task's inputs may have changed and
 // schedules its run through the buffer period. c.mu is held.
 func (c *Controller) markDirtyLocked(e *entry, trigger string) {
-	if !e.spec.Enabled || !e.spec.IsDynamic() || !c.started {
+	if !e.spec.Enabled || !c.started {
+		return
+	}
+	if !e.spec.IsDynamic() {
+		// Schedule tasks run on their cron ticks; data only matters for
+		// their start-up run, which waits until the data is there.
+		if !e.ranOnce {
+			c.dueLocked(e, "start")
+		}
 		return
 	}
 	if e.trigger == "" {
@@ -294,6 +302,24 @@ func (c *Controller) markDirtyLocked(e *entry, trigger string) {
 		d = until
 	}
 	c.armLocked(e, d, func() { e.deadline = time.Time{} })
+}
+
+// dueLocked makes an enabled task run as soon as its data is there, as at
+// start-up: a dynamic task through markDirtyLocked (unbuffered before its
+// first run), a schedule task directly — CTS also runs schedule tasks in
+// its start-up pass. The inputs hash still skips a task already up to date.
+func (c *Controller) dueLocked(e *entry, trigger string) {
+	if !e.spec.Enabled {
+		return
+	}
+	if e.spec.IsDynamic() {
+		c.markDirtyLocked(e, trigger)
+		return
+	}
+	if e.trigger == "" {
+		e.trigger = trigger
+	}
+	c.enqueueLocked(e)
 }
 
 // armLocked (re)starts the task's timer; when it fires, before runs under
@@ -347,9 +373,7 @@ func (c *Controller) Run(ctx, runCtx context.Context) error {
 	var names []string
 	for name, e := range c.tasks {
 		names = append(names, name)
-		if e.spec.Enabled && e.spec.IsDynamic() {
-			c.markDirtyLocked(e, "start")
-		}
+		c.dueLocked(e, "start")
 	}
 	c.mu.Unlock()
 	var wg sync.WaitGroup
@@ -397,7 +421,7 @@ func (c *Controller) SetActive(active bool) {
 	}
 	c.log.Info("active: reconciling every task")
 	for _, e := range c.tasks {
-		if !e.spec.Enabled || !e.spec.IsDynamic() || e.deleting {
+		if e.deleting {
 			continue
 		}
 		if c.opts.Store.InFlight(e.spec.Name) != "" {
@@ -405,7 +429,7 @@ func (c *Controller) SetActive(active bool) {
 			e.trigger = "failover"
 		}
 		e.ranOnce = false // the first run as leader is not buffered
-		c.markDirtyLocked(e, "leader")
+		c.dueLocked(e, "leader")
 	}
 	signal(c.kick)
 	signal(c.driftKick)

@@ -494,3 +494,16 @@ func TestStandbyRunsNothingUntilActive(t *testing.T) {
 	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
 	h.noApply(t, 200*time.Millisecond)
 }
+
+func TestScheduleTaskRunsAtStartOnceDataArrives(t *testing.T) {
+	s := task.Spec{Name: "cron", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
+		Condition:   task.Condition{Schedule: &task.ScheduleCondition{Cron: "0 0 1 1 * 2099"}},
+		ModuleInput: task.ModuleInputs{Services: &task.ServicesSelector{Names: []string{"web"}}}}
+	h := start(t, 4, nil, s)
+	h.noApply(t, 100*time.Millisecond) // no data yet
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.waitApplied(t, "cron")
+	// Later changes wait for the schedule.
+	h.w.set(healthKey("web"), []task.Service{inst("web-2", "web")})
+	h.noApply(t, 200*time.Millisecond)
+}

@@ -302,8 +302,8 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 	if err != nil {
 		return err
 	}
-	if dd, ok := e.drv.(interface{ RemoveWorkDir() error }); ok {
-		return dd.RemoveWorkDir()
+	if f, ok := e.drv.(interface{ Forget(context.Context) error }); ok {
+		return f.Forget(ctx)
 	}
 	return nil
 }
