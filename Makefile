@@ -25,6 +25,12 @@ demo: build
 	@TOOLS_NGINX=1 bash scripts/tools.sh
 	@$(TOOLS_ENV) && bash scripts/demo.sh
 
+# Scale benchmarks against a real Consul and Terraform (about 15 minutes):
+# writes docs/bench/results.md, results.csv and reaction.png.
+bench: tools
+	$(TOOLS_ENV) && CTSYNC_BENCH=1 go test -count=1 -timeout 90m -run '^TestScale$$' -v ./e2e/ | grep -v '^ *time='
+	$(TOOLS_ENV) && go test -run XXX -bench . -benchtime 1x -timeout 30m ./e2e/ ./internal/watch/
+
 lint:
 	go vet ./...
 	@out=$$(gofmt -l . | grep -v '^.tools/'); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi

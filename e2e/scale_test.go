@@ -69,7 +69,7 @@ const benchNodes = 100
 
 func instanceID(s, i int) string { return fmt.Sprintf("svc-%d-%d", s, i) }
 func serviceName(s int) string   { return fmt.Sprintf("svc-%d", s) }
-func nodeName(i int) string      { return fmt.Sprintf("node-%d", i%benchNodes) }
+func nodeName(i int) string      { return fmt.Sprintf("bench-node-%d", i%benchNodes) }
 
 func loadCatalog(t testing.TB, c *testutil.Consul, services, per int) *catalog {
 	t.Helper()
@@ -116,6 +116,10 @@ func instanceOps(s, i int, status string) []*api.TxnOp {
 	}
 }
 
+// instanceStep returns the change number k for which change(t, s, k)
+// makes the step-th change of instance i.
+func instanceStep(i, step, per int) int { return (step/4*per+i)*4 + step%4 }
+
 // change makes the k-th change to service s: a cycle of health flip down,
 // flip up, deregistration and registration of one instance.
 func (cat *catalog) change(t testing.TB, s, k int) {
@@ -129,13 +133,19 @@ func (cat *catalog) change(t testing.TB, s, k int) {
 		ops = instanceOps(s, i, api.HealthPassing)[1:]
 	case 2:
 		ops = api.TxnOps{{Service: &api.ServiceTxnOp{Verb: api.ServiceDelete, Node: nodeName(i),
-			Service: api.AgentService{ID: instanceID(s, i)}}}}
+			Service: api.AgentService{ID: instanceID(s, i), Service: serviceName(s)}}}}
 	case 3:
 		ops = instanceOps(s, i, api.HealthPassing)
 	}
 	ok, resp, _, err := cat.c.Client.Txn().Txn(ops, nil)
 	if err != nil || !ok {
-		t.Fatalf("change txn: %v %+v", err, resp)
+		var msgs []string
+		if resp != nil {
+			for _, e := range resp.Errors {
+				msgs = append(msgs, fmt.Sprintf("op %d: %s", e.OpIndex, e.What))
+			}
+		}
+		t.Fatalf("change txn (kind %d): %v %v", k%4, err, msgs)
 	}
 }
 
@@ -521,10 +531,15 @@ func churnRun(t *testing.T, res *results) {
 		duration = v
 	}
 	tick := time.NewTicker(10 * time.Millisecond)
+	// Each instance goes through its own cycle (down, up, deregistered,
+	// registered), and changes rotate over instances.
+	step := make([]int, cat.per)
 	n := 0
 	for end := time.Now().Add(duration); time.Now().Before(end); n++ {
 		<-tick.C
-		cat.change(t, 0, n*7) // spread over instances and change kinds
+		i := (n * 37) % cat.per
+		cat.change(t, 0, instanceStep(i, step[i], cat.per))
+		step[i]++
 	}
 	tick.Stop()
 	// Converged: every task's last apply has the catalog's passing set.
@@ -591,8 +606,10 @@ func writeReport(t *testing.T, dir string, res *results, curves []reactionCurve)
 	_ = w.Write([]string{"scenario", "parameters", "metric", "value", "unit", "target"})
 	_ = w.WriteAll(res.rows)
 	f.Close()
-	if err := plotReaction(filepath.Join(dir, "reaction.png"), curves); err != nil {
-		t.Fatal(err)
+	if len(curves) > 0 {
+		if err := plotReaction(filepath.Join(dir, "reaction.png"), curves); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Logf("report written to %s:\n%s", dir, b.String())
 }
