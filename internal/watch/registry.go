@@ -2,15 +2,21 @@ package watch
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"hash"
+	"io"
 	"log/slog"
-	"reflect"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ctsync/ctsync/internal/consul"
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 // Registry runs one View per distinct Query key, shared by all of the
@@ -52,10 +58,78 @@ type view struct {
 	subs   map[string]struct{} // guarded by Registry.mu
 	cancel context.CancelFunc  // guarded by Registry.mu; nil until started
 
-	mu    sync.RWMutex // guards the fields below; never held while taking Registry.mu
-	value any
-	index uint64
-	ready bool
+	mu     sync.RWMutex // guards the fields below; never held while taking Registry.mu
+	value  any
+	digest Digest
+	index  uint64
+	ready  bool
+}
+
+// Digest identifies a view's value: equal values have equal digests. It is
+// computed once per change of the view, so a task that depends on the view
+// can fingerprint its inputs without re-encoding them.
+type Digest [sha256.Size]byte
+
+// digestOf returns the digest of a normalised value. It hashes the raw
+// bytes of every string, length-prefixed, with map keys sorted: JSON would
+// fold invalid UTF-8 into U+FFFD and so hide a change between two invalid
+// byte strings.
+func digestOf(v any) (Digest, error) {
+	h := digester{h: sha256.New()}
+	switch v := v.(type) {
+	case []task.Service:
+		h.int(len(v))
+		for i := range v {
+			s := &v[i]
+			h.str(s.ID, s.Name, s.Kind, s.Address, s.Namespace, s.Status, s.Node, s.NodeID, s.NodeAddress, s.NodeDatacenter)
+			h.int(s.Port)
+			h.strs(s.Tags)
+			h.dict(s.Meta)
+			h.dict(s.NodeTaggedAddresses)
+			h.dict(s.NodeMeta)
+			h.dict(s.CTSUserDefinedMeta)
+		}
+	case map[string][]string:
+		h.int(len(v))
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			h.str(k)
+			h.strs(v[k])
+		}
+	case map[string]string:
+		h.dict(v)
+	default:
+		return Digest{}, fmt.Errorf("no digest for %T", v)
+	}
+	var d Digest
+	h.h.Sum(d[:0])
+	return d, nil
+}
+
+type digester struct{ h hash.Hash }
+
+func (d digester) int(n int) {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(n))
+	d.h.Write(b[:])
+}
+
+func (d digester) str(ss ...string) {
+	for _, s := range ss {
+		d.int(len(s))
+		io.WriteString(d.h, s)
+	}
+}
+
+func (d digester) strs(ss []string) {
+	d.int(len(ss))
+	d.str(ss...)
+}
+
+func (d digester) dict(m map[string]string) {
+	d.int(len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		d.str(k, m[k])
+	}
 }
 
 // NewRegistry returns a Registry reading through client. notify is called
@@ -214,6 +288,20 @@ func (r *Registry) Get(key string) (value any, index uint64, ok bool) {
 	return v.value, v.index, v.ready
 }
 
+// Digest returns the digest of the latest value of the view for key; ok is
+// false exactly when Get's would be.
+func (r *Registry) Digest(key string) (d Digest, ok bool) {
+	r.mu.Lock()
+	v := r.views[key]
+	r.mu.Unlock()
+	if v == nil {
+		return Digest{}, false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.digest, v.ready
+}
+
 // Views returns how many views exist (one per distinct subscribed key);
 // after Run has started each of them has a running goroutine.
 func (r *Registry) Views() int {
@@ -308,10 +396,15 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 		}
 		waitIndex = next
 
+		digest, err := digestOf(value)
+		if err != nil { // values are plain data; cannot happen
+			r.logger.Error("cannot fingerprint a consul answer", "key", v.key, "error", err.Error())
+			continue
+		}
 		v.mu.Lock()
-		changed := !v.ready || !reflect.DeepEqual(v.value, value)
+		changed := !v.ready || digest != v.digest
 		if changed {
-			v.value = value
+			v.value, v.digest = value, digest
 		}
 		v.index = index
 		v.ready = true
