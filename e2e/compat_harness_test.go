@@ -162,8 +162,14 @@ func startCompat(t *testing.T, dir string, extraEnv []string, args ...string) *p
 }
 
 // runs counts the runs ctsync started for a task, by its log lines.
-func (p *proc) runs(taskName string) int {
-	re := regexp.MustCompile(`msg="running task".* task=` + regexp.QuoteMeta(taskName) + `( |$)`)
+func (p *proc) runs(taskName string) int { return p.countLog("running task", taskName) }
+
+// successes counts the task's successful runs. A run that failed and was
+// retried counts once, when it succeeded.
+func (p *proc) successes(taskName string) int { return p.countLog("task run succeeded", taskName) }
+
+func (p *proc) countLog(msg, taskName string) int {
+	re := regexp.MustCompile(`msg="` + regexp.QuoteMeta(msg) + `".* task=` + regexp.QuoteMeta(taskName) + `( |$)`)
 	n := 0
 	for _, l := range strings.Split(p.out.String(), "\n") {
 		if re.MatchString(l) {
@@ -372,6 +378,15 @@ func jsonEqual(a, b json.RawMessage) bool {
 	return reflect.DeepEqual(x, y)
 }
 
+// settle waits until every run the task started has finished, so that a
+// count taken next is not racing a run's last log line.
+func settle(t *testing.T, p *proc, taskName string) {
+	t.Helper()
+	testutil.Eventually(t, 60*time.Second, "the runs of task "+taskName+" to finish", func() bool {
+		return p.runs(taskName) == p.successes(taskName)+p.countLog("task run failed", taskName)
+	})
+}
+
 // waitRuns waits until the task has run at least n times in total.
 func waitRuns(t *testing.T, p *proc, taskName string, n int) {
 	t.Helper()
@@ -383,6 +398,7 @@ func waitRuns(t *testing.T, p *proc, taskName string, n int) {
 // noRunFor checks that the task does not run during d.
 func noRunFor(t *testing.T, p *proc, taskName string, d time.Duration, why string) {
 	t.Helper()
+	settle(t, p, taskName)
 	before := p.runs(taskName)
 	time.Sleep(d)
 	if n := p.runs(taskName) - before; n != 0 {

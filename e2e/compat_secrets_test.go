@@ -74,7 +74,7 @@ func (r *compatRun) secretsStaySecret(t *testing.T) {
 			t.Errorf("expected generated file: %v", err)
 		}
 	}
-	logs, _ := filepath.Glob(filepath.Join(prov, "*.log"))
+	logs, _ := filepath.Glob(filepath.Join(prov, "*", "*.log"))
 	if len(logs) == 0 || checked < 20 {
 		t.Errorf("too little was checked: %d files, run logs %v", checked, logs)
 	}

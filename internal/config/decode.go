@@ -26,6 +26,9 @@ type rawConfig struct {
 	providers                           []Provider
 	tasks                               []*rawTask
 	services                            []*rawService // deprecated service blocks
+	ha                                  rawHA         // high_availability (ha.go)
+	tls                                 rawTLS        // the API's tls block (ha.go)
+	notifications                       []Notification
 }
 
 type rawBuffer struct {
@@ -68,19 +71,19 @@ var topKeys = []key{
 	{name: "terraform_provider", kind: kBlock, labels: 1, label: "name"},
 	{name: "task", kind: kBlock},
 	{name: "service", kind: kBlock},
+	{name: "tls", kind: kBlock}, {name: "high_availability", kind: kBlock}, // ha.go
+	{name: "notification", kind: kBlock, labels: 1, label: "type"},
 }
 
 const enterpriseMsg = "is a CTS Enterprise feature and is not supported"
 
 var topRejects = map[string]string{
-	"tls":               `"tls" (TLS for the ctsync API) is not supported yet`,
-	"vault":             `"vault" is not supported yet`,
-	"syslog":            `"syslog" is not supported yet`,
-	"high_availability": `"high_availability" is not supported yet`,
-	"license":           `"license" ` + enterpriseMsg + ": ctsync needs no license",
-	"license_path":      `"license_path" ` + enterpriseMsg + ": ctsync needs no license",
-	"client_type":       `"client_type" is not supported yet`,
-	"provider":          `unknown block "provider": use terraform_provider "<name>" { ... } to configure Terraform providers`,
+	"vault":        `"vault" is not supported yet`,
+	"syslog":       `"syslog" is not supported yet`,
+	"license":      `"license" ` + enterpriseMsg + ": ctsync needs no license",
+	"license_path": `"license_path" ` + enterpriseMsg + ": ctsync needs no license",
+	"client_type":  `"client_type" is not supported yet`,
+	"provider":     `unknown block "provider": use terraform_provider "<name>" { ... } to configure Terraform providers`,
 }
 
 var logLevels = map[string]string{
@@ -157,6 +160,13 @@ func (d *decoder) decodeFile(body hcl.Body, r *rawConfig) {
 			r.services = append(r.services, s)
 		}
 	}
+	if b := d.onlyOne(c, "tls", ""); b != nil { // ha.go
+		d.apiTLSBlock(b, &r.tls)
+	}
+	if b := d.onlyOne(c, "high_availability", ""); b != nil { // ha.go
+		d.haBlock(b, &r.ha)
+	}
+	d.notifications(c, r)
 }
 
 func labelRange(b *hcl.Block, i int) hcl.Range {
@@ -286,7 +296,12 @@ func (d *decoder) backend(b *hcl.Block, parent string, r *rawDriver) {
 	for _, t := range backendTypes {
 		allowed = allowed || t == typ
 	}
-	if !allowed {
+	switch {
+	case typ == "remote" || typ == "cloud":
+		d.errf(labelRange(b, 0), path, "the %q backend (HCP Terraform / Terraform Enterprise runs) is not supported, as in CTS: "+
+			"ctsync runs Terraform itself; keep state in one of %s", typ, strings.Join(backendTypes, ", "))
+		return
+	case !allowed:
 		d.errf(labelRange(b, 0), path, "unsupported Terraform backend %q: use one of %s", typ, strings.Join(backendTypes, ", "))
 		return
 	}

@@ -125,8 +125,9 @@ func TestLoadErrors(t *testing.T) {
 		{"unparsable variable file", hclFile(lines(okTask(`  variable_files = ["testdata/vars/bad.tfvars"]`)...)), "bad.tfvars", 1, `task "web".variable_files[0]`, ""},
 
 		// driver
-		{"remote backend", hclFile(lines(`driver "terraform" {`, `  backend "remote" {`, `    organization = "x"`, "  }", "}")), "c.hcl", 2, `driver "terraform".backend "remote"`, "unsupported Terraform backend"},
-		{"cloud backend", hclFile(lines(`driver "terraform" {`, `  backend "cloud" {`, "  }", "}")), "c.hcl", 2, `driver "terraform".backend "cloud"`, "unsupported Terraform backend"},
+		{"remote backend", hclFile(lines(`driver "terraform" {`, `  backend "remote" {`, `    organization = "x"`, "  }", "}")), "c.hcl", 2, `driver "terraform".backend "remote"`, `the "remote" backend (HCP Terraform / Terraform Enterprise runs) is not supported`},
+		{"http backend", hclFile(lines(`driver "terraform" {`, `  backend "http" {`, "  }", "}")), "c.hcl", 2, `driver "terraform".backend "http"`, "unsupported Terraform backend"},
+		{"cloud backend", hclFile(lines(`driver "terraform" {`, `  backend "cloud" {`, "  }", "}")), "c.hcl", 2, `driver "terraform".backend "cloud"`, `the "cloud" backend (HCP Terraform / Terraform Enterprise runs) is not supported`},
 		{"two backends across files", []srcSpec{
 			{"a.hcl", lines(`driver "terraform" {`, `  backend "local" {`, "  }", "}")},
 			{"b.hcl", lines(`driver "terraform" {`, `  backend "s3" {`, "  }", "}")},
@@ -143,10 +144,10 @@ func TestLoadErrors(t *testing.T) {
 		{"two task buffer_period blocks", hclFile(lines(okTask("  buffer_period {", "  }", "  buffer_period {", "  }")...)), "c.hcl", 6, `task "web".buffer_period`, "only one 'buffer_period' block"},
 
 		// not supported (yet)
-		{"api tls", hclFile(lines("tls {", `  cert = "x"`, "}")), "c.hcl", 1, "tls", `"tls" (TLS for the ctsync API) is not supported yet`},
+		{"api tls without key", hclFile(lines("tls {", `  cert = "x"`, "}")), "c.hcl", 1, "tls.key", "is required when TLS is enabled"},
 		{"vault", hclFile(lines(`port = 1`, "vault {", "}")), "c.hcl", 2, "vault", `"vault" is not supported yet`},
 		{"syslog", hclFile(lines("syslog {", "}")), "c.hcl", 1, "syslog", `"syslog" is not supported yet`},
-		{"high_availability", hclFile(lines("high_availability {", "  cluster {", "  }", "}")), "c.hcl", 1, "high_availability", `"high_availability" is not supported yet`},
+		{"high_availability without cluster name", hclFile(lines("high_availability {", "  cluster {", "  }", "}")), "c.hcl", 1, "high_availability.cluster.name", "is required"},
 		{"license", hclFile(lines("license {", "}")), "c.hcl", 1, "license", "CTS Enterprise feature and is not supported"},
 		{"license_path", hclFile(lines(`license_path = "/x"`)), "c.hcl", 1, "license_path", "CTS Enterprise feature and is not supported"},
 		{"client_type", hclFile(lines(`client_type = "development"`)), "c.hcl", 1, "client_type", `"client_type" is not supported yet`},

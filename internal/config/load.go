@@ -224,6 +224,7 @@ func (d *decoder) finish(r *rawConfig) *Config {
 	}
 
 	cfg.Consul = consulConfig(&r.consul)
+	d.finishHA(r, cfg) // high_availability and the API's tls block (ha.go)
 
 	cfg.Driver = TerraformDriver{
 		Path:              r.driver.path.V,
@@ -242,6 +243,7 @@ func (d *decoder) finish(r *rawConfig) *Config {
 		d.finishTask(t, cfg.BufferPeriod)
 	}
 	d.checkTaskRefs(r.tasks, refs)
+	cfg.Notifications = d.checkNotifications(r.notifications)
 	for _, t := range r.tasks {
 		cfg.Tasks = append(cfg.Tasks, t.spec)
 		if t.spec.Name == "" {

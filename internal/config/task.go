@@ -48,6 +48,7 @@ var taskKeys = []key{
 	{name: "condition", kind: kBlock, labels: 1, label: "type"},
 	{name: "module_input", kind: kBlock, labels: 1, label: "type"},
 	{name: "source_input", kind: kBlock, labels: 1, label: "type"},
+	{name: "drift_detection", kind: kBlock},
 }
 
 var taskRejects = map[string]string{
@@ -232,6 +233,7 @@ func (d *decoder) task(b *hcl.Block) *rawTask {
 		seenInput[typ] = ib.DefRange
 		d.moduleInput(ib, t)
 	}
+	d.driftDetection(c, p, t)
 
 	t.failed = len(d.errs) > errsBefore
 	return t

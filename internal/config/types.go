@@ -27,11 +27,15 @@ type Config struct {
 	TLS APITLS
 	// History is how many run events are kept per task (ctsync extension,
 	// default 50).
-	History   int
+	History int
+	// HA is the high_availability block (ha.go); nil when it is absent.
+	HA        *HA
 	Consul    Consul
 	Driver    TerraformDriver
 	Providers []Provider
 	Tasks     []task.Spec
+	// Notifications are the notification blocks (ctsync extension).
+	Notifications []Notification
 	// Files lists the configuration files that were read, in order.
 	Files []string
 	// Warnings are non-fatal notes found while decoding (deprecations and
