@@ -26,6 +26,10 @@ const (
 	defaultIdleConnTimeout     = 5 * time.Second
 	defaultMaxIdleConnsPerHost = 100
 	defaultTLSHandshakeTimeout = 10 * time.Second
+	// tlsMaxConns caps connections to the agent over TLS (HTTP/2):
+	// 64 connections × 250 streams each is far more blocking queries than
+	// one ctsync makes, and far under the agent's per-client limit of 200.
+	tlsMaxConns = 64
 )
 
 // NewClient builds the Consul API client from the consul block.
@@ -55,8 +59,14 @@ const (
 //     when the server's stream limit is reached), so the per-client
 //     connection limit stops mattering.
 //
-// MaxConnsPerHost is deliberately left unlimited: a cap below V would make
-// views queue behind each other's 5-minute waits and stall.
+// Over plain HTTP, MaxConnsPerHost is deliberately left unlimited: a cap
+// below V would make views queue behind each other's 5-minute waits and
+// stall. Over TLS it is capped at tlsMaxConns: without a cap, views that
+// start together (hundreds at once) each dial a connection before the
+// first HTTP/2 connection is up, which can exceed the agent's limit; with
+// it, waiting requests share the HTTP/2 connections (Consul accepts 250
+// streams on each). An agent that speaks only HTTP/1.1 over TLS would make
+// views beyond tlsMaxConns wait, so that case is documented.
 func NewClient(c config.Consul) (*Client, error) {
 	addr := strings.TrimSpace(c.Address)
 	if addr == "" {
@@ -140,6 +150,7 @@ func newTransport(c config.Consul, useTLS bool) (*http.Transport, error) {
 		DisableCompression: true,
 	}
 	if useTLS {
+		tr.MaxConnsPerHost = tlsMaxConns
 		tc := apiTLSConfig(c.TLS)
 		tlsCfg, err := api.SetupTLSConfig(&tc)
 		if err != nil {

@@ -50,6 +50,10 @@ func FromAPIConfig(cfg *api.Config) (*Client, error) {
 	return c, nil
 }
 
+// Multiplexed reports whether the client speaks TLS to the agent, so its
+// blocking queries share HTTP/2 connections instead of holding one each.
+func (c *Client) Multiplexed() bool { return strings.HasPrefix(c.base, "https://") }
+
 // BlockingGet reads path (e.g. "/v1/health/service/web") with the given
 // query parameters and decodes the JSON answer into out; it returns the
 // X-Consul-Index. It exists because the API client decodes with

@@ -6,14 +6,12 @@ package testutil
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -103,22 +101,7 @@ type Consul struct {
 // leader. It is stopped when the test ends.
 func StartConsul(t testing.TB) *Consul {
 	t.Helper()
-	bin := Binary(t, "consul")
-	httpPort := FreePort(t)
-	ports := []int{FreePort(t), FreePort(t), FreePort(t)} // server, serf lan, serf wan
-	args := []string{"agent", "-dev", "-client", "127.0.0.1", "-bind", "127.0.0.1",
-		"-http-port", strconv.Itoa(httpPort), "-grpc-port=-1", "-grpc-tls-port=-1", "-dns-port=-1",
-		"-server-port", strconv.Itoa(ports[0]), "-serf-lan-port", strconv.Itoa(ports[1]),
-		"-serf-wan-port", strconv.Itoa(ports[2]), "-log-level", "warn", "-node", "node-1"}
-	c := &Consul{Addr: fmt.Sprintf("127.0.0.1:%d", httpPort), t: t, bin: bin, args: args}
-	cli, err := api.NewClient(&api.Config{Address: c.Addr})
-	if err != nil {
-		t.Fatalf("consul client: %v", err)
-	}
-	c.Client = cli
-	c.start()
-	t.Cleanup(c.Stop)
-	return c
+	return StartConsulWith(t, ConsulOptions{})
 }
 
 func (c *Consul) start() {

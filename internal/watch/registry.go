@@ -38,12 +38,19 @@ type Registry struct {
 	subs    map[string]map[string]struct{} // subscriber -> keys
 	runCtx  context.Context                // set by Run; nil before
 	stopped bool                           // Run has ended
+	warned  bool                           // the connection-limit warning was logged
 	wg      sync.WaitGroup                 // view and late-notify goroutines
 
 	fetches       atomic.Uint64
 	fetchErrors   atomic.Uint64
 	notifications atomic.Uint64
 }
+
+// ConnWarnViews is how many distinct queries a registry may watch over
+// plain HTTP before it warns: each holds a connection, and the agent's
+// default limits.http_max_conns_per_client is 200 (the rest is headroom for
+// KV writes, sessions and the API calls of the CLI on the same host).
+const ConnWarnViews = 180
 
 // Stats are cumulative counters of a Registry.
 type Stats struct {
@@ -202,6 +209,12 @@ func (r *Registry) Subscribe(subscriber string, q Query) {
 		r.views[key] = v
 		if r.runCtx != nil && !r.stopped {
 			r.startLocked(v)
+		}
+		if len(r.views) > ConnWarnViews && !r.warned && r.client != nil && !r.client.Multiplexed() {
+			r.warned = true
+			r.logger.Warn("watching more distinct queries than Consul's default per-client connection limit allows over plain HTTP",
+				"queries", len(r.views), "agent_default_limit", 200,
+				"advice", "give the consul block an https address (HTTP/2 shares connections) or raise limits.http_max_conns_per_client on the agent")
 		}
 	}
 	if _, ok := v.subs[subscriber]; ok {
