@@ -1,0 +1,78 @@
+package testutil
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// ConsulOptions customise the dev agent of NewConsul.
+type ConsulOptions struct {
+	// HTTPPort is the HTTP API port; 0 picks a free one. Fault tests choose
+	// the port first, point ctsync at it, and start the agent later.
+	HTTPPort int
+	// ACLToken, when set, turns ACLs on with default_policy "deny" and
+	// makes ACLToken the initial management token (and the agent's own
+	// token, so anti-entropy can sync). Client carries the token; anything
+	// else talking to the agent needs it too.
+	ACLToken string
+	// HCL holds extra agent configuration, one -hcl argument each (e.g.
+	// `limits { kv_max_value_size = 2097152 }`).
+	HCL []string
+}
+
+// NewConsul prepares a dev agent on loopback without starting it: Addr is
+// known at once, so a test can start ctsync against an agent that is not
+// there yet. Start starts it; it is stopped when the test ends.
+func NewConsul(t testing.TB, o ConsulOptions) *Consul {
+	t.Helper()
+	bin := Binary(t, "consul")
+	httpPort := o.HTTPPort
+	if httpPort == 0 {
+		httpPort = FreePort(t)
+	}
+	ports := []int{FreePort(t), FreePort(t), FreePort(t)} // server, serf lan, serf wan
+	args := []string{"agent", "-dev", "-client", "127.0.0.1", "-bind", "127.0.0.1",
+		"-http-port", strconv.Itoa(httpPort), "-grpc-port=-1", "-grpc-tls-port=-1", "-dns-port=-1",
+		"-server-port", strconv.Itoa(ports[0]), "-serf-lan-port", strconv.Itoa(ports[1]),
+		"-serf-wan-port", strconv.Itoa(ports[2]), "-log-level", "warn", "-node", "node-1"}
+	if o.ACLToken != "" {
+		args = append(args, "-hcl", fmt.Sprintf(
+			`acl { enabled = true default_policy = "deny" enable_token_persistence = false tokens { initial_management = %q agent = %q } }`,
+			o.ACLToken, o.ACLToken))
+	}
+	for _, h := range o.HCL {
+		args = append(args, "-hcl", h)
+	}
+	c := &Consul{Addr: fmt.Sprintf("127.0.0.1:%d", httpPort), t: t, bin: bin, args: args}
+	cli, err := api.NewClient(&api.Config{Address: c.Addr, Token: o.ACLToken})
+	if err != nil {
+		t.Fatalf("consul client: %v", err)
+	}
+	c.Client = cli
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// StartConsulWith is StartConsul with options.
+func StartConsulWith(t testing.TB, o ConsulOptions) *Consul {
+	t.Helper()
+	c := NewConsul(t, o)
+	c.Start()
+	return c
+}
+
+// Start starts a prepared (or stopped) agent and waits until it has a
+// leader. Starting a running agent fails the test.
+func (c *Consul) Start() {
+	c.t.Helper()
+	c.mu.Lock()
+	running := c.cmd != nil && !c.stopped
+	c.mu.Unlock()
+	if running {
+		c.t.Fatalf("consul at %s is already running", c.Addr)
+	}
+	c.start()
+}
