@@ -41,7 +41,9 @@ type Options struct {
 	// MaxParallel bounds how many tasks run Terraform at once (default 4).
 	MaxParallel int
 	// MaxRetries is how many times a failed apply is retried with backoff
-	// before the task waits for the next change (default 2, as CTS).
+	// before the task waits for the next change (default 2, as CTS). A run
+	// that failed because the state is locked is retried until the lock is
+	// free (see LockRetryCap).
 	MaxRetries int
 	// RetryBase is the first retry delay; it doubles each retry (default 2s).
 	RetryBase time.Duration
@@ -64,6 +66,14 @@ type Metrics interface {
 	Drift(taskName string, drifted bool)
 }
 
+// LockRetryCap bounds the delay between the retries of a task whose
+// Terraform state is locked by another process. The worst case it has to
+// cover is a holder that died: with the consul backend its session (TTL 15s)
+// is invalidated within 2 x TTL, and the lock delay (5s) follows, so the
+// lock frees up at most ~35s after the death; retries at 2, 4, 8, 10, 10 ...
+// seconds catch that within ~45s.
+const LockRetryCap = 10 * time.Second
+
 // Controller runs tasks when their inputs change.
 type Controller struct {
 	opts Options
@@ -75,8 +85,12 @@ type Controller struct {
 	inspecting map[string]*entry
 	queue      []string // task names ready to run, FIFO
 	notes      []note   // notifications from views, handled by the note loop
-	started    bool
-	standby    bool // a follower: nothing runs (high availability)
+	// noted holds the notes in notes: a note already waiting is not queued
+	// again (handling it reads the current data anyway), so the backlog is
+	// bounded by tasks x queries, however fast views change.
+	noted   map[note]struct{}
+	started bool
+	standby bool // a follower: nothing runs (high availability)
 
 	kick      chan struct{} // wakes a worker
 	noteKick  chan struct{} // wakes the note loop
@@ -102,13 +116,17 @@ type entry struct {
 	running  bool      // a worker runs it now
 	deleting bool      // marked for deletion
 	rerun    bool      // became due while running: run again afterwards
+	deferred bool      // notified during the first run: settle when it ends
 	force    bool      // next run applies even when the hash is unchanged
 	deadline time.Time // buffer period hard deadline
 	timer    *time.Timer
 	gen      int // invalidates stale timers
 	retries  int // consecutive failed applies of the current inputs
 	failHash string
-	nextCron time.Time
+	// lockWaits counts consecutive runs that failed on a locked state
+	// (driver.ErrStateLocked); they are retried without a limit.
+	lockWaits int
+	nextCron  time.Time
 	// drift detection state
 	nextDrift      time.Time
 	drifted        bool
@@ -140,6 +158,7 @@ func New(opts Options, specs []task.Spec) *Controller {
 		log:        opts.Logger,
 		tasks:      map[string]*entry{},
 		inspecting: map[string]*entry{},
+		noted:      map[note]struct{}{},
 		kick:       make(chan struct{}, 1),
 		noteKick:   make(chan struct{}, 1),
 		driftKick:  make(chan struct{}, 1),
@@ -155,8 +174,12 @@ func New(opts Options, specs []task.Spec) *Controller {
 // Notify is the watch registry's callback: the view for key changed and
 // subscriber (a task name) uses it. It never blocks.
 func (c *Controller) Notify(subscriber, key string) {
+	n := note{subscriber, key}
 	c.mu.Lock()
-	c.notes = append(c.notes, note{subscriber, key})
+	if _, waiting := c.noted[n]; !waiting {
+		c.noted[n] = struct{}{}
+		c.notes = append(c.notes, n)
+	}
 	c.mu.Unlock()
 	signal(c.noteKick)
 }
@@ -173,6 +196,25 @@ func (c *Controller) subscribe(name string, s *task.Spec) {
 	for _, q := range StaticQueries(s) {
 		c.opts.Watcher.Subscribe(name, q)
 	}
+}
+
+// Digester is implemented by watchers that keep a digest of each value (the
+// watch registry does); for others the controller computes it.
+type Digester interface {
+	Digest(key string) (watch.Digest, bool)
+}
+
+// digest returns the digest of a watched value.
+func (c *Controller) digest(key string) (watch.Digest, bool) {
+	if d, ok := c.opts.Watcher.(Digester); ok {
+		return d.Digest(key)
+	}
+	v, _, ok := c.opts.Watcher.Get(key)
+	if !ok {
+		return watch.Digest{}, false
+	}
+	d, err := watch.DigestOf(v)
+	return d, err == nil
 }
 
 // get adapts the watcher to a Getter.
@@ -199,6 +241,7 @@ func (c *Controller) noteLoop(ctx context.Context) {
 			}
 			n := c.notes[0]
 			c.notes = c.notes[1:]
+			delete(c.noted, n)
 			e, throwaway := c.tasks[n.task], false
 			if e == nil {
 				e, throwaway = c.inspecting[n.task], true
@@ -289,7 +332,15 @@ func (c *Controller) markDirtyLocked(e *entry, trigger string) {
 		e.trigger = trigger
 	}
 	bp := e.spec.BufferPeriod
-	if !e.ranOnce || bp == nil || !bp.Enabled || bp.Min <= 0 {
+	buffered := bp != nil && bp.Enabled && bp.Min > 0
+	if e.running && !e.ranOnce && buffered {
+		// The task's first run is under way, and whether it has read its
+		// data yet is not known here: decide when it ends (buffered if it
+		// ran, at once if it found its data incomplete).
+		e.deferred = true
+		return
+	}
+	if !e.ranOnce || !buffered {
 		c.enqueueLocked(e)
 		return
 	}
@@ -489,7 +540,24 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 
 		c.mu.Lock()
 		e.running = false
+		locked := res.failed && errors.Is(res.err, driver.ErrStateLocked)
+		if !locked {
+			e.lockWaits = 0
+		}
 		switch {
+		case locked && e.spec.Enabled:
+			// Someone else holds the task's state lock. Unlike other
+			// failures this is retried until the run gets the lock: a lock
+			// always ends (see driver.ErrStateLocked), and giving up would
+			// leave the task behind the catalog until its next change.
+			// The delay doubles up to LockRetryCap.
+			e.lockWaits++
+			delay := min(c.opts.RetryBase<<min(e.lockWaits-1, 16), LockRetryCap)
+			delay += time.Duration(rand.Int64N(int64(delay)/4 + 1))
+			c.log.Info("retrying task: its Terraform state is locked by another process", "task", name,
+				"attempt", e.lockWaits, "delay", delay.Round(time.Millisecond))
+			e.trigger = "retry"
+			c.armLocked(e, delay, nil)
 		case res.failed && e.retries < c.opts.MaxRetries:
 			e.retries++
 			delay := c.opts.RetryBase << (e.retries - 1)
@@ -500,7 +568,17 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 		case e.rerun:
 			c.enqueueLocked(e)
 		}
+		c.undeferLocked(e)
 		c.mu.Unlock()
+	}
+}
+
+// undeferLocked settles a notification deferred while the task's first
+// run was under way (see markDirtyLocked).
+func (c *Controller) undeferLocked(e *entry) {
+	if e.deferred {
+		e.deferred = false
+		c.markDirtyLocked(e, "change")
 	}
 }
 
@@ -516,7 +594,12 @@ type outcome struct {
 // and records nothing.
 func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trigger string, force, inspect bool) outcome {
 	log := c.log.With("task", s.Name)
-	in, ready := BuildInputs(s, c.get)
+	// The fingerprint is taken before the inputs are built: if the data
+	// changes in between, the inputs are newer than the fingerprint stored
+	// as applied, and the next notification runs the task once more. The
+	// other order could store a newer fingerprint than what was applied
+	// and lose that change.
+	hash, ready := Fingerprint(s, c.get, c.digest)
 	if !ready {
 		log.Debug("waiting for watched data before running")
 		return outcome{}
@@ -526,7 +609,6 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	c.mu.Lock()
 	e.ranOnce = true
 	c.mu.Unlock()
-	hash := Hash(s, &in)
 	if !inspect && !force && hash == c.opts.Store.Applied(s.Name) {
 		log.Debug("inputs unchanged since last apply, skipping run", "inputs_hash", short(hash))
 		if c.opts.Metrics != nil {
@@ -538,6 +620,10 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 				StartTime: now, EndTime: now, Kind: store.KindNoop, Trigger: trigger, InputsHash: hash,
 				Config: eventConfig(s)})
 		}
+		return outcome{}
+	}
+	in, ready := BuildInputs(s, c.get)
+	if !ready { // a view went away in between (a regexp match left)
 		return outcome{}
 	}
 	c.mu.Lock()
@@ -682,7 +768,7 @@ func (c *Controller) waitReady(ctx context.Context, e *entry, s *task.Spec, wait
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		if _, ready := BuildInputs(s, c.get); ready {
+		if _, ready := Fingerprint(s, c.get, c.digest); ready {
 			return nil
 		}
 		select {

@@ -432,8 +432,10 @@ func TestBuildInputsCatalogAndKV(t *testing.T) {
 	if !ready || len(in.CatalogServices) != 1 || in.CatalogServices["web"][0] != "a" || in.ConsulKV["k/x"] != "1" || in.Services == nil {
 		t.Fatalf("inputs %+v ready %v", in, ready)
 	}
-	if Hash(&s, &in) != Hash(&s, &in) {
-		t.Fatal("hash not stable")
+	a, _ := Fingerprint(&s, get, digestOf(get))
+	b, _ := Fingerprint(&s, get, digestOf(get))
+	if a == "" || a != b {
+		t.Fatal("fingerprint not stable")
 	}
 }
 
@@ -471,14 +473,11 @@ func TestStandbyRunsNothingUntilActive(t *testing.T) {
 	h.noApply(t, 200*time.Millisecond)
 	// What a previous leader left in the shared store: "a" applied these
 	// inputs completely; "b" applied them too but died during a later run.
-	in := task.Inputs{Services: map[string]task.Service{}}
-	for _, svc := range []task.Service{inst("web-1", "web")} {
-		svc.CTSUserDefinedMeta = map[string]string{}
-		in.Services[svc.Key()] = svc
-	}
+	get := func(k string) (any, bool) { v, _, ok := h.w.Get(k); return v, ok }
 	for _, name := range []string{"a", "b"} {
 		s := servicesTask(name, "web")
-		_ = h.st.SetApplied(name, Hash(&s, &in))
+		fp, _ := Fingerprint(&s, get, digestOf(get))
+		_ = h.st.SetApplied(name, fp)
 	}
 	_ = h.st.SetInFlight("b", "run-that-died")
 	h.ctrl.SetActive(true)

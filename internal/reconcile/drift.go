@@ -73,13 +73,16 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	defer c.release(e)
 	s := e.spec
 	log := c.log.With("task", s.Name)
-	in, ready := BuildInputs(&s, c.get)
+	hash, ready := Fingerprint(&s, c.get, c.digest)
 	if !ready {
 		return
 	}
-	hash := Hash(&s, &in)
 	if hash != c.opts.Store.Applied(s.Name) {
 		log.Debug("drift check skipped: the task's inputs changed since its last apply")
+		return
+	}
+	in, ready := BuildInputs(&s, c.get)
+	if !ready {
 		return
 	}
 	c.slots <- struct{}{}

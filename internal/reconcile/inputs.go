@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"sort"
 
 	"github.com/ctsync/ctsync/internal/task"
@@ -137,54 +138,32 @@ func CatalogNames(s *task.Spec, get Getter) ([]string, bool) {
 	if c == nil {
 		return nil, false
 	}
-	v, ok := get(conditionCatalog(c).Key())
+	cat, ok := catalogMatches(c, get)
 	if !ok {
 		return nil, false
 	}
-	re, err := regexp.Compile(c.Regexp)
-	if err != nil {
-		return nil, false
-	}
-	cat, _ := v.(map[string][]string)
-	names := []string{}
-	for n := range cat {
-		if re.MatchString(n) {
-			names = append(names, n)
-		}
-	}
-	sort.Strings(names)
-	return names, true
+	return slices.Sorted(maps.Keys(cat)), true
 }
 
 // BuildInputs computes the module inputs of a task from the current query
 // results. ready is false while any query the task needs has no result yet.
-// It is a pure function of its arguments.
-//
-// A source with use_as_module_input = false is not passed to the module,
-// but its data still goes into in.Unrendered (as a digest), so that a change
-// to it changes the inputs hash and the task runs, as in CTS.
+// It is a pure function of its arguments. A source with
+// use_as_module_input = false renders nothing (but Fingerprint covers it, so
+// a change to it still runs the task, as in CTS).
 func BuildInputs(s *task.Spec, get Getter) (in task.Inputs, ready bool) {
 	in.Services = map[string]task.Service{}
-	var hidden unrendered
 	if sel, renders := servicesSource(s); sel != nil {
-		services := in.Services
-		if !renders {
-			services = map[string]task.Service{}
-			hidden.Services = services
-		}
-		var names []string
-		if sel.Regexp != nil {
-			var ok bool
-			if names, ok = matchingServices(sel, get); !ok {
-				return in, false
-			}
-		} else {
-			names = sel.Names
+		names, ok := selectedNames(sel, get)
+		if !ok {
+			return in, false
 		}
 		for _, n := range names {
 			v, ok := get(healthQuery(sel, n).Key())
 			if !ok {
 				return in, false
+			}
+			if !renders {
+				continue
 			}
 			meta := sel.Options(n).CTSUserDefinedMeta
 			insts, _ := v.([]task.Service)
@@ -193,37 +172,17 @@ func BuildInputs(s *task.Spec, get Getter) (in task.Inputs, ready bool) {
 				if svc.CTSUserDefinedMeta == nil {
 					svc.CTSUserDefinedMeta = map[string]string{}
 				}
-				services[svc.Key()] = svc
+				in.Services[svc.Key()] = svc
 			}
 		}
 	}
 	if c := s.Condition.CatalogServices; c != nil {
-		v, ok := get(conditionCatalog(c).Key())
+		cat, ok := catalogMatches(c, get)
 		if !ok {
 			return in, false
 		}
-		re, err := regexp.Compile(c.Regexp)
-		if err != nil {
-			return in, false
-		}
-		cat, _ := v.(map[string][]string)
 		if c.UseAsModuleInput {
-			in.CatalogServices = map[string][]string{}
-			for n, tags := range cat {
-				if re.MatchString(n) {
-					in.CatalogServices[n] = tags
-				}
-			}
-		} else {
-			// Only the set of names triggers this condition; its tags
-			// would not, so they stay out of the digest.
-			hidden.CatalogNames = []string{}
-			for n := range cat {
-				if re.MatchString(n) {
-					hidden.CatalogNames = append(hidden.CatalogNames, n)
-				}
-			}
-			sort.Strings(hidden.CatalogNames)
+			in.CatalogServices = cat
 		}
 	}
 	if sel, renders := kvSource(s); sel != nil {
@@ -231,65 +190,122 @@ func BuildInputs(s *task.Spec, get Getter) (in task.Inputs, ready bool) {
 		if !ok {
 			return in, false
 		}
-		kv, _ := v.(map[string]string)
 		if renders {
+			kv, _ := v.(map[string]string)
 			in.ConsulKV = maps.Clone(kv)
 			if in.ConsulKV == nil {
 				in.ConsulKV = map[string]string{}
 			}
-		} else {
-			hidden.ConsulKV = kv
-			if hidden.ConsulKV == nil {
-				hidden.ConsulKV = map[string]string{}
-			}
 		}
 	}
-	in.Unrendered = hidden.digest()
 	return in, true
 }
 
-// unrendered is the data of the sources a task watches without passing it
-// to its module; nil fields are sources the task does not have (or renders).
-type unrendered struct {
-	Services     map[string]task.Service `json:"services,omitempty"`
-	CatalogNames []string                `json:"catalog_names,omitempty"`
-	ConsulKV     map[string]string       `json:"consul_kv,omitempty"`
+// selectedNames lists the service names a selector watches: its names, or
+// what its regexp matches in the catalog now.
+func selectedNames(sel *task.ServicesSelector, get Getter) ([]string, bool) {
+	if sel.Regexp != nil {
+		return matchingServices(sel, get)
+	}
+	return sel.Names, true
 }
 
-// digest returns a hash of the data, or "" when there is none.
-func (u *unrendered) digest() string {
-	if u.Services == nil && u.CatalogNames == nil && u.ConsulKV == nil {
-		return ""
+// catalogMatches returns the catalog entries (name -> tags) a
+// catalog-services condition matches.
+func catalogMatches(c *task.CatalogServicesCondition, get Getter) (map[string][]string, bool) {
+	v, ok := get(conditionCatalog(c).Key())
+	if !ok {
+		return nil, false
 	}
-	h := sha256.New()
-	if err := json.NewEncoder(h).Encode(u); err != nil {
-		panic(fmt.Sprintf("hash unrendered inputs: %v", err)) // plain data; cannot fail
+	re, err := regexp.Compile(c.Regexp)
+	if err != nil { // validated at decode
+		return nil, false
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	cat, _ := v.(map[string][]string)
+	out := map[string][]string{}
+	for n, tags := range cat {
+		if re.MatchString(n) {
+			out[n] = tags
+		}
+	}
+	return out, true
 }
 
-// fingerprint is the part of a spec that changes what Terraform is asked to
-// do; a change to it makes the task run again even if its inputs did not.
+// DigestGetter returns the digest of a watched query's latest value.
+type DigestGetter func(key string) (watch.Digest, bool)
+
+// fingerprint is the part of a spec that decides what Terraform is asked to
+// do; a change to it makes the task run again even if its data did not.
 type fingerprint struct {
-	Module    string            `json:"module"`
-	Version   string            `json:"version"`
-	Providers []string          `json:"providers"`
-	Variables map[string]string `json:"variables"`
+	Module      string            `json:"module"`
+	Version     string            `json:"version"`
+	Providers   []string          `json:"providers"`
+	Variables   map[string]string `json:"variables"`
+	Condition   task.Condition    `json:"condition"`
+	ModuleInput task.ModuleInputs `json:"module_input"`
 }
 
-// Hash identifies a task's desired state: its inputs and the spec fields
-// that reach Terraform. encoding/json sorts map keys, so equal inputs always
-// hash equal.
-func Hash(s *task.Spec, in *task.Inputs) string {
+// Fingerprint identifies a task's desired state: the spec fields that reach
+// Terraform and the data of every source the task watches, rendered or not
+// (a source with use_as_module_input = false still triggers runs, as in
+// CTS). It is built from the digests the watch layer computes once per
+// change, so its cost does not grow with the number of instances. Two
+// calls with the same spec and the same watched data give the same string;
+// ready is false while any watched query has no value yet.
+func Fingerprint(s *task.Spec, get Getter, digest DigestGetter) (fp string, ready bool) {
 	h := sha256.New()
 	enc := json.NewEncoder(h)
-	if err := enc.Encode(fingerprint{s.Module, s.Version, s.Providers, s.Variables}); err != nil {
-		panic(fmt.Sprintf("hash spec: %v", err)) // plain data; cannot fail
+	if err := enc.Encode(fingerprint{s.Module, s.Version, s.Providers, s.Variables, s.Condition, s.ModuleInput}); err != nil {
+		panic(fmt.Sprintf("fingerprint spec: %v", err)) // plain data; cannot fail
 	}
-	if err := enc.Encode(in); err != nil {
-		panic(fmt.Sprintf("hash inputs: %v", err))
+	write := func(parts ...string) {
+		for _, p := range parts {
+			fmt.Fprintf(h, "%d:%s", len(p), p)
+		}
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	if sel, _ := servicesSource(s); sel != nil {
+		names, ok := selectedNames(sel, get)
+		if !ok {
+			return "", false
+		}
+		write("services")
+		for _, n := range names {
+			key := healthQuery(sel, n).Key()
+			d, ok := digest(key)
+			if !ok {
+				return "", false
+			}
+			write(key, string(d[:]))
+			if err := enc.Encode(sel.Options(n).CTSUserDefinedMeta); err != nil {
+				panic(fmt.Sprintf("fingerprint meta: %v", err))
+			}
+		}
+	}
+	if c := s.Condition.CatalogServices; c != nil {
+		cat, ok := catalogMatches(c, get)
+		if !ok {
+			return "", false
+		}
+		write("catalog-services")
+		if c.UseAsModuleInput {
+			if err := enc.Encode(cat); err != nil {
+				panic(fmt.Sprintf("fingerprint catalog: %v", err))
+			}
+		} else {
+			// Only the set of names triggers this condition; its tags
+			// would not, so they stay out.
+			write(slices.Sorted(maps.Keys(cat))...)
+		}
+	}
+	if sel, _ := kvSource(s); sel != nil {
+		key := kvQuery(sel).Key()
+		d, ok := digest(key)
+		if !ok {
+			return "", false
+		}
+		write("consul-kv", key, string(d[:]))
+	}
+	return hex.EncodeToString(h.Sum(nil)), true
 }
 
 func dedupe(qs []watch.Query) []watch.Query {

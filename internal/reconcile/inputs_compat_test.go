@@ -30,8 +30,8 @@ func TestBuildInputsPerServiceOptions(t *testing.T) {
 		dbKey:  []task.Service{{ID: "db-1", Name: "db", Node: "n", NodeDatacenter: "dc1"}},
 	}
 	in, ready := BuildInputs(&s, func(k string) (any, bool) { v, ok := vals[k]; return v, ok })
-	if !ready || in.Unrendered != "" {
-		t.Fatalf("ready %v, unrendered %q", ready, in.Unrendered)
+	if !ready {
+		t.Fatal("not ready")
 	}
 	if m := in.Services["web-1.n.east"].CTSUserDefinedMeta; !reflect.DeepEqual(m, map[string]string{"o": "a"}) {
 		t.Errorf("web meta %v", m)
@@ -42,9 +42,9 @@ func TestBuildInputsPerServiceOptions(t *testing.T) {
 }
 
 // A source with use_as_module_input = false renders nothing, but its data
-// is in the inputs hash, so a change to it runs the task (as in CTS). For
+// is in the fingerprint, so a change to it runs the task (as in CTS). For
 // catalog-services only the name set counts (tags never trigger it).
-func TestUnrenderedSourcesChangeTheHash(t *testing.T) {
+func TestUnrenderedSourcesChangeTheFingerprint(t *testing.T) {
 	svcKey := watch.HealthService("web", watch.ServiceOptions{}).Key()
 	catKey := watch.CatalogServices(watch.CatalogOptions{}).Key()
 	kvKey := watch.KV("k", false, "", "").Key()
@@ -75,21 +75,23 @@ func TestUnrenderedSourcesChangeTheHash(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			build := func(vals map[string]any) (task.Inputs, string) {
-				in, ready := BuildInputs(&tt.spec, func(k string) (any, bool) { v, ok := vals[k]; return v, ok })
-				if !ready {
+				get := func(k string) (any, bool) { v, ok := vals[k]; return v, ok }
+				in, ready := BuildInputs(&tt.spec, get)
+				fp, fready := Fingerprint(&tt.spec, get, digestOf(get))
+				if !ready || !fready {
 					t.Fatal("not ready")
 				}
-				return in, Hash(&tt.spec, &in)
+				return in, fp
 			}
 			in, h0 := build(tt.before)
-			if len(in.Services) != 0 || in.CatalogServices != nil || in.ConsulKV != nil || in.Unrendered == "" {
-				t.Fatalf("inputs %+v: nothing may be rendered, and the digest must be set", in)
+			if len(in.Services) != 0 || in.CatalogServices != nil || in.ConsulKV != nil {
+				t.Fatalf("inputs %+v: nothing may be rendered", in)
 			}
 			if _, h := build(tt.same); h != h0 {
-				t.Error("the hash changed for a change that does not trigger")
+				t.Error("the fingerprint changed for a change that does not trigger")
 			}
 			if _, h := build(tt.after); h == h0 {
-				t.Error("the hash did not change for a change of the watched data")
+				t.Error("the fingerprint did not change for a change of the watched data")
 			}
 		})
 	}

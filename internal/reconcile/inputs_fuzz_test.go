@@ -14,11 +14,12 @@ import (
 
 // FuzzBuildInputs drives arbitrary Consul data (service names, ids, tags,
 // meta, KV keys and values, a catalog-services regexp) through
-// BuildInputs and Hash. Properties:
+// BuildInputs and Fingerprint. Properties:
 //   - nothing panics;
 //   - the inputs are ready once every query has a value, and hold the data;
-//   - Hash is deterministic (same data in fresh maps, same hash) and moves
-//     when a value the module would see changes;
+//   - Fingerprint is deterministic (same data in fresh maps, same string)
+//     and moves when a value the module would see changes, even between
+//     two invalid UTF-8 strings;
 //   - the JSON of the inputs (what the hash covers and the driver writes)
 //     round-trips: every string comes back exactly when it is valid UTF-8,
 //     and as JSON's U+FFFD replacement otherwise.
@@ -34,7 +35,7 @@ func FuzzBuildInputs(f *testing.F) {
 				UseAsModuleInput: true}},
 			ModuleInput: task.ModuleInputs{ConsulKV: &task.ConsulKVSelector{Path: kvKey, Recurse: true}},
 		}
-		build := func(metaVal, kvVal string) (task.Inputs, bool) {
+		build := func(metaVal, kvVal string) (task.Inputs, string, bool) {
 			svc := task.Service{ID: id, Name: name, Port: port, Tags: []string{tag, tag + "2"},
 				Meta: map[string]string{metaKey: metaVal}, Node: "n1", NodeDatacenter: "dc1",
 				NodeMeta: map[string]string{}, NodeTaggedAddresses: map[string]string{}}
@@ -42,31 +43,29 @@ func FuzzBuildInputs(f *testing.F) {
 				watch.HealthService(name, watch.ServiceOptions{}).Key(): []task.Service{svc},
 				watch.KV(kvKey, true, "", "").Key():                     map[string]string{kvKey: kvVal, kvKey + "/x": ""},
 			}
-			return BuildInputs(&spec, func(k string) (any, bool) { v, ok := values[k]; return v, ok })
+			get := func(k string) (any, bool) { v, ok := values[k]; return v, ok }
+			in, ready := BuildInputs(&spec, get)
+			fp, fpReady := Fingerprint(&spec, get, digestOf(get))
+			if fpReady != ready {
+				t.Fatalf("BuildInputs ready %v but Fingerprint ready %v", ready, fpReady)
+			}
+			return in, fp, ready
 		}
-		in, ready := build(metaVal, kvVal)
+		in, h, ready := build(metaVal, kvVal)
 		if !ready {
 			t.Fatal("not ready with every value present")
 		}
 		if len(in.Services) != 1 || in.ConsulKV[kvKey] != kvVal {
 			t.Fatalf("data lost: %+v", in)
 		}
-		h := Hash(&spec, &in)
-		again, _ := build(metaVal, kvVal)
-		if h2 := Hash(&spec, &again); h2 != h {
-			t.Fatalf("hash not deterministic: %s vs %s", h, h2)
+		if _, h2, _ := build(metaVal, kvVal); h2 != h {
+			t.Fatalf("fingerprint not deterministic: %s vs %s", h, h2)
 		}
-		if utf8.ValidString(metaVal) {
-			changed, _ := build(metaVal+"!", kvVal)
-			if Hash(&spec, &changed) == h {
-				t.Fatal("a meta change does not change the hash")
-			}
+		if _, h2, _ := build(metaVal+"!", kvVal); h2 == h {
+			t.Fatal("a meta change does not change the fingerprint")
 		}
-		if utf8.ValidString(kvVal) {
-			changed, _ := build(metaVal, kvVal+"!")
-			if Hash(&spec, &changed) == h {
-				t.Fatal("a KV change does not change the hash")
-			}
+		if _, h2, _ := build(metaVal, kvVal+"\xff"); h2 == h {
+			t.Fatal("a KV change does not change the fingerprint")
 		}
 
 		b, err := json.Marshal(&in)
@@ -87,10 +86,26 @@ func FuzzBuildInputs(f *testing.F) {
 			CatalogServices: &task.CatalogServicesCondition{Regexp: re, UseAsModuleInput: true}}}
 		catKey := watch.CatalogServices(watch.CatalogOptions{}).Key()
 		catVal := map[string][]string{name: {tag}, id: {}}
-		cin, _ := BuildInputs(&cat, func(k string) (any, bool) { return catVal, k == catKey })
-		_ = Hash(&cat, &cin)
+		catGet := func(k string) (any, bool) { return catVal, k == catKey }
+		_, cready := BuildInputs(&cat, catGet)
+		if _, fready := Fingerprint(&cat, catGet, digestOf(catGet)); fready != cready {
+			t.Fatal("BuildInputs and Fingerprint disagree on readiness")
+		}
 		_, _ = CatalogNames(&cat, func(k string) (any, bool) { return catVal, k == catKey })
 	})
+}
+
+// digestOf computes digests from a Getter, as the controller does for a
+// watcher without digests.
+func digestOf(get Getter) DigestGetter {
+	return func(k string) (watch.Digest, bool) {
+		v, ok := get(k)
+		if !ok {
+			return watch.Digest{}, false
+		}
+		d, err := watch.DigestOf(v)
+		return d, err == nil
+	}
 }
 
 // jsonText is what JSON makes of a string: invalid UTF-8 bytes become
@@ -129,7 +144,7 @@ func viaJSONText(in task.Inputs) (task.Inputs, bool) {
 		}
 		return out
 	}
-	out := task.Inputs{Unrendered: jsonText(in.Unrendered), ConsulKV: mapStr(in.ConsulKV)}
+	out := task.Inputs{ConsulKV: mapStr(in.ConsulKV)}
 	if in.Services != nil {
 		out.Services = map[string]task.Service{}
 		for k, s := range in.Services {

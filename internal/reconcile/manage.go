@@ -91,6 +91,7 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 		e.running = true // reserve: nothing else runs it meanwhile
 	}
 	c.tasks[spec.Name] = e
+	signal(c.driftKick) // schedule its drift checks
 	c.mu.Unlock()
 	c.subscribe(spec.Name, &spec)
 	if !runNow {
@@ -156,7 +157,11 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 		c.mu.Unlock()
 		return PlanResult{}, fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
-	if e.running || e.queued {
+	// A follower (standby, high availability) queues tasks but runs none,
+	// so there a queued task is not active: a new leader applies the
+	// cluster's enabled flags to it before becoming active.
+	standbyFlag := c.standby && mode == ""
+	if e.running || (e.queued && !standbyFlag) {
 		c.mu.Unlock()
 		return PlanResult{}, fmt.Errorf("%w: task '%s' is active and cannot be updated at this time", ErrActive, name)
 	}
@@ -168,7 +173,12 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 		return c.plan(ctx, e, &spec)
 	}
 	e.spec.Enabled = enabled
+	signal(c.driftKick) // drift checks follow the flag
 	if !enabled {
+		if e.queued { // standby only (above)
+			c.queue = slices.DeleteFunc(c.queue, func(n string) bool { return n == name })
+			e.queued = false
+		}
 		if e.timer != nil {
 			e.timer.Stop()
 			e.timer = nil
@@ -226,10 +236,14 @@ func (c *Controller) release(e *entry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e.running = false
-	if e.rerun && c.tasks[e.spec.Name] == e {
+	if c.tasks[e.spec.Name] != e {
+		return
+	}
+	if e.rerun {
 		e.rerun = false
 		c.enqueueLocked(e)
 	}
+	c.undeferLocked(e)
 }
 
 // Delete removes a task. It is marked at once and removed when it is not

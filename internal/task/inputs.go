@@ -46,10 +46,4 @@ type Inputs struct {
 	Services        map[string]Service  `json:"services"`
 	CatalogServices map[string][]string `json:"catalog_services,omitempty"`
 	ConsulKV        map[string]string   `json:"consul_kv,omitempty"`
-	// Unrendered is a digest of the data of the sources that trigger the
-	// task without being passed to its module (use_as_module_input =
-	// false). Terraform never sees it; it is part of the inputs so that the
-	// inputs hash changes, and the task runs, when that data changes, as it
-	// does in CTS (such a module typically reads Consul itself).
-	Unrendered string `json:"unrendered,omitempty"`
 }

@@ -9,7 +9,7 @@ import (
 func TestDigest(t *testing.T) {
 	d := func(v any) Digest {
 		t.Helper()
-		got, err := digestOf(v)
+		got, err := DigestOf(v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +34,7 @@ func TestDigest(t *testing.T) {
 	if d(s1) == d(s2) {
 		t.Fatal("port change not seen")
 	}
-	if _, err := digestOf(42); err == nil {
+	if _, err := DigestOf(42); err == nil {
 		t.Fatal("unknown value type accepted")
 	}
 }

@@ -77,11 +77,11 @@ type view struct {
 // can fingerprint its inputs without re-encoding them.
 type Digest [sha256.Size]byte
 
-// digestOf returns the digest of a normalised value. It hashes the raw
+// DigestOf returns the digest of a normalised value. It hashes the raw
 // bytes of every string, length-prefixed, with map keys sorted: JSON would
 // fold invalid UTF-8 into U+FFFD and so hide a change between two invalid
 // byte strings.
-func digestOf(v any) (Digest, error) {
+func DigestOf(v any) (Digest, error) {
 	h := digester{h: sha256.New()}
 	switch v := v.(type) {
 	case []task.Service:
@@ -409,7 +409,7 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 		}
 		waitIndex = next
 
-		digest, err := digestOf(value)
+		digest, err := DigestOf(value)
 		if err != nil { // values are plain data; cannot happen
 			r.logger.Error("cannot fingerprint a consul answer", "key", v.key, "error", err.Error())
 			continue

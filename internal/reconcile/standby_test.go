@@ -1,0 +1,40 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// A new leader applies the cluster's enabled flags to its standby
+// controller, whose tasks are queued (a follower queues, it does not run):
+// the flag changes, a disabled task leaves the queue and does not run on
+// activation; a run=now stays refused while queued.
+func TestStandbySetEnabledOnQueuedTask(t *testing.T) {
+	h := start(t, 4, nil, func(o *Options) { o.Standby = true }, servicesTask("a", "web"), servicesTask("b", "web"))
+	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	waitFor(t, "tasks queued on the follower", func() bool {
+		a, _ := h.ctrl.Task("a")
+		b, _ := h.ctrl.Task("b")
+		return a.Active && b.Active
+	})
+	ctx := context.Background()
+	if _, err := h.ctrl.SetEnabled(ctx, "a", false, "now"); !errors.Is(err, ErrActive) {
+		t.Fatalf("run=now on a queued standby task: %v, want ErrActive", err)
+	}
+	if _, err := h.ctrl.SetEnabled(ctx, "a", false, ""); err != nil {
+		t.Fatalf("disable a queued task on standby: %v", err)
+	}
+	if st, _ := h.ctrl.Task("a"); st.Spec.Enabled || st.Active {
+		t.Fatalf("a after disable: enabled=%v active=%v", st.Spec.Enabled, st.Active)
+	}
+	h.ctrl.SetActive(true)
+	h.waitApplied(t, "b")
+	h.noApply(t, 200*time.Millisecond)
+	if n := h.rec.count("a"); n != 0 {
+		t.Fatalf("disabled task ran %d times on activation", n)
+	}
+}
