@@ -147,7 +147,8 @@ func CatalogNames(s *task.Spec, get Getter) ([]string, bool) {
 
 // BuildInputs computes the module inputs of a task from the current query
 // results. ready is false while any query the task needs has no result yet.
-// It is a pure function of its arguments. A source with
+// It is a pure function of its arguments. The inputs share maps with the
+// watched values and the spec: treat them as read-only. A source with
 // use_as_module_input = false renders nothing (but Fingerprint covers it, so
 // a change to it still runs the task, as in CTS).
 func BuildInputs(s *task.Spec, get Getter) (in task.Inputs, ready bool) {
@@ -165,13 +166,15 @@ func BuildInputs(s *task.Spec, get Getter) (in task.Inputs, ready bool) {
 			if !renders {
 				continue
 			}
+			// One map shared by every instance of the service: inputs are
+			// read-only from here on (the driver only encodes them).
 			meta := sel.Options(n).CTSUserDefinedMeta
+			if meta == nil {
+				meta = map[string]string{}
+			}
 			insts, _ := v.([]task.Service)
 			for _, svc := range insts {
-				svc.CTSUserDefinedMeta = maps.Clone(meta)
-				if svc.CTSUserDefinedMeta == nil {
-					svc.CTSUserDefinedMeta = map[string]string{}
-				}
+				svc.CTSUserDefinedMeta = meta
 				in.Services[svc.Key()] = svc
 			}
 		}
