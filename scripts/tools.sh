@@ -8,6 +8,9 @@
 #                                   `make test` needs it; building it takes
 #                                   ~4-7 minutes once, then it is cached)
 #   TOOLS_NGINX=1 scripts/tools.sh  also nginx (Debian package; for the demo)
+#   TOOLS_CHROMIUM=0 scripts/tools.sh   without Chromium (Debian package, ~1 minute
+#                                   once; the dashboard test e2e/ui_test.go drives
+#                                   it headless and skips itself without it)
 #
 # Afterwards `source .tools/env.sh` puts everything on PATH and sets
 # TF_CLI_CONFIG_FILE to a CLI config that serves providers from the mirror.
@@ -91,6 +94,12 @@ have terraform || build_terraform
 if [ "${TOOLS_TOFU:-1}" = 1 ]; then have tofu || build_tofu; fi
 provider local github.com/terraform-providers/terraform-provider-local "$LOCAL_PROVIDER_VERSION"
 provider time github.com/hashicorp/terraform-provider-time "$TIME_PROVIDER_VERSION"
+
+if [ "${TOOLS_CHROMIUM:-1}" = 1 ] && [ ! -x /usr/bin/chromium ] && ! command -v chromium >/dev/null; then
+  log "chromium: installing the Debian package (for the dashboard test)"
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
 
 if [ "${TOOLS_NGINX:-0}" = 1 ] && ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
   log "nginx: installing the Debian package"

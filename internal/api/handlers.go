@@ -70,10 +70,6 @@ func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct{}{})
 }
 
-func (s *Server) getClusterStatus(w http.ResponseWriter, r *http.Request) {
-	writeError(w, r, http.StatusMethodNotAllowed, "this endpoint is only available with high availability configured")
-}
-
 // statusEvents returns a task's newest events as the status endpoints use them.
 func (s *Server) statusEvents(name string) []store.Event {
 	evs := s.opts.Controller.Events(name)
@@ -162,6 +158,11 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 		Providers: append([]string{}, t.Spec.Providers...),
 		Services:  []string{},
 		Active:    t.Active,
+		Drifted:   t.Drifted,
+	}
+	if !t.LastDriftCheck.IsZero() {
+		last := t.LastDriftCheck.UTC().Truncate(time.Second)
+		ts.LastDriftCheck = &last
 	}
 	if c := t.Spec.Condition.Services; c != nil {
 		ts.Services = append(ts.Services, c.Names...)
@@ -172,7 +173,7 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 		ts.EventsURL = "/v1/status/tasks/" + url.PathEscape(name) + "?include=events"
 	}
 	if include {
-		ts.Events = evs
+		ts.Events = s.redactEvents(evs)
 	}
 	if !t.NextRun.IsZero() && t.Spec.Enabled {
 		next := t.NextRun.UTC().Truncate(time.Second)
@@ -394,7 +395,7 @@ func (s *Server) runTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp := RunTaskResponse{RequestID: requestID(r)}
-	if evs := s.opts.Controller.Events(name); len(evs) > 0 {
+	if evs := s.redactEvents(s.opts.Controller.Events(name)); len(evs) > 0 {
 		resp.Event = &evs[0]
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -408,7 +409,7 @@ func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	evs := s.opts.Controller.Events(name)
+	evs := s.redactEvents(s.opts.Controller.Events(name))
 	if evs == nil {
 		evs = []store.Event{}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -216,6 +217,11 @@ func TestEveryOperationLive(t *testing.T) {
 	h.do("POST", "/v1/tasks/web-task/run", "").expect(t, 500)
 	h.setFailing("web-task", false)
 
+	_ = h.st.AddEvent(store.Event{ID: "with-log", TaskName: "web-task", Success: true, Kind: store.KindApply,
+		LogPath: writeLog(t, "terraform output\n")})
+	h.do("GET", "/v1/tasks/web-task/events/with-log/log", "").expect(t, 200)
+	h.do("GET", "/v1/tasks/web-task/events/nope/log", "").expect(t, 404)
+
 	h.do("DELETE", "/v1/tasks/api-task?destroy=maybe", "").expect(t, 400)
 	h.do("DELETE", "/v1/tasks/api-task", "").expect(t, 202)
 	h.do("DELETE", "/v1/tasks/api-task", "").expect(t, 404)
@@ -236,6 +242,7 @@ func TestEveryOperationLive(t *testing.T) {
 		"POST /v1/tasks/{name}/run OK", "POST /v1/tasks/{name}/run Not Found",
 		"POST /v1/tasks/{name}/run Conflict", "POST /v1/tasks/{name}/run Internal Server Error",
 		"GET /v1/tasks/{name}/events OK", "GET /v1/tasks/{name}/events Not Found",
+		"GET /v1/tasks/{name}/events/{id}/log OK", "GET /v1/tasks/{name}/events/{id}/log Not Found",
 	}
 	coveredMu.Lock()
 	defer coveredMu.Unlock()

@@ -67,6 +67,12 @@ type Options struct {
 	// through the API (e.g. that its providers are configured). A
 	// *task.FieldError names the field in the 400 response.
 	Validate func(task.Spec) error
+	// Cluster, set with high availability, makes a follower refuse the
+	// task and status endpoints and serves /v1/status/cluster (cluster.go).
+	Cluster Cluster
+	// Redact, when set, hides secrets in what the API serves: run logs and
+	// the log tails and error messages of events (see runlog.go).
+	Redact func(string) string
 }
 
 // Server is the API server.
@@ -105,7 +111,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	s.routes()
-	s.h = s.middleware(s.mux)
+	s.h = s.middleware(s.clusterGate(s.mux)) // clusterGate: cluster.go
 	return s, nil
 }
 

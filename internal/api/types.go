@@ -68,6 +68,12 @@ type TaskStatus struct {
 	Active bool `json:"active"`
 	// NextRun is the next schedule tick of an enabled schedule task (ctsync).
 	NextRun *time.Time `json:"next_run,omitempty"`
+	// Drifted is true when the task's last drift check found changes made
+	// outside Terraform and no apply happened since (ctsync).
+	Drifted bool `json:"drifted"`
+	// LastDriftCheck is when drift was last checked (ctsync; drift
+	// detection on only).
+	LastDriftCheck *time.Time `json:"last_drift_check,omitempty"`
 }
 
 // TaskRequest is the body of POST /v1/tasks.

@@ -25,9 +25,11 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 	srv, err := ctsapi.New(ctsapi.Options{
 		Addr:         net.JoinHostPort("", strconv.Itoa(a.cfg.Port)),
 		TLS:          a.cfg.TLS,
-		Controller:   a.ctrl,
+		Controller:   a.apiController(), // ha.go: saves API changes with high availability
+		Cluster:      a.apiCluster(),
 		Logger:       a.log.With("component", "api"),
 		BufferPeriod: a.cfg.BufferPeriod,
+		Redact:       a.obs.redactor.Redact,
 		// A task created through the API may only use providers that are
 		// configured (terraform_provider blocks).
 		Validate: func(s task.Spec) error {
@@ -43,6 +45,7 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	a.mountObserve(srv)
 	if err := srv.Listen(); err != nil {
 		return nil, err
 	}
@@ -58,6 +61,7 @@ func (a *app) selfRegister(ctx context.Context) (deregister func()) {
 	if !ok {
 		return func() {}
 	}
+	reg = a.haRegistration(reg) // ha.go: the cluster tag
 	log := a.log.With("component", "registration")
 	done := make(chan bool, 1)
 	go func() {

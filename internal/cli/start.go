@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/consul"
 	"github.com/ctsync/ctsync/internal/driver"
@@ -29,8 +28,11 @@ const (
 	// shutdownGrace is how long runs in progress may take to finish after
 	// SIGINT/SIGTERM before they are interrupted.
 	shutdownGrace = 30 * time.Second
-	// onceWait bounds how long -once and -inspect wait for Consul data.
-	onceWait = 2 * time.Minute
+	// onceWait bounds how long -once and -inspect wait for Consul, and then
+	// for each task's data; the environment variable onceWaitEnv (a Go
+	// duration) overrides it, e.g. for a CI job that should fail faster.
+	onceWait    = 2 * time.Minute
+	onceWaitEnv = "CTSYNC_ONCE_WAIT"
 )
 
 type startFlags struct {
@@ -95,20 +97,53 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 		return ExitConfig
 	}
 
+	wait := onceWait
+	if v := os.Getenv(onceWaitEnv); v != "" {
+		if wait, err = time.ParseDuration(v); err != nil || wait <= 0 {
+			fmt.Fprintf(stderr, "configuration error: %s=%q is not a positive duration (e.g. \"30s\")\n", onceWaitEnv, v)
+			return ExitConfig
+		}
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGQUIT)
 	defer stop()
 
 	// {{ key "..." }} in terraform_provider blocks: read from Consul once.
+	// That needs Consul, so wait for it first, as the rest of start-up does
+	// (without a bound for the daemon, within the wait for -once/-inspect);
+	// otherwise a Consul that is down at start would be a configuration
+	// error.
+	if needsConsulKV(cfg) {
+		waitCtx, cancel := ctx, context.CancelFunc(func() {})
+		if f.once || f.inspect {
+			waitCtx, cancel = context.WithTimeout(ctx, wait)
+		}
+		err := consul.WaitReady(waitCtx, client.Client, logger)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ExitInterrupt
+			}
+			logger.Error("consul is not reachable: cannot resolve {{ key }} values of terraform_provider blocks",
+				"address", cfg.Consul.Address, "waited", wait, "error", err)
+			return ExitError
+		}
+	}
 	if err := config.ResolveProviders(ctx, cfg, config.ConsulKV(client.Client)); err != nil {
 		fmt.Fprintf(stderr, "configuration error: %v\n", err)
 		return ExitConfig
 	}
 
+	if f.once || f.inspect {
+		cfg.HA = nil // -once and -inspect run alone, outside the cluster (ha.go)
+	}
 	app, err := newApp(cfg, client, bin, logger)
 	if err != nil {
 		logger.Error("start-up failed", "error", err)
 		return ExitConfig
 	}
+	app.onceWait = wait
+	app.haResetStorage(f.resetStorage)
 	if f.once || f.inspect {
 		return app.runOnce(ctx, f.inspectTasks, f.inspect, stdout)
 	}
@@ -124,6 +159,20 @@ type app struct {
 	registry *watch.Registry
 	ctrl     *reconcile.Controller
 	store    store.Store
+	onceWait time.Duration // -once/-inspect: bound of each wait for Consul
+	obs      observe       // metrics, dashboard, notifications (observe.go)
+	ha       *haWiring     // high availability (ha.go); nil without
+}
+
+// needsConsulKV reports whether start-up must read Consul KV: a
+// terraform_provider block holds {{ key }} templates.
+func needsConsulKV(cfg *config.Config) bool {
+	for i := range cfg.Providers {
+		if cfg.Providers[i].NeedsResolution() {
+			return true
+		}
+	}
+	return false
 }
 
 func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.Logger) (*app, error) {
@@ -175,12 +224,19 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 			Logger:         logger.With("component", "terraform"),
 		})
 	}
+	if factory, err = a.setupHA(factory); err != nil { // ha.go
+		return nil, err
+	}
+	a.setupObserve()
 	a.ctrl = reconcile.New(reconcile.Options{
 		Watcher:     a.registry,
 		NewDriver:   factory,
 		Store:       a.store,
 		Logger:      logger.With("component", "reconcile"),
 		MaxParallel: cfg.MaxParallelRuns,
+		Standby:     a.ha != nil, // a follower until elected (ha.go)
+		Metrics:     a.obs.metrics,
+		OnEvent:     a.obs.onEvent,
 	}, cfg.Tasks)
 	return a, nil
 }
@@ -209,11 +265,18 @@ func localModuleSource(src, taskDir string) string {
 
 // runOnce runs (or, with inspect, plans) the tasks once and exits.
 func (a *app) runOnce(ctx context.Context, only []string, inspect bool, stdout io.Writer) int {
-	waitCtx, cancel := context.WithTimeout(ctx, onceWait)
+	wait := a.onceWait
+	if wait <= 0 {
+		wait = onceWait
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	err := consul.WaitReady(waitCtx, a.client.Client, a.log)
 	cancel()
 	if err != nil {
-		a.log.Error("consul is not reachable", "address", a.cfg.Consul.Address, "error", err)
+		if ctx.Err() != nil {
+			return ExitInterrupt
+		}
+		a.log.Error("consul is not reachable", "address", a.cfg.Consul.Address, "waited", wait, "error", err)
 		return ExitError
 	}
 	regCtx, stopReg := context.WithCancel(context.Background())
@@ -226,7 +289,7 @@ func (a *app) runOnce(ctx context.Context, only []string, inspect bool, stdout i
 		mode = "inspect"
 	}
 	a.log.Info("running tasks", "mode", mode, "tasks", len(a.cfg.Tasks))
-	if err := a.ctrl.RunOnce(ctx, only, inspect, onceWait, stdout); err != nil {
+	if err := a.ctrl.RunOnce(ctx, only, inspect, wait, stdout); err != nil {
 		if ctx.Err() != nil {
 			return ExitInterrupt
 		}
@@ -280,6 +343,8 @@ func (a *app) runDaemon(ctx context.Context) int {
 
 	ctrlDone := make(chan error, 1)
 	go func() { ctrlDone <- a.ctrl.Run(ctx, runCtx) }()
+	stopHA := a.runHA(ctx) // ha.go; no-op without high availability
+	defer a.runObserve()()
 	a.log.Info("ctsync started", "tasks", len(a.cfg.Tasks), "working_dir", a.cfg.WorkingDir)
 
 	code := ExitOK
@@ -300,6 +365,7 @@ func (a *app) runDaemon(ctx context.Context) int {
 			code = ExitInterrupt
 		}
 	}
+	stopHA() // the runs are over: hand the lead over
 	deregister()
 	select {
 	case err := <-apiErr:

@@ -6,6 +6,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -48,6 +49,13 @@ type Result struct {
 	// Duration is the wall time of the run.
 	Duration time.Duration
 }
+
+// ErrStateLocked is wrapped by the error of a run that failed because the
+// task's Terraform state is locked by another process. Such a run is worth
+// retrying until it succeeds: a lock always ends, when its holder finishes
+// or, for a holder that died, when the backend expires it (the consul
+// backend's session TTL).
+var ErrStateLocked = errors.New("terraform state is locked")
 
 // Error is a failed driver operation. Summary holds Terraform's error
 // diagnostics in one line ("Error: <summary>: <detail>", several joined by

@@ -43,6 +43,17 @@ type EventError struct {
 	Message string `json:"message"`
 }
 
+// Redacted returns a copy of the event with redact applied to its log tail
+// and error message, the parts that hold Terraform output (and so may hold
+// secrets). The event itself is not changed.
+func (ev Event) Redacted(redact func(string) string) Event {
+	ev.LogTail = redact(ev.LogTail)
+	if ev.Error != nil {
+		ev.Error = &EventError{Message: redact(ev.Error.Message)}
+	}
+	return ev
+}
+
 // EventConfig is the deprecated CTS "config" object of an event.
 type EventConfig struct {
 	Providers []string `json:"providers"`

@@ -6,12 +6,16 @@ package testutil
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,6 +99,9 @@ type Consul struct {
 	done    chan struct{}
 	logs    *bytes.Buffer
 	stopped bool
+	// fixedHTTP: the caller chose the HTTP port, so a retry keeps it.
+	fixedHTTP bool
+	token     string
 }
 
 // StartConsul starts a dev agent with free ports and waits until it has a
@@ -106,32 +113,84 @@ func StartConsul(t testing.TB) *Consul {
 
 func (c *Consul) start() {
 	c.t.Helper()
+	// Another agent starting at the same time (tests of other packages run
+	// in parallel) may take one of the ports FreePort found free. Then the
+	// agent exits at once: pick new server and serf ports and try again.
+	for attempt := 1; ; attempt++ {
+		c.launch()
+		err := c.waitReady()
+		if err == nil {
+			return
+		}
+		if attempt < 5 && errors.Is(err, errPortTaken) {
+			c.reassignPorts()
+			continue
+		}
+		c.t.Fatalf("%v", err)
+	}
+}
+
+func (c *Consul) launch() {
+	c.t.Helper()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.logs = &bytes.Buffer{}
 	cmd := exec.Command(c.bin, c.args...)
 	cmd.Stdout = c.logs
 	cmd.Stderr = c.logs
 	if err := cmd.Start(); err != nil {
-		c.mu.Unlock()
 		c.t.Fatalf("start consul: %v", err)
 	}
 	c.cmd = cmd
 	c.done = make(chan struct{})
 	c.stopped = false
 	done := c.done
-	c.mu.Unlock()
 	go func() { _ = cmd.Wait(); close(done) }()
-	c.WaitReady()
 }
 
-// WaitReady waits until the agent answers and has elected itself leader.
+// errPortTaken: the agent could not bind one of its ports.
+var errPortTaken = errors.New("a port was taken")
+
+// reassignPorts gives the agent new ports; the HTTP port changes only when
+// the test did not choose it (it may have handed it out already).
+func (c *Consul) reassignPorts() {
+	for i := 0; i+1 < len(c.args); i++ {
+		switch c.args[i] {
+		case "-server-port", "-serf-lan-port", "-serf-wan-port":
+			c.args[i+1] = strconv.Itoa(FreePort(c.t))
+		case "-http-port":
+			if c.fixedHTTP {
+				continue
+			}
+			p := FreePort(c.t)
+			c.args[i+1] = strconv.Itoa(p)
+			c.Addr = fmt.Sprintf("127.0.0.1:%d", p)
+			cli, err := api.NewClient(&api.Config{Address: c.Addr, Token: c.token})
+			if err != nil {
+				c.t.Fatalf("consul client: %v", err)
+			}
+			c.Client = cli
+		}
+	}
+}
+
 func (c *Consul) WaitReady() {
 	c.t.Helper()
+	if err := c.waitReady(); err != nil {
+		c.t.Fatalf("%v", err)
+	}
+}
+
+func (c *Consul) waitReady() error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case <-c.done:
-			c.t.Fatalf("consul exited early:\n%s", c.logs.String())
+			logs := c.logs.String()
+			if strings.Contains(logs, "address already in use") {
+				return fmt.Errorf("%w: %s", errPortTaken, logs)
+			}
+			return fmt.Errorf("consul exited early:\n%s", logs)
 		default:
 		}
 		resp, err := http.Get("http://" + c.Addr + "/v1/status/leader")
@@ -140,12 +199,12 @@ func (c *Consul) WaitReady() {
 			n, _ := resp.Body.Read(b[:])
 			resp.Body.Close()
 			if resp.StatusCode == 200 && n > 2 && string(b[:n]) != `""` {
-				return
+				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.t.Fatalf("consul at %s not ready after 30s:\n%s", c.Addr, c.logs.String())
+	return fmt.Errorf("consul at %s not ready after 30s:\n%s", c.Addr, c.logs.String())
 }
 
 // Stop stops the agent (idempotent).

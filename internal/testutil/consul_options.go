@@ -46,7 +46,8 @@ func NewConsul(t testing.TB, o ConsulOptions) *Consul {
 	for _, h := range o.HCL {
 		args = append(args, "-hcl", h)
 	}
-	c := &Consul{Addr: fmt.Sprintf("127.0.0.1:%d", httpPort), t: t, bin: bin, args: args}
+	c := &Consul{Addr: fmt.Sprintf("127.0.0.1:%d", httpPort), t: t, bin: bin, args: args,
+		fixedHTTP: o.HTTPPort != 0, token: o.ACLToken}
 	cli, err := api.NewClient(&api.Config{Address: c.Addr, Token: o.ACLToken})
 	if err != nil {
 		t.Fatalf("consul client: %v", err)

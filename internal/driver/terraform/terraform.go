@@ -22,6 +22,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/terraform-exec/tfexec"
@@ -480,6 +481,7 @@ func (d *Driver) endRun() {
 
 // fail builds a *driver.Error from the failed command's stderr.
 func (d *Driver) fail(op string, err error) error {
+	err = usableErr(err)
 	_, stderr := d.sink.output()
 	sum := driver.Summarize(stderr)
 	if sum == "" && err != nil {
@@ -489,6 +491,23 @@ func (d *Driver) fail(op string, err error) error {
 		if sum == "" {
 			sum = "interrupted: " + err.Error()
 		}
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ProcessState != nil && ctxErr(err) == nil {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			// Killed from outside (a crash, the OOM killer, kill -9): stderr
+			// has nothing, and "signal: killed" alone does not say whose.
+			msg := fmt.Sprintf("terraform was terminated by signal %q before it finished (it crashed or was killed)", ws.Signal().String())
+			if sum != "" && sum != driver.Summarize(err.Error()) {
+				msg += "; " + sum
+			}
+			sum = msg
+		}
+	}
+	if holder, ok := stateLockHolder(stderr); ok {
+		sum = "the Terraform state is locked by another process" + holder + "; " +
+			strings.TrimSuffix(strings.TrimSpace(sum), ": Lock Info:")
+		err = fmt.Errorf("%w: %w", driver.ErrStateLocked, err)
 	}
 	d.sink.note("%s failed: %s", op, sum)
 	return &driver.Error{Op: op, Summary: sum, Err: err}
@@ -740,4 +759,81 @@ func fileExists(p string) bool {
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
+}
+
+// stateLockHolder reports whether a command failed because the state is
+// locked ("Error acquiring the state lock", or the consul backend's "failed
+// to lock state" while loading it) and describes the holder from the "Lock
+// Info:" block Terraform prints: " (held by WHO, operation OP, since
+// CREATED, lock ID ID)", or "" when there is none.
+func stateLockHolder(stderr string) (string, bool) {
+	if !strings.Contains(stderr, "Error acquiring the state lock") && !strings.Contains(stderr, "failed to lock state") {
+		return "", false
+	}
+	info := map[string]string{}
+	_, block, ok := strings.Cut(stderr, "Lock Info:")
+	if ok {
+		for _, line := range strings.Split(block, "\n") {
+			k, v, found := strings.Cut(unboxed(line), ":")
+			if !found {
+				continue
+			}
+			if k = strings.TrimSpace(k); info[k] == "" {
+				info[k] = strings.TrimSpace(v)
+			}
+		}
+	}
+	var parts []string
+	for _, f := range []struct{ key, label string }{
+		{"Who", "held by "}, {"Operation", "operation "}, {"Created", "since "}, {"ID", "lock ID "},
+	} {
+		if v := info[f.key]; v != "" {
+			parts = append(parts, f.label+v)
+		}
+	}
+	if len(parts) == 0 {
+		return "", true
+	}
+	return " (" + strings.Join(parts, ", ") + ")", true
+}
+
+// unboxed strips the "│ " of Terraform's boxed diagnostics from a line.
+func unboxed(line string) string {
+	line = strings.TrimSpace(line)
+	if rest, ok := strings.CutPrefix(line, "│"); ok {
+		return strings.TrimSpace(rest)
+	}
+	return line
+}
+
+// usableErr works around terraform-exec: when a command's context is
+// cancelled and terraform still exits 0 (it stopped gracefully after the
+// interrupt), the error it returns panics in Error(). That error is replaced
+// by one that says what happened.
+func usableErr(err error) (out error) {
+	if err == nil {
+		return nil
+	}
+	defer func() {
+		if recover() != nil {
+			cause := ctxErr(err)
+			if cause == nil {
+				cause = context.Canceled
+			}
+			out = fmt.Errorf("terraform stopped after an interrupt: %w", cause)
+		}
+	}()
+	_ = err.Error()
+	return err
+}
+
+// ctxErr returns the context error a command failed with, if any.
+func ctxErr(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return context.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return context.DeadlineExceeded
+	}
+	return nil
 }

@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"context"
+	"time"
+
+	ctsapi "github.com/ctsync/ctsync/internal/api"
+	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/ha"
+	"github.com/ctsync/ctsync/internal/metrics"
+	"github.com/ctsync/ctsync/internal/notify"
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/ui"
+	"github.com/ctsync/ctsync/internal/watch"
+)
+
+// The HA elector and compatibility checks report to the metrics.
+var _ ha.Metrics = (*metrics.Metrics)(nil)
+
+// observe is the operator side of the daemon: Prometheus metrics, the web
+// dashboard, notifications and the redaction of secrets in what is served.
+type observe struct {
+	metrics  *metrics.Metrics
+	notifier *notify.Dispatcher
+	redactor *config.Redactor
+}
+
+// setupObserve builds the metrics, the redactor and the notifier, and
+// instruments the Consul client. It runs in newApp after setupHA (which
+// picks the store) and before the controller is built, once the provider
+// values read from Consul are resolved (they are secrets too). The metrics
+// read the controller and registry lazily.
+func (a *app) setupObserve() {
+	a.obs.redactor = config.NewRedactor(a.cfg.Secrets())
+	a.obs.metrics = metrics.New(metrics.Options{
+		Tasks:      func() []reconcile.TaskState { return a.ctrl.Tasks() },
+		Views:      func() int { return a.registry.Views() },
+		WatchStats: func() watch.Stats { return a.registry.Stats() },
+	})
+	// With high availability an instance starts as a follower; the elector
+	// reports every change of leadership (ha.go).
+	a.obs.metrics.SetLeader(a.ha == nil)
+	a.client.WrapTransport(a.obs.metrics.RoundTripper)
+	a.obs.notifier = notify.New(notify.Options{
+		Notifications: a.cfg.Notifications,
+		Store:         a.store,
+		Redact:        a.obs.redactor.Redact,
+		Logger:        a.log.With("component", "notify"),
+		Metrics:       a.obs.metrics,
+	})
+}
+
+// onEvent is the controller's event hook: the notifier queues the event
+// and never blocks.
+func (o *observe) onEvent(ev store.Event) { o.notifier.OnEvent(ev) }
+
+// mountObserve adds /metrics and the dashboard (/ui/, and / redirecting to
+// it) to the API server.
+func (a *app) mountObserve(srv *ctsapi.Server) {
+	srv.Handle("GET /metrics", a.obs.metrics)
+	srv.Handle(ui.Path, ui.Handler())
+	srv.Handle("GET /{$}", ui.RedirectHome())
+}
+
+// notifyFlush bounds how long the shutdown waits for queued notifications.
+const notifyFlush = 5 * time.Second
+
+// runObserve starts delivering notifications. The returned stop function
+// gives the queued ones up to notifyFlush, then stops the delivery.
+func (a *app) runObserve() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = a.obs.notifier.Run(ctx)
+	}()
+	return func() {
+		fctx, fcancel := context.WithTimeout(context.Background(), notifyFlush)
+		a.obs.notifier.Flush(fctx)
+		fcancel()
+		cancel()
+		<-done
+	}
+}

@@ -1,0 +1,74 @@
+package ha
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// Fencer gives out run contexts only to the leader; *Elector implements it.
+type Fencer interface {
+	RunContext(ctx context.Context) (context.Context, context.CancelFunc, error)
+}
+
+// FenceDriver wraps a task's driver so that Terraform only plans, applies or
+// destroys while this instance leads, and a run in progress is interrupted
+// (its context is cancelled: Terraform gets an interrupt) as soon as the
+// instance stops leading, for whatever reason. This is what makes the
+// step-down rule hold for runs that had already started, including runs the
+// API started (run=now) and drift checks. Init is not fenced: it changes no
+// infrastructure.
+func FenceDriver(d driver.Driver, f Fencer) driver.Driver {
+	return &fenced{d: d, f: f}
+}
+
+type fenced struct {
+	d driver.Driver
+	f Fencer
+}
+
+var _ driver.Driver = (*fenced)(nil)
+
+func (x *fenced) Init(ctx context.Context) error { return x.d.Init(ctx) }
+
+func (x *fenced) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	return x.do(ctx, "plan", func(ctx context.Context) (driver.Result, error) { return x.d.Plan(ctx, run, in) })
+}
+
+func (x *fenced) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	return x.do(ctx, "apply", func(ctx context.Context) (driver.Result, error) { return x.d.Apply(ctx, run, in) })
+}
+
+func (x *fenced) Destroy(ctx context.Context, run driver.Run) (driver.Result, error) {
+	return x.do(ctx, "destroy", func(ctx context.Context) (driver.Result, error) { return x.d.Destroy(ctx, run) })
+}
+
+// Forget passes through to drivers that can forget their state (task delete
+// with destroy), fenced like a run.
+func (x *fenced) Forget(ctx context.Context) error {
+	f, ok := x.d.(interface{ Forget(context.Context) error })
+	if !ok {
+		return nil
+	}
+	_, err := x.do(ctx, "forget", func(ctx context.Context) (driver.Result, error) { return driver.Result{}, f.Forget(ctx) })
+	return err
+}
+
+func (x *fenced) do(ctx context.Context, op string, fn func(context.Context) (driver.Result, error)) (driver.Result, error) {
+	rctx, cancel, err := x.f.RunContext(ctx)
+	if err != nil {
+		return driver.Result{}, &driver.Error{Op: op, Summary: "not run: " + err.Error(), Err: err}
+	}
+	defer cancel()
+	res, err := fn(rctx)
+	if rctx.Err() != nil && ctx.Err() == nil {
+		// The lead was lost during the run: say so, whatever Terraform said.
+		if err == nil {
+			err = fmt.Errorf("%s: %w", op, ErrNotLeader)
+		}
+		err = &driver.Error{Op: op, Summary: "interrupted: this instance stopped leading", Err: err}
+	}
+	return res, err
+}

@@ -1,0 +1,199 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// Persisting is the controller the API uses in a cluster: every task
+// created, enabled, disabled or deleted through the API (and so through the
+// CLI) is also saved in the shared store, so that the next leader applies
+// the same change to its own configuration (ApplyStored). Everything else is
+// the embedded controller's.
+type Persisting struct {
+	*reconcile.Controller
+	Store store.Tasks
+	// Configured holds the names of the tasks of the configuration files:
+	// for those only the enabled flag is saved, for the others the whole
+	// task.
+	Configured map[string]bool
+	Logger     *slog.Logger
+}
+
+// Create implements the API's Controller: create, then save the task.
+func (p *Persisting) Create(ctx context.Context, spec task.Spec, runNow bool) error {
+	if err := p.Controller.Create(ctx, spec, runNow); err != nil {
+		return err
+	}
+	return p.save(spec.Name)
+}
+
+// SetEnabled implements the API's Controller: change the flag, then save
+// it (inspect changes nothing).
+func (p *Persisting) SetEnabled(ctx context.Context, name string, enabled bool, mode string) (reconcile.PlanResult, error) {
+	res, err := p.Controller.SetEnabled(ctx, name, enabled, mode)
+	if mode == "inspect" || errors.Is(err, reconcile.ErrNotFound) || errors.Is(err, reconcile.ErrActive) {
+		return res, err
+	}
+	// With run=now the flag changed even when the run failed.
+	if serr := p.save(name); serr != nil && err == nil {
+		err = serr
+	}
+	return res, err
+}
+
+// Delete implements the API's Controller. The deletion is saved first, so
+// that a leader that dies while waiting for the task's run to end does not
+// lose it; a delete that fails puts the previous record back.
+func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) error {
+	if _, err := p.Controller.Task(name); err != nil {
+		return p.Controller.Delete(ctx, name, destroy) // the controller's not-found error
+	}
+	prev, had := p.Store.TaskRecords()[name]
+	if err := p.Store.SaveTask(name, store.TaskRecord{Deleted: true}); err != nil {
+		return fmt.Errorf("saving the deletion of task %q in consul: %w", name, err)
+	}
+	err := p.Controller.Delete(ctx, name, destroy)
+	if err != nil && !errors.Is(err, reconcile.ErrNotFound) {
+		if had {
+			_ = p.Store.SaveTask(name, prev)
+		} else {
+			_ = p.save(name)
+		}
+	}
+	return err
+}
+
+// save writes the record that describes the task as the controller has it
+// now.
+func (p *Persisting) save(name string) error {
+	rec := recordOf(p.Controller, name, p.Configured)
+	if err := p.Store.SaveTask(name, rec); err != nil {
+		if p.Logger != nil {
+			p.Logger.Error("ha: task change not saved in consul; the next leader will not know it", "task", name, "error", err)
+		}
+		return fmt.Errorf("saving task %q in consul: %w", name, err)
+	}
+	return nil
+}
+
+func recordOf(c *reconcile.Controller, name string, configured map[string]bool) store.TaskRecord {
+	st, err := c.Task(name)
+	switch {
+	case err != nil || st.Deleting:
+		return store.TaskRecord{Deleted: true}
+	case configured[name]:
+		on := st.Spec.Enabled
+		return store.TaskRecord{Enabled: &on}
+	default:
+		spec := st.Spec
+		return store.TaskRecord{Spec: &spec}
+	}
+}
+
+// ApplyStored makes the controller's task set what the cluster agreed on:
+// the configured tasks, plus the tasks created through the API, minus the
+// ones deleted through it, with the enabled flags set through it. It runs on
+// a new leader before its controller becomes active; deletions remove the
+// task from this instance only (the previous leader destroyed what was asked
+// to be destroyed). Tasks this instance created in an earlier term that the
+// records no longer hold (another leader ran with -reset-storage) are
+// removed too.
+func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]store.TaskRecord, configured map[string]bool, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	names := make([]string, 0, len(recs))
+	for n := range recs {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var errs []error
+	exists := func(name string) (reconcile.TaskState, bool) {
+		st, err := c.Task(name)
+		return st, err == nil && !st.Deleting
+	}
+	for _, name := range names {
+		rec := recs[name]
+		st, ok := exists(name)
+		switch {
+		case rec.Deleted:
+			if ok {
+				if err := c.Delete(ctx, name, false); err != nil && !errors.Is(err, reconcile.ErrNotFound) {
+					errs = append(errs, fmt.Errorf("deleting task %q: %w", name, err))
+					continue
+				}
+				log.Info("ha: task deleted through the api removed", "task", name)
+			}
+		case rec.Spec != nil:
+			if !ok {
+				spec := *rec.Spec
+				if err := c.Create(ctx, spec, false); err != nil && !errors.Is(err, reconcile.ErrExists) {
+					errs = append(errs, fmt.Errorf("creating task %q: %w", name, err))
+					continue
+				}
+				log.Info("ha: task created through the api added", "task", name, "enabled", spec.Enabled)
+				continue
+			}
+			if configured[name] {
+				log.Warn("ha: a task created through the api has the name of a configured task; keeping the configured one", "task", name)
+				continue
+			}
+			if st.Spec.Enabled != rec.Spec.Enabled {
+				if err := setEnabled(ctx, c, name, rec.Spec.Enabled); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		case rec.Enabled != nil:
+			if ok && st.Spec.Enabled != *rec.Enabled {
+				if err := setEnabled(ctx, c, name, *rec.Enabled); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				log.Info("ha: enabled flag set through the api applied", "task", name, "enabled", *rec.Enabled)
+			}
+		}
+	}
+	for _, st := range c.Tasks() {
+		name := st.Spec.Name
+		if st.Deleting || configured[name] {
+			continue
+		}
+		if rec, ok := recs[name]; ok && rec.Spec != nil {
+			continue
+		}
+		if err := c.Delete(ctx, name, false); err != nil && !errors.Is(err, reconcile.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("removing task %q: %w", name, err))
+			continue
+		}
+		log.Info("ha: task no longer in the cluster's records removed", "task", name)
+	}
+	return errors.Join(errs...)
+}
+
+// setEnabled changes a task's flag, waiting for a run this instance still
+// has in progress (from an earlier term) to end.
+func setEnabled(ctx context.Context, c *reconcile.Controller, name string, enabled bool) error {
+	for {
+		_, err := c.SetEnabled(ctx, name, enabled, "")
+		if !errors.Is(err, reconcile.ErrActive) {
+			if err != nil {
+				return fmt.Errorf("setting enabled=%t on task %q: %w", enabled, name, err)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

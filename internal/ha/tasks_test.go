@@ -1,0 +1,224 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
+	"github.com/ctsync/ctsync/internal/watch"
+)
+
+// nullWatcher has data for nothing: tasks never become ready to run.
+type nullWatcher struct{}
+
+func (nullWatcher) Subscribe(string, watch.Query)  {}
+func (nullWatcher) Unsubscribe(string, string)     {}
+func (nullWatcher) UnsubscribeAll(string)          {}
+func (nullWatcher) Get(string) (any, uint64, bool) { return nil, 0, false }
+func (nullDriver) Init(context.Context) error      { return nil }
+func (nullDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
+	return driver.Result{}, nil
+}
+
+type nullDriver struct{}
+
+func (nullDriver) Plan(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
+	return driver.Result{}, nil
+}
+func (nullDriver) Apply(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
+	return driver.Result{}, nil
+}
+
+type memTasks struct {
+	mu   sync.Mutex
+	recs map[string]store.TaskRecord
+	fail bool
+}
+
+func (m *memTasks) SaveTask(name string, rec store.TaskRecord) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail {
+		return store.ErrNotLeader
+	}
+	m.recs[name] = rec
+	return nil
+}
+
+func (m *memTasks) TaskRecords() map[string]store.TaskRecord {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]store.TaskRecord{}
+	for k, v := range m.recs {
+		out[k] = v
+	}
+	return out
+}
+
+func spec(name string, enabled bool) task.Spec {
+	return task.Spec{Name: name, Enabled: enabled, Module: "./m",
+		Condition: task.Condition{Services: &task.ServicesCondition{ServicesSelector: task.ServicesSelector{Names: []string{"web"}}}}}
+}
+
+func standbyController(t *testing.T, specs ...task.Spec) *reconcile.Controller {
+	t.Helper()
+	c := reconcile.New(reconcile.Options{Watcher: nullWatcher{}, Standby: true,
+		NewDriver: func(task.Spec) (driver.Driver, error) { return nullDriver{}, nil }}, specs)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = c.Run(ctx, ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return c
+}
+
+func taskSet(c *reconcile.Controller) map[string]bool {
+	out := map[string]bool{}
+	for _, st := range c.Tasks() {
+		if !st.Deleting {
+			out[st.Spec.Name] = st.Spec.Enabled
+		}
+	}
+	return out
+}
+
+// API changes are saved, and a new leader's controller ends up with the
+// same task set as the old leader's.
+func TestPersistedTaskChangesReachTheNextLeader(t *testing.T) {
+	configured := map[string]bool{"a": true, "b": true, "c": true}
+	recs := &memTasks{recs: map[string]store.TaskRecord{}}
+	ctx := context.Background()
+
+	old := standbyController(t, spec("a", true), spec("b", true), spec("c", false))
+	activate(t, old)
+	p := &Persisting{Controller: old, Store: recs, Configured: configured}
+	if err := p.Create(ctx, spec("api1", true), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Create(ctx, spec("api2", true), false); err != nil {
+		t.Fatal(err)
+	}
+	idle(t, old)
+	if _, err := p.SetEnabled(ctx, "a", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.SetEnabled(ctx, "c", true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.SetEnabled(ctx, "api2", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Delete(ctx, "b", false); err != nil {
+		t.Fatal(err)
+	}
+	// inspect (which here waits for data that never comes) saves nothing
+	ictx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, _ = p.SetEnabled(ictx, "a", true, "inspect")
+	cancel()
+	if r := recs.TaskRecords()["a"]; r.Enabled == nil || *r.Enabled {
+		t.Fatalf("inspect changed the record of a: %+v", r)
+	}
+	if _, err := p.SetEnabled(ctx, "nope", true, ""); !errors.Is(err, reconcile.ErrNotFound) {
+		t.Fatalf("unknown task: %v", err)
+	}
+	if _, ok := recs.TaskRecords()["nope"]; ok {
+		t.Fatal("a failed change to an unknown task was saved")
+	}
+	if err := p.Delete(ctx, "nope", false); !errors.Is(err, reconcile.ErrNotFound) {
+		t.Fatalf("delete unknown: %v", err)
+	}
+	want := map[string]bool{"a": false, "c": true, "api1": true, "api2": false}
+	if got := taskSet(old); !equal(got, want) {
+		t.Fatalf("old leader's tasks = %v, want %v", got, want)
+	}
+
+	// The follower has the configuration only, and (as a follower) its
+	// tasks are queued: the flags must apply all the same.
+	next := standbyController(t, spec("a", true), spec("b", true), spec("c", false))
+	testutil.Eventually(t, 5*time.Second, "follower's tasks queued", func() bool {
+		st, _ := next.Task("a")
+		return st.Active
+	})
+	if err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := taskSet(next); !equal(got, want) {
+		t.Fatalf("new leader's tasks = %v, want %v", got, want)
+	}
+	if st, _ := next.Task("api1"); st.Spec.Module != "./m" || st.Spec.Condition.Services == nil {
+		t.Fatalf("api task not restored whole: %+v", st.Spec)
+	}
+	// Applying again changes nothing.
+	if err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := taskSet(next); !equal(got, want) {
+		t.Fatalf("second apply: %v", got)
+	}
+	// Records wiped (another leader ran with -reset-storage): the tasks
+	// created through the API go, the configuration comes back as written.
+	if err := ApplyStored(ctx, next, nil, configured, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := taskSet(next), map[string]bool{"a": false, "c": true}; !equal(got, want) {
+		t.Fatalf("after a reset: %v, want %v", got, want)
+	}
+}
+
+// A change that cannot be saved (lost the lead meanwhile) is reported.
+func TestPersistingReportsSaveFailures(t *testing.T) {
+	recs := &memTasks{recs: map[string]store.TaskRecord{}, fail: true}
+	c := standbyController(t, spec("a", true))
+	activate(t, c)
+	p := &Persisting{Controller: c, Store: recs, Configured: map[string]bool{"a": true}}
+	if err := p.Create(context.Background(), spec("x", true), false); !errors.Is(err, store.ErrNotLeader) {
+		t.Fatalf("create: %v", err)
+	}
+	if _, err := p.SetEnabled(context.Background(), "a", false, ""); !errors.Is(err, store.ErrNotLeader) {
+		t.Fatalf("disable: %v", err)
+	}
+	if err := p.Delete(context.Background(), "a", false); !errors.Is(err, store.ErrNotLeader) {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := c.Task("a"); err != nil {
+		t.Fatal("a delete that could not be saved went ahead")
+	}
+}
+
+// activate makes the controller active and waits until the start-up runs
+// (which find no data) are over.
+func activate(t *testing.T, c *reconcile.Controller) {
+	t.Helper()
+	c.SetActive(true)
+	idle(t, c)
+}
+
+func idle(t *testing.T, c *reconcile.Controller) {
+	t.Helper()
+	testutil.Eventually(t, 5*time.Second, "idle controller", func() bool {
+		for _, st := range c.Tasks() {
+			if st.Active {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func equal(a, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,149 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/watch"
+)
+
+// watcher is a minimal in-memory watch registry for the controller.
+type watcher struct {
+	mu     sync.Mutex
+	vals   map[string]any
+	subs   map[string]map[string]bool
+	notify func(sub, key string)
+}
+
+func (w *watcher) Subscribe(sub string, q watch.Query) {
+	w.mu.Lock()
+	k := q.Key()
+	if w.subs[k] == nil {
+		w.subs[k] = map[string]bool{}
+	}
+	w.subs[k][sub] = true
+	_, ready := w.vals[k]
+	w.mu.Unlock()
+	if ready {
+		w.notify(sub, k)
+	}
+}
+
+func (w *watcher) Unsubscribe(sub, key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.subs[key], sub)
+}
+
+func (w *watcher) UnsubscribeAll(sub string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.subs {
+		delete(s, sub)
+	}
+}
+
+func (w *watcher) Get(key string) (any, uint64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	v, ok := w.vals[key]
+	return v, 1, ok
+}
+
+func (w *watcher) set(key string, v any) {
+	w.mu.Lock()
+	w.vals[key] = v
+	var subs []string
+	for s := range w.subs[key] {
+		subs = append(subs, s)
+	}
+	w.mu.Unlock()
+	for _, s := range subs {
+		w.notify(s, key)
+	}
+}
+
+// failingDriver fails every apply at once.
+type failingDriver struct{}
+
+func (failingDriver) Init(context.Context) error { return nil }
+func (failingDriver) Plan(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
+	return driver.Result{}, nil
+}
+func (failingDriver) Apply(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
+	return driver.Result{}, errors.New("Error: the module always fails")
+}
+func (failingDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
+	return driver.Result{}, nil
+}
+
+// While the only webhook hangs on every request, the controller keeps
+// running the task on every change: each failed run is recorded at once,
+// and the notifications queue up (and drop) behind the hanging webhook.
+func TestRunsProceedWhileWebhookHangs(t *testing.T) {
+	release := make(chan struct{})
+	hang := newReceiver(t, func(w http.ResponseWriter, r *http.Request, _ int32) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+
+	st := store.NewMemory(100)
+	m := newCounts()
+	n := webhook("stuck", hang.URL)
+	n.Timeout = time.Hour // only the test's end releases it
+	d := start(t, Options{Notifications: []config.Notification{n}, Store: st, Metrics: m, QueueSize: 3})
+
+	w := &watcher{vals: map[string]any{}, subs: map[string]map[string]bool{}}
+	spec := task.Spec{Name: "web", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
+		Condition: task.Condition{Services: &task.ServicesCondition{
+			ServicesSelector: task.ServicesSelector{Names: []string{"web"}}, UseAsModuleInput: true}}}
+	ctrl := reconcile.New(reconcile.Options{Watcher: w, Store: st, MaxRetries: -1, OnEvent: d.OnEvent,
+		NewDriver: func(task.Spec) (driver.Driver, error) { return failingDriver{}, nil }}, []task.Spec{spec})
+	w.notify = ctrl.Notify
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = ctrl.Run(ctx, context.Background()); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	key := watch.HealthService("web", watch.ServiceOptions{}).Key()
+	const changes = 20
+	begin := time.Now()
+	for i := range changes {
+		w.set(key, []task.Service{{ID: fmt.Sprintf("web-%d", i), Name: "web", Node: "n1", NodeDatacenter: "dc1", Status: "passing"}})
+		want := i + 1
+		waitFor(t, fmt.Sprintf("run %d recorded", want), func() bool { return len(st.Events("web")) >= want })
+	}
+	el := time.Since(begin)
+	if el > 5*time.Second {
+		t.Errorf("%d runs took %s while the webhook hangs", changes, el)
+	}
+	for _, ev := range st.Events("web") {
+		if ev.Success {
+			t.Fatalf("unexpected success: %+v", ev)
+		}
+	}
+	// One notification hangs in flight; of the others only the 3 newest
+	// wait, the older ones were dropped.
+	waitFor(t, "a request to reach the webhook", func() bool { return hang.calls.Load() == 1 })
+	if dropped, queued := m.get(m.dropped, "stuck"), d.Len(); queued != 3 || dropped+queued != changes-1 {
+		t.Errorf("%d dropped, %d queued; want %d and 3", dropped, queued, changes-1-3)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if c := hang.calls.Load(); c != 1 {
+		t.Errorf("%d requests reached the hanging webhook, want 1", c)
+	}
+	t.Logf("%d failed runs in %s with the webhook hanging", changes, el.Round(time.Millisecond))
+}

@@ -1,0 +1,481 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// ErrNotLeader is returned by writes of a fenced ConsulKV store when this
+// instance does not hold the leader lock (or lost it while writing).
+var ErrNotLeader = errors.New("not the leader: state in consul is written only by the instance holding the leader lock")
+
+// TaskRecord is what is kept about a task changed through the API (or the
+// CLI, which uses the API), so that a new leader applies the same changes to
+// its configuration. Exactly one of the three shapes is used:
+//   - Spec set: a task created through the API (Spec.Enabled is current);
+//   - Enabled set: a task from the configuration files enabled or disabled
+//     through the API;
+//   - Deleted: a task deleted through the API.
+type TaskRecord struct {
+	Spec    *task.Spec `json:"spec,omitempty"`
+	Enabled *bool      `json:"enabled,omitempty"`
+	Deleted bool       `json:"deleted,omitempty"`
+}
+
+// Tasks keeps task records. ConsulKV implements it.
+type Tasks interface {
+	// SaveTask records what became of a task.
+	SaveTask(name string, rec TaskRecord) error
+	// TaskRecords returns every record, by task name.
+	TaskRecords() map[string]TaskRecord
+}
+
+// ConsulKV is the Store of high availability: the state lives in Consul KV
+// under a prefix (<parent_path>/<cluster>/state), so that a new leader knows
+// what the previous one applied. Layout, one small JSON value per key:
+//
+//	<prefix>/run/<task>          {"applied":"<inputs hash>","in_flight":"<run id>"}
+//	<prefix>/events/<task>/<seq> one Event (seq: 20 digits, grows; the newest
+//	                             `history` are kept)
+//	<prefix>/tasks/<task>        a TaskRecord
+//
+// Task names are path-escaped. Reads are served from memory: Load fills the
+// cache when the instance becomes leader (one consistent recursive read),
+// and every write goes to the cache and, synchronously, to Consul. A run
+// costs four small writes (in-flight set and cleared, applied hash, event);
+// a write that changes nothing is skipped.
+//
+// With a fence (SetFence), every write is a transaction that starts with a
+// check-session on the leader lock key: a deposed leader, or one cut from
+// Consul whose lock was taken over, cannot overwrite what the new leader
+// wrote, whatever its clock says.
+type ConsulKV struct {
+	kv      *api.KV
+	prefix  string
+	history int
+	ns      string
+	timeout time.Duration
+	log     *slog.Logger
+
+	fmu   sync.RWMutex
+	fence func() (key, session string, ok bool)
+
+	wmu sync.Mutex // serialises writes, so the KV sees them in cache order
+
+	mu     sync.RWMutex
+	events map[string][]seqEvent // newest first
+	next   map[string]uint64     // next event sequence number per task
+	run    map[string]runState
+	tasks  map[string]TaskRecord
+}
+
+type seqEvent struct {
+	seq uint64
+	ev  Event
+}
+
+// kvEvent is an event as stored: with the path of its run log, which is
+// only kept for the instance that has the file.
+type kvEvent struct {
+	Event
+	LogPath string `json:"log_path,omitempty"`
+}
+
+type runState struct {
+	Applied  string `json:"applied,omitempty"`
+	InFlight string `json:"in_flight,omitempty"`
+}
+
+var (
+	_ Store = (*ConsulKV)(nil)
+	_ Tasks = (*ConsulKV)(nil)
+)
+
+// kvTimeout bounds each Consul call of the store.
+const kvTimeout = 5 * time.Second
+
+// NewConsulKV returns a store keeping its state under prefix (no trailing
+// slash needed) and history events per task (DefaultHistory when <= 0). The
+// cache starts empty: call Load.
+func NewConsulKV(client *api.Client, prefix string, history int) *ConsulKV {
+	if history <= 0 {
+		history = DefaultHistory
+	}
+	return &ConsulKV{
+		kv:      client.KV(),
+		prefix:  strings.TrimRight(prefix, "/"),
+		history: history,
+		timeout: kvTimeout,
+		log:     slog.New(slog.DiscardHandler),
+		events:  map[string][]seqEvent{},
+		next:    map[string]uint64{},
+		run:     map[string]runState{},
+		tasks:   map[string]TaskRecord{},
+	}
+}
+
+// SetFence makes every write conditional on holding the leader lock: fence
+// returns the lock key and this instance's session, and ok=false when this
+// instance does not hold the lock (the write then fails with ErrNotLeader
+// without reaching Consul).
+func (s *ConsulKV) SetFence(fence func() (key, session string, ok bool)) {
+	s.fmu.Lock()
+	s.fence = fence
+	s.fmu.Unlock()
+}
+
+// SetNamespace sets the Consul namespace of the keys (Consul Enterprise).
+func (s *ConsulKV) SetNamespace(ns string) { s.ns = ns }
+
+// SetLogger sets where failed writes are reported (at debug level: the
+// callers decide what a failure means).
+func (s *ConsulKV) SetLogger(l *slog.Logger) {
+	if l != nil {
+		s.log = l
+	}
+}
+
+// Prefix returns the KV prefix of the state.
+func (s *ConsulKV) Prefix() string { return s.prefix }
+
+func (s *ConsulKV) key(parts ...string) string {
+	return s.prefix + "/" + strings.Join(parts, "/")
+}
+
+func esc(name string) string { return url.PathEscape(name) }
+
+// Load replaces the cache with what Consul holds, with a consistent read:
+// every write the previous leader made before losing the lock is seen.
+func (s *ConsulKV) Load(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	q := (&api.QueryOptions{RequireConsistent: true, Namespace: s.ns}).WithContext(ctx)
+	pairs, _, err := s.kv.List(s.prefix+"/", q)
+	if err != nil {
+		return fmt.Errorf("reading state from consul at %s/: %w", s.prefix, err)
+	}
+	events := map[string][]seqEvent{}
+	next := map[string]uint64{}
+	run := map[string]runState{}
+	tasks := map[string]TaskRecord{}
+	for _, p := range pairs {
+		rest := strings.TrimPrefix(p.Key, s.prefix+"/")
+		parts := strings.Split(rest, "/")
+		bad := func(err error) {
+			s.log.Warn("ignoring unreadable state entry in consul", "key", p.Key, "error", err)
+		}
+		switch {
+		case len(parts) == 2 && parts[0] == "run":
+			name, err := url.PathUnescape(parts[1])
+			var rs runState
+			if err == nil {
+				err = json.Unmarshal(p.Value, &rs)
+			}
+			if err != nil {
+				bad(err)
+				continue
+			}
+			run[name] = rs
+		case len(parts) == 2 && parts[0] == "tasks":
+			name, err := url.PathUnescape(parts[1])
+			var rec TaskRecord
+			if err == nil {
+				err = json.Unmarshal(p.Value, &rec)
+			}
+			if err != nil {
+				bad(err)
+				continue
+			}
+			tasks[name] = rec
+		case len(parts) == 3 && parts[0] == "events":
+			name, err := url.PathUnescape(parts[1])
+			var seq uint64
+			if err == nil {
+				seq, err = strconv.ParseUint(parts[2], 10, 64)
+			}
+			var kev kvEvent
+			if err == nil {
+				err = json.Unmarshal(p.Value, &kev)
+			}
+			if err != nil {
+				bad(err)
+				continue
+			}
+			ev := kev.Event
+			if kev.LogPath != "" {
+				if _, err := os.Stat(kev.LogPath); err == nil {
+					ev.LogPath = kev.LogPath // a run of this instance
+				}
+			}
+			events[name] = append(events[name], seqEvent{seq, ev})
+			next[name] = max(next[name], seq+1)
+		}
+	}
+	for name, evs := range events {
+		slices.SortFunc(evs, func(a, b seqEvent) int { return compareDesc(a.seq, b.seq) })
+		if len(evs) > s.history {
+			evs = evs[:s.history]
+		}
+		events[name] = evs
+	}
+	s.mu.Lock()
+	s.events, s.next, s.run, s.tasks = events, next, run, tasks
+	s.mu.Unlock()
+	return nil
+}
+
+func compareDesc(a, b uint64) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
+}
+
+// Reset deletes every stored entry (-reset-storage) and empties the cache.
+func (s *ConsulKV) Reset(ctx context.Context) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.write(ctx, api.KVTxnOps{{Verb: api.KVDeleteTree, Key: s.prefix + "/"}}); err != nil {
+		return fmt.Errorf("resetting the state in consul at %s/: %w", s.prefix, err)
+	}
+	s.mu.Lock()
+	s.events, s.next, s.run, s.tasks = map[string][]seqEvent{}, map[string]uint64{}, map[string]runState{}, map[string]TaskRecord{}
+	s.mu.Unlock()
+	return nil
+}
+
+// ForgetApplied forgets, in memory only, every applied hash: each task then
+// runs once when the controller becomes active (rerun_all_on_failover).
+// The hashes in Consul are overwritten by those runs.
+func (s *ConsulKV) ForgetApplied() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, rs := range s.run {
+		rs.Applied = ""
+		s.run[name] = rs
+	}
+}
+
+// write runs ops as one transaction, behind the fence when there is one.
+// The caller holds wmu.
+func (s *ConsulKV) write(ctx context.Context, ops api.KVTxnOps) error {
+	s.fmu.RLock()
+	fence := s.fence
+	s.fmu.RUnlock()
+	first := 0
+	if fence != nil {
+		key, session, ok := fence()
+		if !ok {
+			return ErrNotLeader
+		}
+		ops = append(api.KVTxnOps{{Verb: api.KVCheckSession, Key: key, Session: session}}, ops...)
+		first = 1
+	}
+	for _, op := range ops[first:] {
+		op.Namespace = s.ns
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	start := time.Now()
+	ok, resp, _, err := s.kv.Txn(ops, (&api.QueryOptions{Namespace: s.ns}).WithContext(ctx))
+	if d := time.Since(start); d > time.Second {
+		s.log.Warn("slow state write to consul", "duration", d.Round(time.Millisecond), "ops", len(ops), "error", err)
+	}
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if first == 1 && resp != nil {
+			for _, e := range resp.Errors {
+				if e.OpIndex == 0 {
+					return fmt.Errorf("%w (%s)", ErrNotLeader, e.What)
+				}
+			}
+		}
+		var msgs []string
+		if resp != nil {
+			for _, e := range resp.Errors {
+				msgs = append(msgs, e.What)
+			}
+		}
+		return fmt.Errorf("consul transaction rolled back: %s", strings.Join(msgs, "; "))
+	}
+	return nil
+}
+
+func (s *ConsulKV) logFailure(what, taskName string, err error) error {
+	if err != nil {
+		s.log.Debug("state not written to consul", "what", what, "task", taskName, "error", err)
+	}
+	return err
+}
+
+// AddEvent implements Store: one transaction writes the event and drops the
+// oldest beyond the history length.
+func (s *ConsulKV) AddEvent(ev Event) error {
+	b, err := json.Marshal(kvEvent{Event: ev, LogPath: ev.LogPath})
+	if err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	name := ev.TaskName
+	seq := s.next[name]
+	s.next[name] = seq + 1
+	evs := append([]seqEvent{{seq, ev}}, s.events[name]...)
+	var drop []seqEvent
+	if len(evs) > s.history {
+		drop = evs[s.history:]
+		evs = evs[:s.history]
+	}
+	s.events[name] = evs
+	s.mu.Unlock()
+	ops := api.KVTxnOps{{Verb: api.KVSet, Key: s.key("events", esc(name), fmt.Sprintf("%020d", seq)), Value: b}}
+	for _, d := range drop {
+		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: s.key("events", esc(name), fmt.Sprintf("%020d", d.seq))})
+	}
+	return s.logFailure("event", name, s.write(context.Background(), ops))
+}
+
+// Events implements Store.
+func (s *ConsulKV) Events(taskName string) []Event {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	evs := s.events[taskName]
+	out := make([]Event, len(evs))
+	for i, se := range evs {
+		out[i] = se.ev
+	}
+	return out
+}
+
+// AllEvents implements Store.
+func (s *ConsulKV) AllEvents() map[string][]Event {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string][]Event, len(s.events))
+	for name, evs := range s.events {
+		list := make([]Event, len(evs))
+		for i, se := range evs {
+			list[i] = se.ev
+		}
+		out[name] = list
+	}
+	return out
+}
+
+// setRun changes a task's run state with f and writes it when it changed.
+func (s *ConsulKV) setRun(what, taskName string, f func(*runState)) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	old := s.run[taskName]
+	rs := old
+	f(&rs)
+	if rs == old {
+		s.mu.Unlock()
+		return nil
+	}
+	if rs == (runState{}) {
+		delete(s.run, taskName)
+	} else {
+		s.run[taskName] = rs
+	}
+	s.mu.Unlock()
+	op := &api.KVTxnOp{Verb: api.KVDelete, Key: s.key("run", esc(taskName))}
+	if rs != (runState{}) {
+		b, _ := json.Marshal(rs)
+		op = &api.KVTxnOp{Verb: api.KVSet, Key: op.Key, Value: b}
+	}
+	return s.logFailure(what, taskName, s.write(context.Background(), api.KVTxnOps{op}))
+}
+
+// SetApplied implements Store.
+func (s *ConsulKV) SetApplied(taskName, hash string) error {
+	return s.setRun("applied hash", taskName, func(rs *runState) { rs.Applied = hash })
+}
+
+// Applied implements Store.
+func (s *ConsulKV) Applied(taskName string) string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.run[taskName].Applied
+}
+
+// SetInFlight implements Store.
+func (s *ConsulKV) SetInFlight(taskName, runID string) error {
+	return s.setRun("in-flight marker", taskName, func(rs *runState) { rs.InFlight = runID })
+}
+
+// InFlight implements Store.
+func (s *ConsulKV) InFlight(taskName string) string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.run[taskName].InFlight
+}
+
+// DeleteTask implements Store: the task's events and run state go; its
+// task record (if any) is the business of SaveTask.
+func (s *ConsulKV) DeleteTask(taskName string) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	delete(s.events, taskName)
+	delete(s.run, taskName)
+	s.mu.Unlock()
+	ops := api.KVTxnOps{
+		{Verb: api.KVDeleteTree, Key: s.key("events", esc(taskName)) + "/"},
+		{Verb: api.KVDelete, Key: s.key("run", esc(taskName))},
+	}
+	return s.logFailure("task deletion", taskName, s.write(context.Background(), ops))
+}
+
+// SaveTask implements Tasks.
+func (s *ConsulKV) SaveTask(name string, rec TaskRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	err = s.write(context.Background(), api.KVTxnOps{{Verb: api.KVSet, Key: s.key("tasks", esc(name)), Value: b}})
+	if err != nil {
+		return s.logFailure("task record", name, err)
+	}
+	s.mu.Lock()
+	s.tasks[name] = rec
+	s.mu.Unlock()
+	return nil
+}
+
+// TaskRecords implements Tasks.
+func (s *ConsulKV) TaskRecords() map[string]TaskRecord {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]TaskRecord, len(s.tasks))
+	for k, v := range s.tasks {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,229 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
+)
+
+func startConsul(t *testing.T) *testutil.Consul {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a Consul agent")
+	}
+	return testutil.StartConsul(t)
+}
+
+func ev(taskName string, i int, ok bool) Event {
+	e := Event{ID: fmt.Sprintf("run-%d", i), TaskName: taskName, Success: ok,
+		StartTime: time.Unix(int64(1000+i), 0).UTC(), EndTime: time.Unix(int64(1001+i), 0).UTC(),
+		Kind: KindApply, InputsHash: fmt.Sprintf("h%d", i), LogTail: "Apply complete!"}
+	if !ok {
+		e.Error = &EventError{Message: "boom"}
+	}
+	return e
+}
+
+func ids(evs []Event) string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.ID)
+	}
+	return strings.Join(out, ",")
+}
+
+func keys(t *testing.T, c *api.Client, prefix string) []string {
+	t.Helper()
+	ks, _, err := c.KV().Keys(prefix, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ks
+}
+
+func TestConsulKVRoundTrip(t *testing.T) {
+	c := startConsul(t)
+	ctx := context.Background()
+	s := NewConsulKV(c.Client, "consul-terraform-sync/prod/state/", 3)
+	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 5; i++ {
+		if err := s.AddEvent(ev("web/a", i, i != 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, s.AddEvent(ev("db", 9, true)))
+	must(t, s.SetApplied("web/a", "hash-5"))
+	must(t, s.SetInFlight("web/a", "run-6"))
+	must(t, s.SetApplied("db", "hash-9"))
+	must(t, s.SaveTask("api-made", TaskRecord{Spec: &task.Spec{Name: "api-made", Enabled: true, Module: "m",
+		Condition: task.Condition{Schedule: &task.ScheduleCondition{Cron: "* * * * *"}}}}))
+	off := false
+	must(t, s.SaveTask("web/a", TaskRecord{Enabled: &off}))
+	must(t, s.SaveTask("gone", TaskRecord{Deleted: true}))
+
+	if got := ids(s.Events("web/a")); got != "run-5,run-4,run-3" {
+		t.Fatalf("events (newest first, history 3) = %s", got)
+	}
+	// Only history events are in Consul, one key each, under escaped names.
+	if got := keys(t, c.Client, "consul-terraform-sync/prod/state/events/web%2Fa/"); len(got) != 3 ||
+		!strings.HasSuffix(got[0], "/00000000000000000002") {
+		t.Fatalf("event keys = %v", got)
+	}
+
+	// A new leader reads it all back.
+	s2 := NewConsulKV(c.Client, "consul-terraform-sync/prod/state", 3)
+	must(t, s2.Load(ctx))
+	if got := ids(s2.Events("web/a")); got != "run-5,run-4,run-3" {
+		t.Fatalf("reloaded events = %s", got)
+	}
+	got := s2.Events("web/a")[1]
+	if want := ev("web/a", 4, false); got.ID != want.ID || got.Success || got.Error == nil || got.Error.Message != "boom" ||
+		!got.StartTime.Equal(want.StartTime) || got.InputsHash != "h4" || got.LogTail != "Apply complete!" {
+		t.Fatalf("reloaded event = %+v", got)
+	}
+	if s2.Applied("web/a") != "hash-5" || s2.InFlight("web/a") != "run-6" || s2.Applied("db") != "hash-9" || s2.InFlight("db") != "" {
+		t.Fatalf("reloaded run state: applied=%q inflight=%q db=%q", s2.Applied("web/a"), s2.InFlight("web/a"), s2.Applied("db"))
+	}
+	if len(s2.AllEvents()) != 2 {
+		t.Fatalf("AllEvents: %v", s2.AllEvents())
+	}
+	recs := s2.TaskRecords()
+	if len(recs) != 3 || recs["api-made"].Spec == nil || recs["api-made"].Spec.Condition.Schedule == nil ||
+		recs["web/a"].Enabled == nil || *recs["web/a"].Enabled || !recs["gone"].Deleted {
+		t.Fatalf("task records = %+v", recs)
+	}
+	// Sequence numbers continue after a reload.
+	must(t, s2.AddEvent(ev("web/a", 7, true)))
+	if got := ids(s2.Events("web/a")); got != "run-7,run-5,run-4" {
+		t.Fatalf("events after reload + add = %s", got)
+	}
+
+	must(t, s2.SetInFlight("web/a", ""))
+	must(t, s2.DeleteTask("db"))
+	s3 := NewConsulKV(c.Client, "consul-terraform-sync/prod/state", 3)
+	must(t, s3.Load(ctx))
+	if s3.InFlight("web/a") != "" || s3.Applied("web/a") != "hash-5" || len(s3.Events("db")) != 0 || s3.Applied("db") != "" {
+		t.Fatalf("after clear + delete: inflight=%q applied=%q db events=%d", s3.InFlight("web/a"), s3.Applied("web/a"), len(s3.Events("db")))
+	}
+	if ks := keys(t, c.Client, "consul-terraform-sync/prod/state/run/db"); len(ks) != 0 {
+		t.Fatalf("run state of a deleted task left in consul: %v", ks)
+	}
+
+	s3.ForgetApplied()
+	if s3.Applied("web/a") != "" {
+		t.Fatal("ForgetApplied kept a hash")
+	}
+	must(t, s3.Reset(ctx))
+	if ks := keys(t, c.Client, "consul-terraform-sync/prod/state/"); len(ks) != 0 {
+		t.Fatalf("reset left keys: %v", ks)
+	}
+	if len(s3.TaskRecords()) != 0 || len(s3.Events("web/a")) != 0 {
+		t.Fatal("reset left the cache")
+	}
+}
+
+// Writing what is already there costs no Consul write.
+func TestConsulKVSkipsNoopWrites(t *testing.T) {
+	c := startConsul(t)
+	s := NewConsulKV(c.Client, "p/state", 0)
+	must(t, s.Load(context.Background()))
+	must(t, s.SetApplied("a", "h1"))
+	_, meta, err := c.Client.KV().Get("p/state/run/a", nil)
+	must(t, err)
+	before := meta.LastIndex
+	must(t, s.SetApplied("a", "h1"))
+	must(t, s.SetInFlight("a", ""))
+	_, meta, err = c.Client.KV().Get("p/state/run/a", nil)
+	must(t, err)
+	if meta.LastIndex != before {
+		t.Fatalf("no-op writes moved the index from %d to %d", before, meta.LastIndex)
+	}
+}
+
+// With a fence, a write only lands while the session holds the lock key.
+func TestConsulKVFence(t *testing.T) {
+	c := startConsul(t)
+	ctx := context.Background()
+	sess := func() string {
+		id, _, err := c.Client.Session().CreateNoChecks(&api.SessionEntry{TTL: "10s", Behavior: api.SessionBehaviorDelete, LockDelay: time.Millisecond}, nil)
+		must(t, err)
+		return id
+	}
+	mine, other := sess(), sess()
+	const lock = "p/leader"
+	ok, _, err := c.Client.KV().Acquire(&api.KVPair{Key: lock, Session: mine}, nil)
+	if err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	holding := true
+	s := NewConsulKV(c.Client, "p/state", 0)
+	s.SetFence(func() (string, string, bool) { return lock, mine, holding })
+	must(t, s.Load(ctx))
+	must(t, s.SetApplied("a", "h1"))
+
+	// The lock moves to another session (a follower took over): the old
+	// leader's writes are refused by Consul and change nothing.
+	ops := api.KVTxnOps{{Verb: api.KVDelete, Key: lock}, {Verb: api.KVLock, Key: lock, Session: other}}
+	if ok, _, _, err := c.Client.KV().Txn(ops, nil); err != nil || !ok {
+		t.Fatalf("take over: %v %v", ok, err)
+	}
+	err = s.SetApplied("a", "h2")
+	if !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("write after losing the lock: %v, want ErrNotLeader", err)
+	}
+	err = s.AddEvent(ev("a", 1, true))
+	if !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("event after losing the lock: %v, want ErrNotLeader", err)
+	}
+	fresh := NewConsulKV(c.Client, "p/state", 0)
+	must(t, fresh.Load(ctx))
+	if fresh.Applied("a") != "h1" || len(fresh.Events("a")) != 0 {
+		t.Fatalf("a deposed leader's writes landed: applied=%q events=%d", fresh.Applied("a"), len(fresh.Events("a")))
+	}
+
+	// Not holding the lock at all: refused before reaching Consul.
+	holding = false
+	if err := s.SaveTask("x", TaskRecord{Deleted: true}); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("SaveTask without the lock: %v", err)
+	}
+	if len(s.TaskRecords()) != 0 {
+		t.Fatal("a refused task record reached the cache")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The path of a run's log survives a reload only where the file is.
+func TestConsulKVKeepsLocalLogPaths(t *testing.T) {
+	c := startConsul(t)
+	s := NewConsulKV(c.Client, "p/state", 0)
+	must(t, s.Load(context.Background()))
+	here := t.TempDir() + "/run.log"
+	must(t, os.WriteFile(here, []byte("log"), 0o600))
+	e1, e2 := ev("a", 1, true), ev("a", 2, true)
+	e1.LogPath, e2.LogPath = here, "/nonexistent/other-instance/run.log"
+	must(t, s.AddEvent(e1))
+	must(t, s.AddEvent(e2))
+	s2 := NewConsulKV(c.Client, "p/state", 0)
+	must(t, s2.Load(context.Background()))
+	evs := s2.Events("a")
+	if len(evs) != 2 || evs[1].LogPath != here || evs[0].LogPath != "" {
+		t.Fatalf("log paths after reload: %q %q", evs[0].LogPath, evs[1].LogPath)
+	}
+}

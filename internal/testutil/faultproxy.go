@@ -1,0 +1,169 @@
+package testutil
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// FaultProxy is a TCP proxy on 127.0.0.1 in front of another address (a
+// Consul agent), whose link can be cut and restored to simulate a network
+// partition between one client and the server.
+type FaultProxy struct {
+	// Addr is host:port to point the client at.
+	Addr string
+
+	target string
+	ln     net.Listener
+
+	mu     sync.Mutex
+	mode   int                   // linkUp, linkBlackhole or linkRefuse
+	conns  map[net.Conn]struct{} // both ends of every forwarded connection
+	held   []net.Conn            // accepted while blackholed
+	closed bool
+	wg     sync.WaitGroup
+}
+
+const (
+	linkUp = iota
+	linkBlackhole
+	linkRefuse
+)
+
+// StartFaultProxy listens on 127.0.0.1:0 and forwards every connection to
+// target. It is closed when the test ends.
+func StartFaultProxy(t testing.TB, target string) *FaultProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("fault proxy: %v", err)
+	}
+	p := &FaultProxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *FaultProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		switch {
+		case p.closed:
+			p.mu.Unlock()
+			c.Close()
+			return
+		case p.mode == linkRefuse:
+			p.mu.Unlock()
+			c.Close()
+			continue
+		case p.mode == linkBlackhole:
+			// Accepted and never answered: the client waits for its own
+			// timeout, as with packets lost in a partition.
+			p.held = append(p.held, c)
+			p.mu.Unlock()
+			continue
+		}
+		p.mu.Unlock()
+		p.wg.Add(1)
+		go p.forward(c)
+	}
+}
+
+func (p *FaultProxy) forward(c net.Conn) {
+	defer p.wg.Done()
+	up, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.mode != linkUp || p.closed {
+		p.mu.Unlock()
+		c.Close()
+		up.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		// Half-close would keep a blocking query alive; close both ends.
+		dst.Close()
+		src.Close()
+		done <- struct{}{}
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+	<-done
+	<-done
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+// Cut partitions the link: every open connection is dropped and new
+// connections are accepted but never answered (a blackhole), until Restore.
+func (p *FaultProxy) Cut() { p.cut(linkBlackhole) }
+
+// Refuse is Cut, except that new connections are closed at once (the
+// client sees its requests fail immediately instead of timing out).
+func (p *FaultProxy) Refuse() { p.cut(linkRefuse) }
+
+func (p *FaultProxy) cut(mode int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mode = mode
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// Restore heals the link: connections held by the blackhole are closed (as
+// a client's TCP stack would eventually give up on them) and new ones are
+// forwarded again.
+func (p *FaultProxy) Restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mode = linkUp
+	for _, c := range p.held {
+		c.Close()
+	}
+	p.held = nil
+}
+
+// IsCut reports whether the link is cut.
+func (p *FaultProxy) IsCut() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mode != linkUp
+}
+
+// Close stops the proxy and closes every connection.
+func (p *FaultProxy) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.ln.Close()
+	for c := range p.conns {
+		c.Close()
+	}
+	for _, c := range p.held {
+		c.Close()
+	}
+	p.held = nil
+	p.mu.Unlock()
+	p.wg.Wait()
+}

@@ -1,0 +1,103 @@
+package testutil
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+)
+
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := c.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// roundTrip sends a line and waits up to d for it to come back.
+func roundTrip(c net.Conn, d time.Duration) error {
+	_ = c.SetDeadline(time.Now().Add(d))
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		return err
+	}
+	_, err := bufio.NewReader(c).ReadString('\n')
+	return err
+}
+
+func TestFaultProxy(t *testing.T) {
+	p := StartFaultProxy(t, echoServer(t))
+	c1, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	if err := roundTrip(c1, time.Second); err != nil {
+		t.Fatalf("through the proxy: %v", err)
+	}
+
+	p.Cut()
+	if !p.IsCut() {
+		t.Fatal("IsCut after Cut")
+	}
+	if err := roundTrip(c1, time.Second); err == nil {
+		t.Fatal("an open connection survived Cut")
+	}
+	c2, err := net.Dial("tcp", p.Addr) // accepted by the blackhole
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if err := roundTrip(c2, 200*time.Millisecond); err == nil {
+		t.Fatal("a new connection was answered while cut")
+	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("blackhole: want a timeout, got %v", err)
+	}
+
+	p.Refuse()
+	c3, err := net.Dial("tcp", p.Addr)
+	if err == nil {
+		if err := roundTrip(c3, time.Second); err == nil || isTimeout(err) {
+			t.Fatalf("refuse: want the connection closed at once, got %v", err)
+		}
+		c3.Close()
+	}
+
+	p.Restore()
+	c4, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c4.Close()
+	if err := roundTrip(c4, time.Second); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}

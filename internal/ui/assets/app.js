@@ -1,0 +1,478 @@
+// ctsync dashboard. Reads and changes everything through the /v1 API.
+//
+// Rule: every value from the API (task names, descriptions, triggers,
+// errors, plans, logs: they come from Consul or the configuration) reaches
+// the page as text through el() and textContent. Nothing is ever parsed as
+// HTML (ui_test.go fails on the sinks that would).
+'use strict';
+
+const API = '../v1';
+const REFRESH_MS = 5000;
+
+// UI state that survives a refresh of the page's data.
+const state = {
+  busy: false,     // an action is in progress: no refresh, buttons off
+  message: null,   // {text, kind} shown above the task page
+  plan: null,      // {task, text, changes}: the plan preview of an enable
+  log: null,       // {task, id, text, error}: the run log shown
+  timer: null,
+  seq: 0,          // render generation: a slow, stale render is dropped
+};
+
+// el builds an element. props: class, text, on<event>, dataset, or
+// attributes; children are nodes or strings (added as text).
+function el(tag, props, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === 'class') e.className = v;
+    else if (k === 'text') e.textContent = String(v);
+    else if (k === 'dataset') Object.assign(e.dataset, v);
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    e.append(c instanceof Node ? c : String(c));
+  }
+  return e;
+}
+
+class APIError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+async function api(method, path, body) {
+  const opts = { method, headers: { Accept: 'application/json' } };
+  if (body !== undefined) {
+    opts.headers['Content-Type'] = 'application/json';
+    opts.body = JSON.stringify(body);
+  }
+  const resp = await fetch(API + path, opts);
+  const text = await resp.text();
+  let data = text;
+  if ((resp.headers.get('Content-Type') || '').startsWith('application/json') && text) {
+    try { data = JSON.parse(text); } catch (e) { data = text; }
+  }
+  if (!resp.ok) {
+    const msg = data && data.error && data.error.message ? data.error.message : resp.status + ' ' + resp.statusText;
+    throw new APIError(resp.status, msg);
+  }
+  return data;
+}
+
+const taskPath = (name) => '/tasks/' + encodeURIComponent(name);
+const taskHref = (name) => '#/tasks/' + encodeURIComponent(name);
+
+// ---- formatting ----
+
+function pad(n) { return String(n).padStart(2, '0'); }
+
+function fmtTime(iso) {
+  if (!iso) return '';
+  const d = new Date(iso);
+  if (isNaN(d) || d.getFullYear() < 1971) return '';
+  return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + ' ' +
+    pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds());
+}
+
+function fmtAgo(iso) {
+  const d = new Date(iso);
+  if (isNaN(d)) return '';
+  let s = Math.round((Date.now() - d.getTime()) / 1000);
+  const future = s < 0;
+  s = Math.abs(s);
+  let t;
+  if (s < 60) t = s + 's';
+  else if (s < 3600) t = Math.round(s / 60) + 'm';
+  else if (s < 86400) t = Math.round(s / 3600) + 'h';
+  else t = Math.round(s / 86400) + 'd';
+  return future ? 'in ' + t : t + ' ago';
+}
+
+function timeCell(iso) {
+  const t = fmtTime(iso);
+  if (!t) return el('span', { class: 'muted', text: '—' });
+  return el('time', { datetime: iso, title: t }, fmtAgo(iso));
+}
+
+function fmtDuration(start, end) {
+  const ms = new Date(end) - new Date(start);
+  if (!(ms >= 0)) return '';
+  if (ms < 1000) return ms + 'ms';
+  const s = ms / 1000;
+  if (s < 60) return s.toFixed(1) + 's';
+  return Math.floor(s / 60) + 'm' + pad(Math.round(s % 60)) + 's';
+}
+
+function badge(text, kind, title) {
+  return el('span', { class: 'badge ' + kind, title }, text);
+}
+
+const statusKinds = { successful: 'ok', errored: 'warn', critical: 'bad', unknown: 'muted' };
+
+function statusBadge(status) {
+  return badge(status || 'unknown', statusKinds[status] || 'muted');
+}
+
+function resultBadge(ev) {
+  if (ev.kind === 'drift') return badge('drift', 'bad', 'a drift check found changes made outside Terraform');
+  if (ev.kind === 'noop') return badge('no change', 'muted');
+  return ev.success ? badge('success', 'ok') : badge('failed', 'bad');
+}
+
+function driftBadge(status, spec) {
+  if (status && status.drifted) {
+    return badge('drifted', 'bad', 'last drift check: ' + (fmtTime(status.last_drift_check) || 'unknown'));
+  }
+  if (spec && spec.drift_detection) {
+    const last = status && status.last_drift_check;
+    return badge('in sync', 'ok', last ? 'last drift check: ' + fmtTime(last) : 'not checked yet (every ' + spec.drift_detection.interval + ')');
+  }
+  return el('span', { class: 'muted', text: 'off' });
+}
+
+function planText(p) {
+  if (!p) return '';
+  return '+' + p.add + ' ~' + p.change + ' -' + p.destroy;
+}
+
+function planCell(p) {
+  if (!p) return el('span', { class: 'muted', text: '—' });
+  return el('span', { class: 'plan', title: p.add + ' to add, ' + p.change + ' to change, ' + p.destroy + ' to destroy' },
+    el('span', { class: 'add' }, '+' + p.add), ' ',
+    el('span', { class: 'change' }, '~' + p.change), ' ',
+    el('span', { class: 'destroy' }, '-' + p.destroy));
+}
+
+function conditionText(spec) {
+  const c = spec.condition || {};
+  if (c.services) {
+    const s = c.services;
+    return 'services: ' + (s.regexp != null ? 'regexp ' + s.regexp : (s.names || []).join(', '));
+  }
+  if (c.catalog_services) return 'catalog-services: regexp ' + c.catalog_services.regexp;
+  if (c.consul_kv) return 'consul-kv: ' + c.consul_kv.path + (c.consul_kv.recurse ? ' (recurse)' : '');
+  if (c.schedule) return 'schedule: ' + c.schedule.cron;
+  return '';
+}
+
+// lastRun is the newest event that is a run (drift checks are not).
+function lastRun(events) {
+  return (events || []).find((e) => e.kind !== 'drift') || null;
+}
+
+// ---- page frame ----
+
+function setBanner(text) {
+  const b = document.getElementById('banner');
+  b.textContent = text || '';
+  b.hidden = !text;
+}
+
+function setMain(...nodes) {
+  // replaceChildren would turn a null into the text "null".
+  document.getElementById('main').replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
+}
+
+async function renderCluster() {
+  const box = document.getElementById('cluster');
+  let c;
+  try {
+    c = await api('GET', '/status/cluster');
+  } catch (e) {
+    if (e.status === 405) {
+      box.replaceChildren(el('span', { class: 'badge muted', title: 'high availability is not configured' }, 'single instance'));
+    } else {
+      box.replaceChildren(el('span', { class: 'badge warn', title: e.message }, 'cluster status unavailable'));
+    }
+    return;
+  }
+  const members = Array.isArray(c.members) ? c.members : [];
+  const leader = members.find((m) => m.leader || m.is_leader);
+  const list = el('ul', { class: 'members' }, members.map((m) =>
+    el('li', { dataset: { member: m.id || '' } },
+      el('span', { class: 'member-id' }, m.id || '?'), ' ',
+      m.leader || m.is_leader ? badge('leader', 'ok') : badge('follower', 'muted'), ' ',
+      m.healthy === false ? badge('unhealthy', 'bad') : null,
+      m.address ? el('span', { class: 'muted' }, ' ' + m.address) : null)));
+  box.replaceChildren(el('details', { class: 'cluster-details' },
+    el('summary', null, 'cluster ', el('b', null, c.cluster_name || ''), ' · ', members.length + ' member' + (members.length === 1 ? '' : 's'),
+      ' · leader: ', el('b', { class: 'leader-id' }, leader ? leader.id : 'none')),
+    list));
+}
+
+// ---- task list ----
+
+async function renderList(seq) {
+  const [statuses, tasks, summary] = await Promise.all([
+    api('GET', '/status/tasks?include=events'), api('GET', '/tasks'), api('GET', '/status')]);
+  if (seq !== state.seq) return;
+  const specs = new Map((tasks.tasks || []).map((t) => [t.name, t]));
+  const names = Object.keys(statuses).sort();
+  const s = summary.task_summary;
+  const counts = el('p', { class: 'summary', id: 'summary' },
+    names.length + ' task' + (names.length === 1 ? '' : 's') + ': ',
+    badge(s.status.successful + ' successful', 'ok'), ' ',
+    badge(s.status.errored + ' errored', s.status.errored ? 'warn' : 'muted'), ' ',
+    badge(s.status.critical + ' critical', s.status.critical ? 'bad' : 'muted'), ' ',
+    badge(s.status.unknown + ' unknown', 'muted'), ' · ',
+    s.enabled.true + ' enabled, ' + s.enabled.false + ' disabled');
+
+  const head = el('thead', null, el('tr', null,
+    ['Task', 'Status', 'Enabled', 'Last run', 'Result', 'Trigger', 'Next run', 'Drift'].map((h) => el('th', { scope: 'col' }, h))));
+  const body = el('tbody', null, names.map((name) => {
+    const st = statuses[name];
+    const spec = specs.get(name) || {};
+    const ev = lastRun(st.events);
+    return el('tr', { dataset: { task: name } },
+      el('td', { class: 'name' },
+        el('a', { href: taskHref(name) }, name),
+        spec.description ? el('div', { class: 'desc' }, spec.description) : null,
+        el('div', { class: 'cond muted' }, conditionText(spec))),
+      el('td', { class: 'status' }, statusBadge(st.status), st.active ? [' ', badge('running', 'info')] : null),
+      el('td', { class: 'enabled' }, st.enabled ? badge('yes', 'ok') : badge('no', 'muted')),
+      el('td', { class: 'last-run' }, ev ? timeCell(ev.end_time) : el('span', { class: 'muted' }, 'never')),
+      el('td', { class: 'result' }, ev ? [resultBadge(ev), ' ', planCell(ev.plan)] : null),
+      el('td', { class: 'trigger' }, ev && ev.trigger ? el('code', null, ev.trigger) : ''),
+      el('td', { class: 'next-run' }, st.next_run ? timeCell(st.next_run) : el('span', { class: 'muted' }, '—')),
+      el('td', { class: 'drift' }, driftBadge(st, spec)));
+  }));
+  const table = names.length
+    ? el('table', { class: 'tasks', id: 'tasks' }, head, body)
+    : el('p', { class: 'muted' }, 'No tasks are configured.');
+  setMain(el('h1', null, 'Tasks'), counts, table);
+}
+
+// ---- task page ----
+
+function detail(label, value) {
+  return [el('dt', null, label), el('dd', null, value === '' || value === null || value === undefined ? el('span', { class: 'muted' }, '—') : value)];
+}
+
+async function renderTask(name, seq) {
+  let spec, statuses, events;
+  try {
+    [spec, statuses, events] = await Promise.all([
+      api('GET', taskPath(name)), api('GET', '/status' + taskPath(name)), api('GET', taskPath(name) + '/events')]);
+  } catch (e) {
+    if (seq !== state.seq) return;
+    if (e.status === 404) {
+      setMain(el('h1', null, name), el('p', { class: 'error' }, e.message), el('p', null, el('a', { href: '#/' }, 'All tasks')));
+      return;
+    }
+    throw e;
+  }
+  if (seq !== state.seq) return;
+  const t = spec.task;
+  const st = statuses[name] || {};
+  const evs = events.events || [];
+
+  const actions = el('div', { class: 'actions' },
+    el('button', { id: 'run-now', type: 'button', disabled: state.busy || !t.enabled, onclick: () => runNow(name),
+      title: t.enabled ? 'apply now, even if the inputs did not change' : 'enable the task first' }, 'Run now'),
+    t.enabled
+      ? el('button', { id: 'disable', type: 'button', disabled: state.busy, onclick: () => disable(name) }, 'Disable')
+      : el('button', { id: 'enable', type: 'button', disabled: state.busy, onclick: () => previewEnable(name) }, 'Enable…'));
+
+  const dd = t.drift_detection;
+  const details = el('dl', { class: 'details' },
+    detail('Status', [statusBadge(st.status), st.active ? [' ', badge('running', 'info')] : null]),
+    detail('Enabled', t.enabled ? badge('yes', 'ok') : badge('no', 'muted')),
+    detail('Module', el('code', null, t.module + (t.version ? ' @ ' + t.version : ''))),
+    detail('Condition', conditionText(t)),
+    detail('Providers', (t.providers || []).join(', ')),
+    detail('Buffer period', t.buffer_period && t.buffer_period.enabled ? t.buffer_period.min + ' – ' + t.buffer_period.max : 'off'),
+    detail('Next run', st.next_run ? timeCell(st.next_run) : ''),
+    detail('Drift detection', dd ? ['every ' + dd.interval + (dd.remediate ? ', remediate' : ', report only') + ' ', driftBadge(st, t)] : 'off'),
+    detail('Last drift check', st.last_drift_check ? timeCell(st.last_drift_check) : ''));
+
+  const nodes = [
+    el('p', { class: 'crumbs' }, el('a', { href: '#/' }, 'Tasks'), ' / '),
+    el('h1', { id: 'task-name' }, name),
+    t.description ? el('p', { class: 'desc', id: 'task-desc' }, t.description) : null,
+    actions,
+  ];
+  if (state.message) nodes.push(el('p', { id: 'message', class: 'message ' + state.message.kind, role: 'status' }, state.message.text));
+  if (state.plan && state.plan.task === name) nodes.push(planPanel(name));
+  nodes.push(details, el('h2', null, 'History'), historyTable(name, evs));
+  if (state.log && state.log.task === name) nodes.push(logPanel());
+  // A refresh must not move the log the user is reading.
+  const oldLog = document.getElementById('log');
+  const kept = oldLog ? { event: oldLog.dataset.event, top: oldLog.scrollTop } : null;
+  setMain(...nodes);
+  const newLog = document.getElementById('log');
+  if (kept && newLog && newLog.dataset.event === kept.event) newLog.scrollTop = kept.top;
+}
+
+function historyTable(name, evs) {
+  if (!evs.length) return el('p', { class: 'muted', id: 'history' }, 'No runs yet.');
+  const head = el('thead', null, el('tr', null,
+    ['Started', 'Kind', 'Result', 'Plan', 'Trigger', 'Inputs', 'Duration', 'Error', ''].map((h) => el('th', { scope: 'col' }, h))));
+  const rows = evs.map((ev) => el('tr', { dataset: { event: ev.id }, class: state.log && state.log.id === ev.id ? 'selected' : null },
+    el('td', null, el('span', { title: fmtTime(ev.start_time) }, fmtTime(ev.start_time))),
+    el('td', { class: 'kind' }, ev.kind || ''),
+    el('td', { class: 'result' }, resultBadge(ev)),
+    el('td', { class: 'plan-cell' }, planCell(ev.plan)),
+    el('td', { class: 'trigger' }, ev.trigger ? el('code', null, ev.trigger) : ''),
+    el('td', { class: 'hash' }, ev.inputs_hash ? el('code', { title: ev.inputs_hash }, ev.inputs_hash.slice(0, 12)) : ''),
+    el('td', null, fmtDuration(ev.start_time, ev.end_time)),
+    el('td', { class: 'error' }, ev.error ? ev.error.message : ''),
+    el('td', null, ev.kind === 'noop' ? '' : el('button', { type: 'button', class: 'small view-log', onclick: () => showLog(name, ev.id) }, 'Log'))));
+  return el('table', { class: 'history', id: 'history' }, head, el('tbody', null, rows));
+}
+
+function planPanel(name) {
+  const p = state.plan;
+  const buttons = p.changes
+    ? [el('button', { id: 'confirm-enable', type: 'button', class: 'primary', disabled: state.busy, onclick: () => enable(name, true) }, 'Enable and apply')]
+    : [el('button', { id: 'confirm-enable', type: 'button', class: 'primary', disabled: state.busy, onclick: () => enable(name, false) }, 'Enable')];
+  buttons.push(el('button', { id: 'cancel-enable', type: 'button', disabled: state.busy, onclick: () => { state.plan = null; render(); } }, 'Cancel'));
+  return el('section', { class: 'panel', id: 'plan-preview', 'aria-label': 'plan preview' },
+    el('h2', null, 'Plan if enabled'),
+    el('p', null, p.changes ? 'Enabling applies these changes now:' : 'No changes: enabling applies nothing until the inputs change.'),
+    el('pre', { class: 'plan-text' }, p.text || '(empty plan)'),
+    el('div', { class: 'actions' }, buttons));
+}
+
+function logPanel() {
+  const l = state.log;
+  return el('section', { class: 'panel', id: 'log-viewer', 'aria-label': 'run log' },
+    el('h2', null, 'Run log ', el('code', null, l.id)),
+    el('div', { class: 'actions' }, el('button', { type: 'button', class: 'small', onclick: () => { state.log = null; render(); } }, 'Close')),
+    l.error ? el('p', { class: 'error' }, l.error) : el('pre', { class: 'log', id: 'log', dataset: { event: l.id } }, l.text === null ? 'Loading…' : l.text));
+}
+
+// ---- actions ----
+
+// act runs an action: at once the buttons are disabled and the message
+// shows what is going on; the page is rendered again when it ends.
+async function act(fn) {
+  state.busy = true;
+  paintBusy();
+  try {
+    await fn();
+  } catch (e) {
+    state.message = { text: e.message, kind: 'error' };
+  } finally {
+    state.busy = false;
+    render();
+  }
+}
+
+// paintBusy updates the current page in place, without waiting for the
+// API: buttons off, the message replaced.
+function paintBusy() {
+  for (const b of document.querySelectorAll('#main button')) b.disabled = true;
+  const old = document.getElementById('message');
+  if (!state.message) {
+    if (old) old.remove();
+    return;
+  }
+  const m = el('p', { id: 'message', class: 'message ' + state.message.kind, role: 'status' }, state.message.text);
+  if (old) old.replaceWith(m);
+  else {
+    const actions = document.querySelector('#main .actions');
+    if (actions) actions.after(m);
+  }
+}
+
+function runNow(name) {
+  state.message = { text: 'Running ' + name + '…', kind: 'info' };
+  act(async () => {
+    const r = await api('POST', taskPath(name) + '/run');
+    const ev = r.event;
+    state.message = { text: 'Run succeeded' + (ev && ev.plan ? ' (' + planText(ev.plan) + ')' : '') + '.', kind: 'ok' };
+  });
+}
+
+function disable(name) {
+  state.plan = null;
+  state.message = { text: 'Disabling…', kind: 'info' };
+  act(async () => {
+    await api('PATCH', taskPath(name), { enabled: false });
+    state.message = { text: 'Task disabled.', kind: 'ok' };
+  });
+}
+
+// previewEnable plans the task as if enabled (PATCH ?run=inspect changes
+// nothing) and shows the plan for confirmation, as `ctsync task enable`.
+function previewEnable(name) {
+  state.message = { text: 'Planning…', kind: 'info' };
+  act(async () => {
+    const r = await api('PATCH', taskPath(name) + '?run=inspect', { enabled: true });
+    const i = r.inspect || {};
+    state.plan = { task: name, text: i.plan || '', changes: !!i.changes_present };
+    state.message = null;
+  });
+}
+
+function enable(name, apply) {
+  state.message = { text: apply ? 'Enabling and applying…' : 'Enabling…', kind: 'info' };
+  act(async () => {
+    await api('PATCH', taskPath(name) + (apply ? '?run=now' : ''), { enabled: true });
+    state.plan = null;
+    state.message = { text: apply ? 'Task enabled and applied.' : 'Task enabled.', kind: 'ok' };
+  });
+}
+
+async function showLog(name, id) {
+  state.log = { task: name, id, text: null, error: null };
+  render();
+  try {
+    const text = await api('GET', taskPath(name) + '/events/' + encodeURIComponent(id) + '/log');
+    if (state.log && state.log.id === id) state.log.text = text;
+  } catch (e) {
+    if (state.log && state.log.id === id) state.log.error = e.message;
+  }
+  render();
+}
+
+// ---- routing and refresh ----
+
+function route() {
+  const m = location.hash.match(/^#\/tasks\/(.+)$/);
+  if (!m) return { view: 'list' };
+  let name;
+  try { name = decodeURIComponent(m[1]); } catch (e) { name = m[1]; }
+  return { view: 'task', name };
+}
+
+async function render() {
+  const seq = ++state.seq;
+  clearTimeout(state.timer);
+  const r = route();
+  try {
+    if (r.view === 'task') await renderTask(r.name, seq);
+    else await renderList(seq);
+    if (seq === state.seq) setBanner('');
+  } catch (e) {
+    if (seq === state.seq) setBanner('Cannot reach the ctsync API: ' + e.message);
+  }
+  if (seq === state.seq) state.timer = setTimeout(refresh, REFRESH_MS);
+}
+
+// refresh re-renders unless the user is in the middle of something.
+function refresh() {
+  if (state.busy || state.plan) {
+    state.timer = setTimeout(refresh, REFRESH_MS);
+    return;
+  }
+  render();
+  renderCluster();
+}
+
+window.addEventListener('hashchange', () => {
+  state.message = null;
+  state.plan = null;
+  state.log = null;
+  render();
+});
+
+document.addEventListener('DOMContentLoaded', () => {
+  render();
+  renderCluster();
+});
