@@ -230,7 +230,7 @@ func TestGetTasks(t *testing.T) {
 
 func TestCreateTaskDefaults(t *testing.T) {
 	h := newHarness(t, nil)
-	h.w.set(healthKey("web"), instances("web-1"))
+	h.w.Set(healthKey("web"), instances("web-1"))
 
 	var resp TaskResponse
 	r := h.do("POST", "/v1/tasks", `{"task":{"name":"t1","module":"org/x/y","condition":{"services":{"names":["web"]}}}}`)
@@ -327,7 +327,7 @@ func TestCreateTaskDefaults(t *testing.T) {
 
 func TestCreateRunNowAndInspect(t *testing.T) {
 	h := newHarness(t, nil)
-	h.w.set(healthKey("web"), instances("web-1"))
+	h.w.Set(healthKey("web"), instances("web-1"))
 	body := `{"task":{"name":"now","module":"m","condition":{"services":{"names":["web"]}}}}`
 
 	var insp TaskResponse
@@ -423,7 +423,7 @@ func TestCreateTaskBadInput(t *testing.T) {
 
 func TestUpdateTask(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("a", "web")})
-	h.w.set(healthKey("web"), instances("web-1"))
+	h.w.Set(healthKey("web"), instances("web-1"))
 	h.waitChan(h.applied, "a")
 	h.waitIdle("a")
 
@@ -495,7 +495,7 @@ func TestUpdateTask(t *testing.T) {
 func TestActiveTaskConflicts(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("a", "web")})
 	release := h.gate("a")
-	h.w.set(healthKey("web"), instances("web-1"))
+	h.w.Set(healthKey("web"), instances("web-1"))
 	h.waitChan(h.started, "a")
 
 	msg := h.do("PATCH", "/v1/tasks/a", `{"enabled":false}`).expect(t, 409).errMsg(t)
@@ -519,7 +519,7 @@ func TestActiveTaskConflicts(t *testing.T) {
 
 func TestRunTaskAndEvents(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("a", "web")})
-	h.w.set(healthKey("web"), instances("web-1"))
+	h.w.Set(healthKey("web"), instances("web-1"))
 	h.waitChan(h.applied, "a")
 	h.waitIdle("a")
 
@@ -560,7 +560,7 @@ func TestRunTaskAndEvents(t *testing.T) {
 
 func TestDeleteTask(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("a", "web"), servicesTask("b", "web"), servicesTask("c", "web")})
-	h.w.set(healthKey("web"), instances("web-1"))
+	h.w.Set(healthKey("web"), instances("web-1"))
 	for range 3 {
 		<-h.applied
 	}
@@ -581,7 +581,7 @@ func TestDeleteTask(t *testing.T) {
 
 	// A running task is marked at once and removed when its run ends.
 	release := h.gate("b")
-	h.w.set(healthKey("web"), instances("web-1", "web-2"))
+	h.w.Set(healthKey("web"), instances("web-1", "web-2"))
 	h.waitChan(h.started, "b")
 	h.do("DELETE", "/v1/tasks/b", "").expect(t, 202)
 	var list TasksResponse
@@ -620,7 +620,7 @@ func TestConcurrentRequests(t *testing.T) {
 		specs = append(specs, servicesTask(fmt.Sprintf("t%d", i), "web"))
 	}
 	h := newHarness(t, specs)
-	h.w.set(healthKey("web"), instances("web-1"))
+	h.w.Set(healthKey("web"), instances("web-1"))
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	wg.Go(func() {
@@ -631,7 +631,7 @@ func TestConcurrentRequests(t *testing.T) {
 			case <-h.applied:
 			}
 			if i%4 == 0 {
-				h.w.set(healthKey("web"), instances("web-1", fmt.Sprintf("web-%d", i)))
+				h.w.Set(healthKey("web"), instances("web-1", fmt.Sprintf("web-%d", i)))
 			}
 		}
 	})

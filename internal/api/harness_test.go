@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -21,66 +22,10 @@ import (
 	"github.com/ctsync/ctsync/internal/watch"
 )
 
-// fakeWatcher is an in-memory watch registry: tests set values and it
-// notifies subscribers as the real one does.
-type fakeWatcher struct {
-	mu     sync.Mutex
-	vals   map[string]any
-	subs   map[string]map[string]bool // key -> subscribers
-	notify func(sub, key string)
-}
+// fakeWatcher is the shared in-memory watcher.
+type fakeWatcher = reconciletest.Watcher
 
-func newFakeWatcher() *fakeWatcher {
-	return &fakeWatcher{vals: map[string]any{}, subs: map[string]map[string]bool{}}
-}
-
-func (w *fakeWatcher) Subscribe(sub string, q watch.Query) {
-	w.mu.Lock()
-	k := q.Key()
-	if w.subs[k] == nil {
-		w.subs[k] = map[string]bool{}
-	}
-	w.subs[k][sub] = true
-	_, ready := w.vals[k]
-	w.mu.Unlock()
-	if ready {
-		w.notify(sub, k)
-	}
-}
-
-func (w *fakeWatcher) Unsubscribe(sub, key string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.subs[key], sub)
-}
-
-func (w *fakeWatcher) UnsubscribeAll(sub string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, s := range w.subs {
-		delete(s, sub)
-	}
-}
-
-func (w *fakeWatcher) Get(key string) (any, uint64, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	v, ok := w.vals[key]
-	return v, 1, ok
-}
-
-func (w *fakeWatcher) set(key string, v any) {
-	w.mu.Lock()
-	w.vals[key] = v
-	var subs []string
-	for s := range w.subs[key] {
-		subs = append(subs, s)
-	}
-	w.mu.Unlock()
-	for _, s := range subs {
-		w.notify(s, key)
-	}
-}
+func newFakeWatcher() *fakeWatcher { return reconciletest.NewWatcher() }
 
 // fakeDriver plans and applies instantly unless its task is gated or set to
 // fail.
@@ -159,7 +104,7 @@ func newHarness(t *testing.T, specs []task.Spec, opts ...harnessOpt) *harness {
 		Watcher: h.w, Store: h.st, MaxParallel: 4, MaxRetries: -1,
 		NewDriver: func(s task.Spec) (driver.Driver, error) { return &fakeDriver{h: h, name: s.Name}, nil },
 	}, specs)
-	h.w.notify = h.ctrl.Notify
+	h.w.Notify = h.ctrl.Notify
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = h.ctrl.Run(ctx, context.Background()); close(done) }()

@@ -168,7 +168,7 @@ func TestRoutesMatchSpec(t *testing.T) {
 // the list below was seen.
 func TestEveryOperationLive(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("web-task", "web")})
-	h.w.set(healthKey("web"), instances("web-1"))
+	h.w.Set(healthKey("web"), instances("web-1"))
 	h.waitChan(h.applied, "web-task")
 	h.waitIdle("web-task")
 
@@ -206,7 +206,7 @@ func TestEveryOperationLive(t *testing.T) {
 
 	// 409 and 500 from a gated, then failing, run.
 	release := h.gate("web-task")
-	h.w.set(healthKey("web"), instances("web-1", "web-2"))
+	h.w.Set(healthKey("web"), instances("web-1", "web-2"))
 	h.waitChan(h.started, "web-task")
 	h.do("PATCH", "/v1/tasks/web-task", `{"enabled":false}`).expect(t, 409)
 	h.do("POST", "/v1/tasks/web-task/run", "").expect(t, 409)

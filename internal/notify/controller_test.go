@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,62 +16,6 @@ import (
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/watch"
 )
-
-// watcher is a minimal in-memory watch registry for the controller.
-type watcher struct {
-	mu     sync.Mutex
-	vals   map[string]any
-	subs   map[string]map[string]bool
-	notify func(sub, key string)
-}
-
-func (w *watcher) Subscribe(sub string, q watch.Query) {
-	w.mu.Lock()
-	k := q.Key()
-	if w.subs[k] == nil {
-		w.subs[k] = map[string]bool{}
-	}
-	w.subs[k][sub] = true
-	_, ready := w.vals[k]
-	w.mu.Unlock()
-	if ready {
-		w.notify(sub, k)
-	}
-}
-
-func (w *watcher) Unsubscribe(sub, key string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.subs[key], sub)
-}
-
-func (w *watcher) UnsubscribeAll(sub string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, s := range w.subs {
-		delete(s, sub)
-	}
-}
-
-func (w *watcher) Get(key string) (any, uint64, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	v, ok := w.vals[key]
-	return v, 1, ok
-}
-
-func (w *watcher) set(key string, v any) {
-	w.mu.Lock()
-	w.vals[key] = v
-	var subs []string
-	for s := range w.subs[key] {
-		subs = append(subs, s)
-	}
-	w.mu.Unlock()
-	for _, s := range subs {
-		w.notify(s, key)
-	}
-}
 
 // failingDriver fails every apply at once.
 type failingDriver struct{}
@@ -106,13 +50,13 @@ func TestRunsProceedWhileWebhookHangs(t *testing.T) {
 	n.Timeout = time.Hour // only the test's end releases it
 	d := start(t, Options{Notifications: []config.Notification{n}, Store: st, Metrics: m, QueueSize: 3})
 
-	w := &watcher{vals: map[string]any{}, subs: map[string]map[string]bool{}}
+	w := reconciletest.NewWatcher()
 	spec := task.Spec{Name: "web", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
 		Condition: task.Condition{Services: &task.ServicesCondition{
 			ServicesSelector: task.ServicesSelector{Names: []string{"web"}}, UseAsModuleInput: true}}}
 	ctrl := reconcile.New(reconcile.Options{Watcher: w, Store: st, MaxRetries: -1, OnEvent: d.OnEvent,
 		NewDriver: func(task.Spec) (driver.Driver, error) { return failingDriver{}, nil }}, []task.Spec{spec})
-	w.notify = ctrl.Notify
+	w.Notify = ctrl.Notify
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = ctrl.Run(ctx, context.Background()); close(done) }()
@@ -122,7 +66,7 @@ func TestRunsProceedWhileWebhookHangs(t *testing.T) {
 	const changes = 20
 	begin := time.Now()
 	for i := range changes {
-		w.set(key, []task.Service{{ID: fmt.Sprintf("web-%d", i), Name: "web", Node: "n1", NodeDatacenter: "dc1", Status: "passing"}})
+		w.Set(key, []task.Service{{ID: fmt.Sprintf("web-%d", i), Name: "web", Node: "n1", NodeDatacenter: "dc1", Status: "passing"}})
 		want := i + 1
 		waitFor(t, fmt.Sprintf("run %d recorded", want), func() bool { return len(st.Events("web")) >= want })
 	}

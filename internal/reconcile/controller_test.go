@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,72 +16,10 @@ import (
 	"github.com/ctsync/ctsync/internal/watch"
 )
 
-// fakeWatcher is an in-memory watch registry: tests set values and it
-// notifies subscribers like the real one.
-type fakeWatcher struct {
-	mu     sync.Mutex
-	vals   map[string]any
-	subs   map[string]map[string]bool // key -> subscribers
-	notify func(sub, key string)
-}
+// fakeWatcher is the shared in-memory watcher.
+type fakeWatcher = reconciletest.Watcher
 
-func newFakeWatcher() *fakeWatcher {
-	return &fakeWatcher{vals: map[string]any{}, subs: map[string]map[string]bool{}}
-}
-
-func (w *fakeWatcher) Subscribe(sub string, q watch.Query) {
-	w.mu.Lock()
-	k := q.Key()
-	if w.subs[k] == nil {
-		w.subs[k] = map[string]bool{}
-	}
-	w.subs[k][sub] = true
-	_, ready := w.vals[k]
-	w.mu.Unlock()
-	if ready {
-		w.notify(sub, k)
-	}
-}
-
-func (w *fakeWatcher) Unsubscribe(sub, key string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.subs[key], sub)
-}
-
-func (w *fakeWatcher) UnsubscribeAll(sub string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, s := range w.subs {
-		delete(s, sub)
-	}
-}
-
-func (w *fakeWatcher) Get(key string) (any, uint64, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	v, ok := w.vals[key]
-	return v, 1, ok
-}
-
-func (w *fakeWatcher) subscribed(key string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.subs[key]) > 0
-}
-
-func (w *fakeWatcher) set(key string, v any) {
-	w.mu.Lock()
-	w.vals[key] = v
-	var subs []string
-	for s := range w.subs[key] {
-		subs = append(subs, s)
-	}
-	w.mu.Unlock()
-	for _, s := range subs {
-		w.notify(s, key)
-	}
-}
+func newFakeWatcher() *fakeWatcher { return reconciletest.NewWatcher() }
 
 // fakeDriver records applies; gate, when set, holds each apply until a
 // value is sent.
@@ -209,7 +148,7 @@ func start(t *testing.T, maxParallel int, gated []string, args ...any) *harness 
 		}
 	}
 	h.ctrl = New(opts, specs)
-	h.w.notify = h.ctrl.Notify
+	h.w.Notify = h.ctrl.Notify
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan struct{})
 	go func() { _ = h.ctrl.Run(ctx, context.Background()); close(h.done) }()
@@ -246,16 +185,16 @@ func (h *harness) noApply(t *testing.T, d time.Duration) {
 
 func TestRunsWhenDataArrivesAndSkipsUnchangedInputs(t *testing.T) {
 	h := start(t, 4, nil, servicesTask("a", "web"))
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "a")
 	if got := h.rec.last("a").Services; len(got) != 1 || got["web-1.n1.dc1"].ID != "web-1" {
 		t.Fatalf("inputs: %+v", got)
 	}
 	// Same value again (e.g. only a check's output changed upstream): no run.
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.noApply(t, 100*time.Millisecond)
 	// A real change runs.
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
 	h.waitApplied(t, "a")
 	if n := len(h.rec.last("a").Services); n != 2 {
 		t.Fatalf("want 2 services, got %d", n)
@@ -269,11 +208,11 @@ func TestRunsWhenDataArrivesAndSkipsUnchangedInputs(t *testing.T) {
 
 func TestChangeDuringRunIsAppliedAfterwards(t *testing.T) {
 	h := start(t, 4, []string{"a"}, servicesTask("a", "web"))
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	// First apply is held by the gate; change the catalog twice meanwhile.
 	waitRunning(t, h.rec, "a")
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web"), inst("web-3", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web"), inst("web-3", "web")})
 	h.gates["a"] <- struct{}{} // finish run 1
 	h.waitApplied(t, "a")
 	h.gates["a"] <- struct{}{} // finish run 2 (the coalesced rerun)
@@ -320,7 +259,7 @@ func TestGlobalParallelismBound(t *testing.T) {
 		specs = append(specs, servicesTask(n, "web"))
 	}
 	h := start(t, 2, names, specs...)
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	waitFor(t, "two tasks running at once", func() bool {
 		h.rec.mu.Lock()
 		defer h.rec.mu.Unlock()
@@ -354,7 +293,7 @@ func TestBufferPeriodCoalesces(t *testing.T) {
 	s := servicesTask("a", "web")
 	s.BufferPeriod = &task.BufferPeriod{Enabled: true, Min: task.Duration(150 * time.Millisecond), Max: task.Duration(time.Second)}
 	h := start(t, 4, nil, s)
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "a") // the first run is not buffered
 	begin := time.Now()
 	for i := 2; i <= 5; i++ {
@@ -362,7 +301,7 @@ func TestBufferPeriodCoalesces(t *testing.T) {
 		for j := 1; j <= i; j++ {
 			svcs = append(svcs, inst("web-"+string(rune('0'+j)), "web"))
 		}
-		h.w.set(healthKey("web"), svcs)
+		h.w.Set(healthKey("web"), svcs)
 	}
 	h.waitApplied(t, "a")
 	if waited := time.Since(begin); waited < 150*time.Millisecond {
@@ -381,35 +320,35 @@ func TestRegexpFollowsCatalog(t *testing.T) {
 			ServicesSelector: task.ServicesSelector{Regexp: &re}, UseAsModuleInput: true}}}
 	h := start(t, 4, nil, s)
 	catKey := watch.CatalogServices(watch.CatalogOptions{}).Key()
-	h.w.set(healthKey("web-a"), []task.Service{inst("a1", "web-a")})
-	h.w.set(catKey, map[string][]string{"web-a": {}, "db": {}})
+	h.w.Set(healthKey("web-a"), []task.Service{inst("a1", "web-a")})
+	h.w.Set(catKey, map[string][]string{"web-a": {}, "db": {}})
 	h.waitApplied(t, "a")
-	waitFor(t, "the regexp selection to subscribe to web-a", func() bool { return h.w.subscribed(healthKey("web-a")) })
-	if h.w.subscribed(healthKey("db")) {
+	waitFor(t, "the regexp selection to subscribe to web-a", func() bool { return h.w.Subscribed(healthKey("web-a")) })
+	if h.w.Subscribed(healthKey("db")) {
 		t.Fatal("regexp ^web subscribed to db")
 	}
-	h.w.set(healthKey("web-b"), []task.Service{inst("b1", "web-b")})
-	h.w.set(catKey, map[string][]string{"web-a": {}, "web-b": {}, "db": {}})
+	h.w.Set(healthKey("web-b"), []task.Service{inst("b1", "web-b")})
+	h.w.Set(catKey, map[string][]string{"web-a": {}, "web-b": {}, "db": {}})
 	h.waitApplied(t, "a")
 	if n := len(h.rec.last("a").Services); n != 2 {
 		t.Fatalf("want 2 services after web-b appeared, got %d", n)
 	}
-	h.w.set(catKey, map[string][]string{"web-b": {}})
+	h.w.Set(catKey, map[string][]string{"web-b": {}})
 	h.waitApplied(t, "a")
-	waitFor(t, "web-a to be dropped after it left the catalog", func() bool { return !h.w.subscribed(healthKey("web-a")) })
+	waitFor(t, "web-a to be dropped after it left the catalog", func() bool { return !h.w.Subscribed(healthKey("web-a")) })
 }
 
 func TestFailedApplyRetriesThenWaits(t *testing.T) {
 	h := start(t, 4, nil, servicesTask("a", "web"))
 	h.mu.Lock()
 	h.mu.Unlock()
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "a")
 	h.mu.Lock()
 	d := h.drv["a"]
 	h.mu.Unlock()
 	d.failing.Store(true)
-	h.w.set(healthKey("web"), []task.Service{inst("web-2", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-2", "web")})
 	h.waitApplied(t, "a") // fails
 	h.waitApplied(t, "a") // retry 1
 	h.waitApplied(t, "a") // retry 2
@@ -447,7 +386,7 @@ func TestDriftDetectedAndRemediated(t *testing.T) {
 	h := start(t, 4, nil, func(o *Options) {
 		o.OnEvent = func(ev store.Event) { mu.Lock(); hooked = append(hooked, ev); mu.Unlock() }
 	}, s)
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "a")
 	// The fake driver's plan always has changes: the drift check finds
 	// drift and, with remediate, applies again.
@@ -469,7 +408,7 @@ func TestDriftDetectedAndRemediated(t *testing.T) {
 
 func TestStandbyRunsNothingUntilActive(t *testing.T) {
 	h := start(t, 4, nil, func(o *Options) { o.Standby = true }, servicesTask("a", "web"), servicesTask("b", "web"))
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.noApply(t, 200*time.Millisecond)
 	// What a previous leader left in the shared store: "a" applied these
 	// inputs completely; "b" applied them too but died during a later run.
@@ -490,7 +429,7 @@ func TestStandbyRunsNothingUntilActive(t *testing.T) {
 		t.Fatal("in-flight marker not cleared after the run")
 	}
 	h.ctrl.SetActive(false)
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
 	h.noApply(t, 200*time.Millisecond)
 }
 
@@ -500,9 +439,9 @@ func TestScheduleTaskRunsAtStartOnceDataArrives(t *testing.T) {
 		ModuleInput: task.ModuleInputs{Services: &task.ServicesSelector{Names: []string{"web"}}}}
 	h := start(t, 4, nil, s)
 	h.noApply(t, 100*time.Millisecond) // no data yet
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "cron")
 	// Later changes wait for the schedule.
-	h.w.set(healthKey("web"), []task.Service{inst("web-2", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-2", "web")})
 	h.noApply(t, 200*time.Millisecond)
 }

@@ -25,7 +25,7 @@ func TestDriftChecksFollowEnableAndCreate(t *testing.T) {
 	s := servicesTask("a", "web")
 	s.DriftDetection = &task.DriftDetection{Interval: task.Duration(time.Second)}
 	h := start(t, 4, nil, s)
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "a")
 	// The fake driver's plans always have changes: each check is a drift.
 	waitFor(t, "a first drift check", func() bool { return driftEvents(h, "a") >= 1 })

@@ -46,7 +46,7 @@ func TestStateLockedRetriesUntilFree(t *testing.T) {
 	h := start(t, 2, nil, servicesTask("a", "web"), func(o *Options) {
 		o.NewDriver = func(task.Spec) (driver.Driver, error) { return d, nil }
 	})
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	for i := 0; ; i++ {
 		select {
 		case ok := <-d.done:

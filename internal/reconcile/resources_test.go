@@ -66,7 +66,7 @@ func TestResourcesStableOver10000Runs(t *testing.T) {
 		o.Store = st
 		o.NewDriver = func(task.Spec) (driver.Driver, error) { return d, nil }
 	})
-	set := func(i int) { h.w.set(healthKey("web"), []task.Service{inst(fmt.Sprintf("web-%d", i), "web")}) }
+	set := func(i int) { h.w.Set(healthKey("web"), []task.Service{inst(fmt.Sprintf("web-%d", i), "web")}) }
 	wait := func() {
 		select {
 		case <-d.done:

@@ -15,7 +15,7 @@ import (
 // activation; a run=now stays refused while queued.
 func TestStandbySetEnabledOnQueuedTask(t *testing.T) {
 	h := start(t, 4, nil, func(o *Options) { o.Standby = true }, servicesTask("a", "web"), servicesTask("b", "web"))
-	h.w.set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	waitFor(t, "tasks queued on the follower", func() bool {
 		a, _ := h.ctrl.Task("a")
 		b, _ := h.ctrl.Task("b")
