@@ -415,22 +415,33 @@ func walkStrings(v cty.Value, fn func(string)) {
 	}
 }
 
+// typed reads argument name and converts it to typ; a value that does not
+// convert (or is null) is reported with msg. ok is false when the argument
+// is absent or invalid.
+func (d *decoder) typed(c *content, name, path string, typ cty.Type, msg string) (v cty.Value, a *hcl.Attribute, field string, ok bool) {
+	a = c.attr(name)
+	if a == nil {
+		return cty.NilVal, nil, "", false
+	}
+	field = join(path, name)
+	raw, ok := d.eval(a.Expr, field)
+	if !ok {
+		return cty.NilVal, a, field, false
+	}
+	v, err := convert.Convert(raw, typ)
+	if err != nil || v.IsNull() {
+		d.errf(a.Expr.Range(), field, "%s", msg)
+		return cty.NilVal, a, field, false
+	}
+	return v, a, field, true
+}
+
 // str reads a string argument. Numbers and bools are accepted and turned
 // into their text, as CTS's weakly typed decoding did.
 func (d *decoder) str(c *content, name, path string) opt[string] {
 	var o opt[string]
-	a := c.attr(name)
-	if a == nil {
-		return o
-	}
-	field := join(path, name)
-	v, ok := d.eval(a.Expr, field)
+	sv, a, field, ok := d.typed(c, name, path, cty.String, "must be a string")
 	if !ok {
-		return o
-	}
-	sv, err := convert.Convert(v, cty.String)
-	if err != nil || sv.IsNull() {
-		d.errf(a.Expr.Range(), field, "must be a string")
 		return o
 	}
 	s := sv.AsString()
@@ -444,18 +455,8 @@ func (d *decoder) str(c *content, name, path string) opt[string] {
 
 func (d *decoder) boolean(c *content, name, path string) opt[bool] {
 	var o opt[bool]
-	a := c.attr(name)
-	if a == nil {
-		return o
-	}
-	field := join(path, name)
-	v, ok := d.eval(a.Expr, field)
+	bv, a, _, ok := d.typed(c, name, path, cty.Bool, "must be a bool (true or false)")
 	if !ok {
-		return o
-	}
-	bv, err := convert.Convert(v, cty.Bool)
-	if err != nil || bv.IsNull() {
-		d.errf(a.Expr.Range(), field, "must be a bool (true or false)")
 		return o
 	}
 	o.set(bv.True(), a.Expr.Range())
@@ -464,18 +465,8 @@ func (d *decoder) boolean(c *content, name, path string) opt[bool] {
 
 func (d *decoder) integer(c *content, name, path string) opt[int] {
 	var o opt[int]
-	a := c.attr(name)
-	if a == nil {
-		return o
-	}
-	field := join(path, name)
-	v, ok := d.eval(a.Expr, field)
+	nv, a, field, ok := d.typed(c, name, path, cty.Number, "must be a whole number")
 	if !ok {
-		return o
-	}
-	nv, err := convert.Convert(v, cty.Number)
-	if err != nil || nv.IsNull() {
-		d.errf(a.Expr.Range(), field, "must be a whole number")
 		return o
 	}
 	bf := nv.AsBigFloat()
@@ -516,18 +507,8 @@ func (d *decoder) duration(c *content, name, path string) opt[time.Duration] {
 // strList reads a list of strings. elems holds each element's range when
 // the list is written literally.
 func (d *decoder) strList(c *content, name, path string) (o opt[[]string], elems []hcl.Range) {
-	a := c.attr(name)
-	if a == nil {
-		return o, nil
-	}
-	field := join(path, name)
-	v, ok := d.eval(a.Expr, field)
+	lv, a, field, ok := d.typed(c, name, path, cty.List(cty.String), "must be a list of strings")
 	if !ok {
-		return o, nil
-	}
-	lv, err := convert.Convert(v, cty.List(cty.String))
-	if err != nil || lv.IsNull() {
-		d.errf(a.Expr.Range(), field, "must be a list of strings")
 		return o, nil
 	}
 	if exprs, diags := hcl.ExprList(a.Expr); !diags.HasErrors() && len(exprs) == lv.LengthInt() {
