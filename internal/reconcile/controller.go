@@ -431,8 +431,15 @@ func (c *Controller) Run(ctx, runCtx context.Context) error {
 	wg.Go(func() { c.noteLoop(ctx) })
 	for _, name := range names {
 		c.mu.Lock()
-		s := c.tasks[name].spec
+		e := c.tasks[name]
+		var s task.Spec
+		if e != nil {
+			s = e.spec
+		}
 		c.mu.Unlock()
+		if e == nil { // deleted meanwhile (through the API, or a new leader's sync)
+			continue
+		}
 		c.subscribe(name, &s)
 	}
 	for i := 0; i < c.opts.MaxParallel; i++ {
