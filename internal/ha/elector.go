@@ -70,7 +70,8 @@ type Elector struct {
 	beat     uint64
 	backoff  time.Time // no campaign before (after a failed preparation)
 
-	nextRenew time.Time // follower session renewal (loop goroutine only)
+	nextRenew    time.Time // follower session renewal (loop goroutine only)
+	sessionFails int       // failed session creations in a row (loop goroutine only)
 
 	wake       chan struct{}
 	resign     chan struct{}
@@ -286,9 +287,13 @@ func (e *Elector) follow(now time.Time) time.Time {
 	}
 	if session == "" {
 		if err := e.createSession(); err != nil {
-			e.log.Warn("ha: cannot create a consul session; retrying", "error", err)
+			if e.sessionFails%30 == 0 { // once per ~30 retries while Consul is away
+				e.log.Warn("ha: cannot create a consul session; retrying", "error", err, "attempts", e.sessionFails+1)
+			}
+			e.sessionFails++
 			return now.Add(e.t.Retry)
 		}
+		e.sessionFails = 0
 		e.nextRenew = now.Add(e.t.Heartbeat)
 	} else if !now.Before(e.nextRenew) {
 		switch ok, err := e.renew(session); {
