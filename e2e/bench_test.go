@@ -24,24 +24,6 @@ import (
 	"github.com/ctsync/ctsync/internal/watch"
 )
 
-// stampDriver records when each apply starts; it does no Terraform work, so
-// the benchmark measures ctsync's own reaction: Consul → watch → reconcile.
-type stampDriver struct {
-	starts chan time.Time
-}
-
-func (d *stampDriver) Init(context.Context) error { return nil }
-func (d *stampDriver) Plan(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
-	return driver.Result{}, nil
-}
-func (d *stampDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
-	return driver.Result{}, nil
-}
-func (d *stampDriver) Apply(_ context.Context, _ driver.Run, in *task.Inputs) (driver.Result, error) {
-	d.starts <- time.Now()
-	return driver.Result{}, nil
-}
-
 // BenchmarkReaction measures the time from a catalog change (a health flip
 // of one instance among 1,000 watched ones) to the task's apply starting,
 // with the buffer period off. It reports p50 and p99 in milliseconds.
@@ -53,7 +35,7 @@ func BenchmarkReaction(b *testing.B) {
 	c := testutil.StartConsul(b)
 	registerMany(b, c, "web", instances)
 
-	d := &stampDriver{starts: make(chan time.Time, 16)}
+	stamps := make(chan applyStamp, 16)
 	spec := task.Spec{Name: "bench", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
 		Condition: task.Condition{Services: &task.ServicesCondition{
 			ServicesSelector: task.ServicesSelector{Names: []string{"web"}}, UseAsModuleInput: true}}}
@@ -65,13 +47,13 @@ func BenchmarkReaction(b *testing.B) {
 	}
 	reg := watch.NewRegistry(client, logger, func(s, k string) { ctrl.Notify(s, k) })
 	ctrl = reconcile.New(reconcile.Options{Watcher: reg, Logger: logger,
-		NewDriver: func(task.Spec) (driver.Driver, error) { return d, nil }}, []task.Spec{spec})
+		NewDriver: func(s task.Spec) (driver.Driver, error) { return &simDriver{name: s.Name, out: stamps}, nil }}, []task.Spec{spec})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = reg.Run(ctx) })
 	wg.Go(func() { _ = ctrl.Run(ctx, context.Background()) })
 	defer func() { cancel(); wg.Wait() }()
-	<-d.starts // the initial run
+	<-stamps // the initial run
 
 	changes := max(b.N, 200)
 	lat := make([]time.Duration, 0, changes)
@@ -84,8 +66,8 @@ func BenchmarkReaction(b *testing.B) {
 		begin := time.Now()
 		c.SetCheck(b, "web-0", status, "")
 		select {
-		case at := <-d.starts:
-			lat = append(lat, at.Sub(begin))
+		case st := <-stamps:
+			lat = append(lat, st.at.Sub(begin))
 		case <-time.After(30 * time.Second):
 			b.Fatalf("change %d never reached the driver", i)
 		}
