@@ -124,6 +124,13 @@ func instanceStep(i, step, per int) int { return (step/4*per+i)*4 + step%4 }
 // flip up, deregistration and registration of one instance.
 func (cat *catalog) change(t testing.TB, s, k int) {
 	t.Helper()
+	if err := cat.tryChange(s, k); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryChange is change for goroutines other than the test's own.
+func (cat *catalog) tryChange(s, k int) error {
 	i := (k / 4) % cat.per
 	var ops api.TxnOps
 	switch k % 4 {
@@ -145,8 +152,9 @@ func (cat *catalog) change(t testing.TB, s, k int) {
 				msgs = append(msgs, fmt.Sprintf("op %d: %s", e.OpIndex, e.What))
 			}
 		}
-		t.Fatalf("change txn (kind %d): %v %v", k%4, err, msgs)
+		return fmt.Errorf("change txn (kind %d): %v %v", k%4, err, msgs)
 	}
+	return nil
 }
 
 // ---- an instrumented in-process pipeline ---------------------------------
@@ -350,6 +358,7 @@ func TestScale(t *testing.T) {
 	t.Run("startup", func(t *testing.T) { startupRun(t, res) })
 	t.Run("memory_cpu", func(t *testing.T) { memoryRun(t, res) })
 	t.Run("churn", func(t *testing.T) { churnRun(t, res) })
+	t.Run("api", func(t *testing.T) { apiRun(t, res) })
 	writeReport(t, outDir, res, curves)
 }
 

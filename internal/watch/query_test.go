@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/hashicorp/consul/api"
 
 	"github.com/ctsync/ctsync/internal/task"
@@ -274,7 +275,7 @@ func BenchmarkHealthNormalise(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		var got []*healthEntry
-		if err := json.Unmarshal(body, &got); err != nil {
+		if err := gojson.Unmarshal(body, &got); err != nil { // as consul.Client.BlockingGet does
 			b.Fatal(err)
 		}
 		if out := normaliseHealth(got); len(out) != 1000 {
