@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"os/exec"
 	"slices"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -17,12 +18,16 @@ import (
 func plotReaction(path string, curves []reactionCurve) error {
 	p := plot.New()
 	p.Title.Text = "ctsync: catalog change → all affected applies started"
-	p.X.Label.Text = "watched instances in the catalog"
+	p.X.Label.Text = "instances in the catalog (services × 100 instances; 10 = 1 × 10)"
 	p.Y.Label.Text = "latency (ms)"
 	p.X.Scale = plot.LogScale{}
 	p.Y.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	var ticks []plot.Tick
+	for _, v := range []float64{0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000} {
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
+	}
+	p.Y.Tick.Marker = plot.ConstantTicks(ticks)
 	p.Legend.Top = true
 	p.Legend.Left = true
 
