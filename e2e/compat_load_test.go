@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/ctsync/ctsync/internal/api/testcerts"
 	ctsconfig "github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/consul"
 	"github.com/ctsync/ctsync/internal/driver"
@@ -65,15 +66,15 @@ func TestCompatConsulLoadDistinctQueries(t *testing.T) {
 				ServicesSelector: task.ServicesSelector{Names: names}, UseAsModuleInput: true}}}
 	}
 
-	certs := testutil.NewTLSFiles(t)
+	certs := testcerts.Generate(t)
 	httpsPort := testutil.FreePort(t)
 	c := testutil.StartConsulWith(t, testutil.ConsulOptions{HCL: []string{
 		fmt.Sprintf("ports { https = %d }", httpsPort),
-		fmt.Sprintf("tls { defaults { ca_file = %q cert_file = %q key_file = %q } }", certs.CA, certs.Cert, certs.Key),
+		fmt.Sprintf("tls { defaults { ca_file = %q cert_file = %q key_file = %q } }", certs.CACert, certs.ServerCert, certs.ServerKey),
 	}})
 	registerLoadServices(t, c.Client, services)
 	client, err := consul.NewClient(ctsconfig.Consul{Address: fmt.Sprintf("127.0.0.1:%d", httpsPort),
-		TLS: ctsconfig.ConsulTLS{Enabled: true, Verify: true, CACert: certs.CA}})
+		TLS: ctsconfig.ConsulTLS{Enabled: true, Verify: true, CACert: certs.CACert}})
 	if err != nil {
 		t.Fatal(err)
 	}
