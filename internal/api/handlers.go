@@ -200,26 +200,32 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, TaskResponse{Task: TaskView(st.Spec), RequestID: requestID(r)})
 }
 
+// runAndBody reads the ?run= parameter and decodes the JSON body strictly
+// into req; on a bad request it answers and returns ok false.
+func (s *Server) runAndBody(w http.ResponseWriter, r *http.Request, req any) (run string, ok bool) {
+	q, err := queryParams(r)
+	if err == nil {
+		run, err = runParam(q)
+	}
+	var body []byte
+	if err == nil {
+		body, err = readBody(w, r)
+	}
+	if err == nil {
+		err = decodeStrict(body, req, "")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return "", false
+	}
+	return run, true
+}
+
 // createTask serves POST /v1/tasks[?run=now|inspect].
 func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
-	q, err := queryParams(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	run, err := runParam(q)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	body, err := readBody(w, r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	var req TaskRequest
-	if err := decodeStrict(body, &req, ""); err != nil {
-		s.fail(w, r, err)
+	run, ok := s.runAndBody(w, r, &req)
+	if !ok {
 		return
 	}
 	spec, err := s.decodeTask(req.Task)
@@ -263,24 +269,9 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 // updateTask serves PATCH /v1/tasks/{name}[?run=now|inspect].
 func (s *Server) updateTask(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	q, err := queryParams(r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	run, err := runParam(q)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	body, err := readBody(w, r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	var req UpdateTaskRequest
-	if err := decodeStrict(body, &req, ""); err != nil {
-		s.fail(w, r, err)
+	run, ok := s.runAndBody(w, r, &req)
+	if !ok {
 		return
 	}
 	if req.Enabled == nil {
