@@ -173,7 +173,7 @@ func TestHostileCatalogAndKV(t *testing.T) {
 	}
 	waitKVExact(t, prefixOut, wantKV)
 	waitKVExact(t, singleOut, map[string]string{"single/key": tfText(invalid + "\x00" + big)})
-	msg := waitFailedEvent(t, port, "collide", 60*time.Second, "Duplicate object attribute")
+	msg := waitFailedEvent(t, port, "collide", 60*time.Second, "are the same key once written for Terraform")
 	t.Logf("keys equal in NFC: %s", msg)
 	p.running(t)
 }

@@ -7,12 +7,14 @@ import (
 	"sort"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/zclconf/go-cty/cty"
 	ctyjson "github.com/zclconf/go-cty/cty/json"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/task"
@@ -615,7 +617,70 @@ func (m *rootModule) inputsJSON(in *task.Inputs) ([]byte, error) {
 	if m.consulKV {
 		out["consul_kv"] = nonNilMap(in.ConsulKV)
 	}
+	if err := checkKeys(in); err != nil {
+		return nil, err
+	}
 	return encodeJSON(out)
+}
+
+// checkKeys refuses inputs with two map keys that Terraform would see as
+// one: JSON turns each invalid UTF-8 byte into U+FFFD, and Terraform
+// normalises text to Unicode normal form C, so "\xe2" and "\xe3", or "é"
+// written composed and decomposed, become the same key, and Terraform
+// rejects the whole file ("Duplicate object attribute"). Failing here names
+// both keys instead.
+func checkKeys(in *task.Inputs) error {
+	if err := distinctKeys("services", in.Services); err != nil {
+		return err
+	}
+	for _, k := range sortedKeys(in.Services) {
+		s := in.Services[k]
+		for field, m := range map[string]map[string]string{"meta": s.Meta, "node_meta": s.NodeMeta,
+			"node_tagged_addresses": s.NodeTaggedAddresses, "cts_user_defined_meta": s.CTSUserDefinedMeta} {
+			if err := distinctKeys(fmt.Sprintf("services[%q].%s", k, field), m); err != nil {
+				return err
+			}
+		}
+	}
+	if err := distinctKeys("catalog_services", in.CatalogServices); err != nil {
+		return err
+	}
+	return distinctKeys("consul_kv", in.ConsulKV)
+}
+
+// asJSONText is s as encoding/json writes it: each byte that is not part of
+// valid UTF-8 becomes U+FFFD.
+func asJSONText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
+func distinctKeys[V any](where string, m map[string]V) error {
+	if len(m) < 2 {
+		return nil
+	}
+	seen := make(map[string]string, len(m))
+	for _, k := range sortedKeys(m) {
+		n := norm.NFC.String(asJSONText(k))
+		if other, dup := seen[n]; dup {
+			return fmt.Errorf("%s: the keys %+q and %+q are the same key once written for Terraform "+
+				"(invalid UTF-8 becomes U+FFFD and text is normalised to Unicode NFC); Terraform cannot receive both", where, other, k)
+		}
+		seen[n] = k
+	}
+	return nil
 }
 
 func nonNilMap(m map[string]string) map[string]string {
