@@ -91,6 +91,11 @@ EOF
 }
 deregister() { curl -sf -X PUT "$CONSUL/v1/agent/service/deregister/$1"; }
 servers() { grep -c '^    server 127.0.0.1:[0-9]*;' "$DEMO/nginx/upstream.conf" || true; }
+# serves NAME: some of nine requests reach backend NAME.
+serves() { for _ in 1 2 3 4 5 6 7 8 9; do curl -s "http://127.0.0.1:$LB_PORT/" | grep -q "$1" && return 0; done; return 1; }
+# avoids NAME: none of nine requests reaches it (nginx's reload has finished).
+avoids() { for _ in 1 2 3 4 5 6 7 8 9; do curl -s "http://127.0.0.1:$LB_PORT/" | grep -q "$1" && return 1; done; return 0; }
+
 traffic() {
   echo "six requests through the load balancer on :$LB_PORT:"
   for _ in 1 2 3 4 5 6; do curl -s "http://127.0.0.1:$LB_PORT/" | sed 's/^/    /'; done
@@ -133,18 +138,22 @@ EOF
 "$CTSYNC" start -config-file "$DEMO/config.hcl" >"$DEMO/ctsync.log" 2>&1 &
 PIDS+=($!)
 wait_for "two upstream servers" bash -c "[ \"\$(grep -c '^    server 127.0.0.1:[0-9]*;' $DEMO/nginx/upstream.conf)\" = 2 ]"
+wait_for "nginx to send traffic to web-1" serves web-1
+wait_for "nginx to send traffic to web-2" serves web-2
 echo "nginx upstream rendered by ctsync:"; sed 's/^/    /' "$DEMO/nginx/upstream.conf"
 traffic
 
 say "Registering web-3: ctsync adds it"
 register web-3 "$B3"
 wait_for "three upstream servers" bash -c "[ \"\$(grep -c '^    server 127.0.0.1:[0-9]*;' $DEMO/nginx/upstream.conf)\" = 3 ]"
+wait_for "nginx to send traffic to web-3" serves web-3
 sed 's/^/    /' "$DEMO/nginx/upstream.conf"
 traffic
 
 say "Deregistering web-1: ctsync removes it"
 deregister web-1
 wait_for "two upstream servers" bash -c "[ \"\$(grep -c '^    server 127.0.0.1:[0-9]*;' $DEMO/nginx/upstream.conf)\" = 2 ]"
+wait_for "nginx to stop sending traffic to web-1" avoids web-1
 sed 's/^/    /' "$DEMO/nginx/upstream.conf"
 traffic
 
