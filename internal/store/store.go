@@ -4,7 +4,6 @@
 package store
 
 import (
-	"sort"
 	"sync"
 	"time"
 )
@@ -226,13 +225,3 @@ const (
 	KindNoop    = "noop"
 	KindDrift   = "drift"
 )
-
-// TaskNames returns the names of tasks with events, sorted.
-func TaskNames(all map[string][]Event) []string {
-	names := make([]string, 0, len(all))
-	for n := range all {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}

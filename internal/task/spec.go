@@ -139,16 +139,13 @@ type ScheduleCondition struct {
 	Cron string `json:"cron"`
 }
 
-// ModuleInputs are extra data sources for the module that do not trigger runs
-// on their own... except that, as in CTS, a change to them does mark the task
-// dirty for dynamic tasks.
+// ModuleInputs are extra data sources for the module besides the
+// condition's. As in CTS, a change to them makes a dynamic task run; a
+// schedule task only reads them on its cron ticks.
 type ModuleInputs struct {
 	Services *ServicesSelector `json:"services,omitempty"`
 	ConsulKV *ConsulKVSelector `json:"consul_kv,omitempty"`
 }
-
-// IsZero reports whether no module input is set (used by JSON omitempty-like output).
-func (m ModuleInputs) IsZero() bool { return m.Services == nil && m.ConsulKV == nil }
 
 // Type returns the condition's type name as written in HCL ("services",
 // "catalog-services", "consul-kv", "schedule"), or "" if none is set.
