@@ -20,7 +20,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -130,35 +129,7 @@ func buildEchoProvider() (string, error) {
 // environment variables (later entries win over the harness's).
 func startCompat(t *testing.T, dir string, extraEnv []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(ctsyncBin, args...), out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Dir = dir
-	p.cmd.Env = append(env(), extraEnv...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start ctsync: %v", err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.code = p.cmd.ProcessState.ExitCode()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(40 * time.Second):
-				_ = p.cmd.Process.Kill()
-				<-p.done
-			}
-		}
-		if t.Failed() {
-			t.Logf("ctsync output:\n%s", p.out.String())
-		}
-	})
-	return p
+	return startCtsyncEnv(t, dir, extraEnv, args...)
 }
 
 // runs counts the runs ctsync started for a task, by its log lines.

@@ -89,9 +89,16 @@ func env() []string {
 // startCtsync runs `ctsync <args>` in dir; it is killed when the test ends.
 func startCtsync(t testing.TB, dir string, args ...string) *proc {
 	t.Helper()
+	return startCtsyncEnv(t, dir, nil, args...)
+}
+
+// startCtsyncEnv is startCtsync with extra environment variables (later
+// entries win over the harness's).
+func startCtsyncEnv(t testing.TB, dir string, extraEnv []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{cmd: exec.Command(ctsyncBin, args...), out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Dir = dir
-	p.cmd.Env = env()
+	p.cmd.Env = append(env(), extraEnv...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start ctsync: %v", err)

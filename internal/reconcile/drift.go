@@ -48,16 +48,8 @@ func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
 		for _, e := range due {
 			c.checkDrift(runCtx, e)
 		}
-		wait := time.Hour
-		if !earliest.IsZero() {
-			wait = time.Until(earliest)
-		}
-		timer.Reset(max(wait, 0))
-		select {
-		case <-ctx.Done():
+		if !waitUntil(ctx, timer, earliest, c.driftKick) {
 			return
-		case <-timer.C:
-		case <-c.driftKick:
 		}
 	}
 }

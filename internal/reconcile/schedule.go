@@ -42,17 +42,28 @@ func (c *Controller) scheduleLoop(ctx context.Context) {
 			}
 		}
 		c.mu.Unlock()
-		wait := time.Hour
-		if !earliest.IsZero() {
-			wait = time.Until(earliest)
-		}
-		timer.Reset(max(wait, 0))
-		select {
-		case <-ctx.Done():
+		if !waitUntil(ctx, timer, earliest, nil) {
 			return
-		case <-timer.C:
 		}
 	}
+}
+
+// waitUntil sleeps on timer until at (an hour when at is zero: the loop
+// then just looks again), or until kick fires. It returns false when ctx
+// ends.
+func waitUntil(ctx context.Context, timer *time.Timer, at time.Time, kick <-chan struct{}) bool {
+	wait := time.Hour
+	if !at.IsZero() {
+		wait = time.Until(at)
+	}
+	timer.Reset(max(wait, 0))
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+	case <-kick:
+	}
+	return true
 }
 
 // NextRun returns when a schedule task runs next (zero if not scheduled).
