@@ -29,6 +29,7 @@ type rawConfig struct {
 	ha                                  rawHA         // high_availability (ha.go)
 	tls                                 rawTLS        // the API's tls block (ha.go)
 	notifications                       []Notification
+	security                            rawSecurity // api_auth, api_tasks, api_http (security.go)
 }
 
 type rawBuffer struct {
@@ -73,6 +74,7 @@ var topKeys = []key{
 	{name: "service", kind: kBlock},
 	{name: "tls", kind: kBlock}, {name: "high_availability", kind: kBlock}, // ha.go
 	{name: "notification", kind: kBlock, labels: 1, label: "type"},
+	{name: "api_auth", kind: kBlock}, {name: "api_tasks", kind: kBlock}, {name: "api_http", kind: kBlock}, // security.go
 }
 
 const enterpriseMsg = "is a CTS Enterprise feature and is not supported"
@@ -167,6 +169,7 @@ func (d *decoder) decodeFile(body hcl.Body, r *rawConfig) {
 		d.haBlock(b, &r.ha)
 	}
 	d.notifications(c, r)
+	d.security(c, &r.security) // security.go
 }
 
 func labelRange(b *hcl.Block, i int) hcl.Range {

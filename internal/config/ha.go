@@ -151,6 +151,7 @@ func (d *decoder) apiTLSBlock(b *hcl.Block, r *rawTLS) {
 // and checks what needs the whole configuration (the Terraform backend).
 func (d *decoder) finishHA(r *rawConfig, cfg *Config) {
 	cfg.TLS = d.finishAPITLS(&r.tls)
+	d.finishSecurity(&r.security, cfg) // security.go
 	h := &r.ha
 	if !h.set {
 		return

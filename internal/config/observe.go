@@ -222,8 +222,8 @@ const MinSecretLength = 4
 
 // Secrets returns the configuration's secret values: the Consul token and
 // auth password, every string value of terraform_provider arguments
-// (nested blocks included) and task_env, and the URLs and header values of
-// notification blocks. Values shorter than MinSecretLength are left out.
+// (nested blocks included) and task_env, the URLs and header values of
+// notification blocks, and the API token secrets. Values shorter than MinSecretLength are left out.
 // Provider values read from Consul ({{ key }}) are included once
 // ResolveProviders has run.
 func (c *Config) Secrets() []string {
@@ -256,6 +256,9 @@ func (c *Config) Secrets() []string {
 		for _, v := range n.Headers {
 			add(v)
 		}
+	}
+	for _, t := range c.APIAuth.Tokens {
+		add(t.Secret)
 	}
 	return out
 }

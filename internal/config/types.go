@@ -25,6 +25,11 @@ type Config struct {
 	BufferPeriod    task.BufferPeriod
 	// TLS secures ctsync's own API (the top-level tls block).
 	TLS APITLS
+	// APIAuth, APITasks and APIHTTP control access to the API
+	// (security.go; ctsync extensions).
+	APIAuth  APIAuth
+	APITasks APITasks
+	APIHTTP  APIHTTP
 	// History is how many run events are kept per task (ctsync extension,
 	// default 50).
 	History int

@@ -1,0 +1,157 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestAPISecurityBlocks(t *testing.T) {
+	clearConsulEnv(t)
+	dir := t.TempDir()
+	tokenFile := writeFile(t, dir, "ops.token", "  ops-secret-0123456789abcdef\n")
+	if err := os.Chmod(tokenFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CTSYNC_TEST_DASH_TOKEN", "dash-secret-0123456789")
+	hcl := `
+api_auth {
+  token {
+    name        = "ops"
+    secret_file = "` + tokenFile + `"
+    access      = "write"
+  }
+  token {
+    name   = "dashboard"
+    secret = "{{ env \"CTSYNC_TEST_DASH_TOKEN\" }}"
+    access = "READ"
+  }
+}
+api_tasks {
+  allowed_modules = ["./modules/*", "registry.example.com/net/*"]
+  create          = true
+}
+api_http {
+  cors_origins  = ["https://dash.example.com"]
+  allowed_hosts = ["ctsync.internal"]
+}
+`
+	json := `{
+  "api_auth": {"token": [
+    {"name": "ops", "secret_file": "` + tokenFile + `", "access": "write"},
+    {"name": "dashboard", "secret": "{{ env \"CTSYNC_TEST_DASH_TOKEN\" }}", "access": "READ"}
+  ]},
+  "api_tasks": {"allowed_modules": ["./modules/*", "registry.example.com/net/*"], "create": true},
+  "api_http": {"cors_origins": ["https://dash.example.com"], "allowed_hosts": ["ctsync.internal"]}
+}`
+	for _, f := range []struct{ name, content string }{{"s.hcl", hcl}, {"s.json", json}} {
+		t.Run(f.name, func(t *testing.T) {
+			cfg := mustLoad(t, writeFile(t, dir, f.name, f.content))
+			var got []APIToken
+			for _, tk := range cfg.APIAuth.Tokens {
+				tk.Range = APIToken{}.Range
+				got = append(got, tk)
+			}
+			want := []APIToken{
+				{Name: "ops", Secret: "ops-secret-0123456789abcdef", SecretFile: tokenFile, Access: AccessWrite},
+				{Name: "dashboard", Secret: "dash-secret-0123456789", Access: AccessRead},
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("tokens:\n got %+v\nwant %+v", got, want)
+			}
+			if !reflect.DeepEqual(cfg.APITasks, APITasks{AllowedModules: []string{"./modules/*", "registry.example.com/net/*"}}) {
+				t.Errorf("api_tasks: %+v", cfg.APITasks)
+			}
+			if !reflect.DeepEqual(cfg.APIHTTP, APIHTTP{CORSOrigins: []string{"https://dash.example.com"}, AllowedHosts: []string{"ctsync.internal"}}) {
+				t.Errorf("api_http: %+v", cfg.APIHTTP)
+			}
+			secrets := cfg.Secrets()
+			for _, s := range []string{"ops-secret-0123456789abcdef", "dash-secret-0123456789"} {
+				if !slices.Contains(secrets, s) {
+					t.Errorf("Secrets() lacks the token %q", s)
+				}
+			}
+		})
+	}
+}
+
+func TestAPISecurityDefaults(t *testing.T) {
+	clearConsulEnv(t)
+	cfg := mustLoad(t, writeFile(t, t.TempDir(), "c.hcl", `api_tasks { create = false }`))
+	if cfg.APIAuth.Enabled() || cfg.APITasks.AllowedModules != nil || !cfg.APITasks.CreateDisabled {
+		t.Errorf("got %+v %+v", cfg.APIAuth, cfg.APITasks)
+	}
+	cfg = mustLoad(t, writeFile(t, t.TempDir(), "c.hcl", `log_level = "INFO"`))
+	if cfg.APITasks.CreateDisabled || !cfg.APITasks.ModuleAllowed("anything/at/all") {
+		t.Errorf("default api_tasks refuses: %+v", cfg.APITasks)
+	}
+}
+
+func TestAPISecurityErrors(t *testing.T) {
+	clearConsulEnv(t)
+	dir := t.TempDir()
+	long := "a-long-enough-secret-0001"
+	tok := func(lines ...string) string { return "  token {\n    " + strings.Join(lines, "\n    ") + "\n  }\n" }
+	auth := func(tokens ...string) string { return "api_auth {\n" + strings.Join(tokens, "") + "}\n" }
+	name, read := `name = "a"`, `access = "read"`
+	secret := `secret = "` + long + `"`
+	for _, tc := range []struct {
+		name, content, want string
+	}{
+		{"no access", auth(tok(name, secret)), `api_auth.token.access: is required`},
+		{"bad access", auth(tok(name, secret, `access = "admin"`)), `"admin" is not an access level`},
+		{"no name", auth(tok(secret, read)), `api_auth.token.name: is required`},
+		{"no secret", auth(tok(name, read)), `needs secret or secret_file`},
+		{"both", auth(tok(name, secret, `secret_file = "/x"`, read)), `cannot be set together with secret`},
+		{"short", auth(tok(name, `secret = "short"`, read)), `too short`},
+		{"spaces", auth(tok(name, `secret = "a long secret with spaces"`, read)), `cannot contain spaces`},
+		{"missing file", auth(tok(name, `secret_file = "`+filepath.Join(dir, "nope")+`"`, read)), `reading the token file`},
+		{"key template", auth(tok(name, `secret = "{{ key \"x\" }}"`, read)), `only {{ env "NAME" }} templates`},
+		{"duplicate name", auth(tok(name, secret, read), tok(name, `secret = "`+long+`-2"`, read)), `duplicate token name "a"`},
+		{"same secret", auth(tok(name, secret, read), tok(`name = "b"`, secret, `access = "write"`)), `has the same secret as token "a"`},
+		{"bad glob", `api_tasks { allowed_modules = ["[x"] }`, `not a valid glob pattern`},
+		{"bad origin", `api_http { cors_origins = ["dash.example.com"] }`, `is not an origin`},
+		{"origin with path", `api_http { cors_origins = ["https://x.example.com/ui"] }`, `is not an origin`},
+		{"host with port", `api_http { allowed_hosts = ["x.example.com:8558"] }`, `is not a host name`},
+		{"unknown key", "api_auth {\n  tokens = []\n}\n", `tokens`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Load([]string{writeFile(t, dir, "c.hcl", tc.content)})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), long) {
+				t.Errorf("the error quotes the secret: %v", err)
+			}
+		})
+	}
+}
+
+func TestModuleAllowed(t *testing.T) {
+	a := APITasks{AllowedModules: []string{"./modules/*", "registry.example.com/net/*"}}
+	for src, want := range map[string]bool{
+		"./modules/lb":                    true,
+		"./modules/lb/sub":                false,
+		"./modules/..":                    false,
+		"./modules/../../etc":             false,
+		"registry.example.com/net/fw":     true,
+		"registry.example.com/net/fw/aws": false,
+		"registry.example.com/other/fw":   false,
+		"/tmp/evil":                       false,
+		"git::https://evil.example/x":     false,
+		"":                                false,
+	} {
+		if got := a.ModuleAllowed(src); got != want {
+			t.Errorf("ModuleAllowed(%q) = %v, want %v", src, got, want)
+		}
+	}
+	if !(APITasks{}).ModuleAllowed("/tmp/anything") {
+		t.Error("no allowlist must allow any module")
+	}
+	if (APITasks{AllowedModules: []string{}}).ModuleAllowed("./modules/lb") {
+		t.Error("an empty allowlist must allow nothing")
+	}
+}
