@@ -32,23 +32,6 @@ func TestHealthAndRequestID(t *testing.T) {
 	}
 }
 
-func TestCORS(t *testing.T) {
-	h := newHarness(t, nil)
-	r := h.do("OPTIONS", "/v1/tasks", "").expect(t, 200)
-	if r.header.Get("Access-Control-Allow-Origin") != "*" {
-		t.Errorf("headers %v", r.header)
-	}
-	for _, m := range []string{"GET", "PUT", "PATCH", "POST", "DELETE"} {
-		if !strings.Contains(r.header.Get("Access-Control-Allow-Methods"), m) {
-			t.Errorf("allow methods %q lacks %s", r.header.Get("Access-Control-Allow-Methods"), m)
-		}
-	}
-	r = h.do("GET", "/v1/status", "").expect(t, 200)
-	if r.header.Get("Access-Control-Allow-Origin") != "*" {
-		t.Errorf("GET headers %v", r.header)
-	}
-}
-
 func TestMethodNotAllowedAndUnknownPath(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("a", "nodata")})
 	for _, c := range []struct{ method, path, allow string }{

@@ -223,6 +223,11 @@ func (s *Server) runAndBody(w http.ResponseWriter, r *http.Request, req any) (ru
 
 // createTask serves POST /v1/tasks[?run=now|inspect].
 func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Tasks.CreateDisabled {
+		s.fail(w, r, &httpError{status: http.StatusForbidden,
+			msg: "creating tasks through the API is disabled on this server (api_tasks { create = false }); run=inspect included"})
+		return
+	}
 	var req TaskRequest
 	run, ok := s.runAndBody(w, r, &req)
 	if !ok {
@@ -230,6 +235,12 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 	}
 	spec, err := s.decodeTask(req.Task)
 	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := checkModule(s.opts.Tasks, spec.Module); err != nil {
+		s.log.Warn("api: task with a module outside the allowlist refused", "task", spec.Name, "module", spec.Module,
+			"run", run, "token", tokenName(r), "request_id", requestID(r))
 		s.fail(w, r, err)
 		return
 	}
@@ -262,7 +273,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.log.Info("task created through the api", "task", spec.Name, "run", run, "request_id", requestID(r))
+	s.log.Info("task created through the api", "task", spec.Name, "module", spec.Module, "run", run, "token", tokenName(r), "request_id", requestID(r))
 	writeJSON(w, http.StatusCreated, TaskResponse{Task: TaskView(spec), RequestID: requestID(r)})
 }
 
@@ -294,7 +305,7 @@ func (s *Server) updateTask(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, UpdateTaskResponse{Inspect: &RunResult{Plan: res.Plan, ChangesPresent: res.ChangesPresent}})
 		return
 	}
-	s.log.Info("task updated through the api", "task", name, "enabled", *req.Enabled, "run", run, "request_id", requestID(r))
+	s.log.Info("task updated through the api", "task", name, "enabled", *req.Enabled, "run", run, "token", tokenName(r), "request_id", requestID(r))
 	writeJSON(w, http.StatusOK, UpdateTaskResponse{})
 }
 
@@ -319,7 +330,7 @@ func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	id := requestID(r)
+	id, token := requestID(r), tokenName(r)
 	done := make(chan error, 1)
 	s.bg.Add(1)
 	go func() {
@@ -328,7 +339,7 @@ func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
 		done <- err
 		switch {
 		case err == nil:
-			s.log.Info("task deleted", "task", name, "destroyed", destroy, "request_id", id)
+			s.log.Info("task deleted", "task", name, "destroyed", destroy, "token", token, "request_id", id)
 		case errors.Is(err, errNotFound):
 		default:
 			s.log.Error("deleting task failed", "task", name, "request_id", id, "error", err)

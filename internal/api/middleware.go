@@ -19,20 +19,14 @@ func requestID(r *http.Request) string {
 	return id
 }
 
-// middleware wraps the mux, outermost first: CORS (answers preflight
-// OPTIONS requests), request id, debug logging and panic recovery.
+// middleware wraps the mux, outermost first: request id, debug logging
+// and panic recovery; the access rules (CORS, cross-origin writes, Host,
+// tokens: security.go) come next.
 func (s *Server) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
-		h.Set("Access-Control-Allow-Origin", "*")
-		h.Set("Access-Control-Allow-Methods", "GET, PUT, PATCH, POST, DELETE")
-		h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization")
 		id := uuid.NewString()
 		h.Set("X-Request-Id", id)
-		if r.Method == http.MethodOptions {
-			w.WriteHeader(http.StatusOK)
-			return
-		}
 		r = r.WithContext(context.WithValue(r.Context(), requestIDKey, id))
 		rec := &statusRecorder{ResponseWriter: w}
 		start := time.Now()

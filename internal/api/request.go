@@ -93,20 +93,31 @@ func jsonError(err error, prefix string) *httpError {
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return badRequest("malformed JSON: unexpected end of input")
 	case errors.As(err, &te):
+		want := jsonTypeName(te.Type.Kind().String())
 		field := te.Field
 		if field == "" {
-			return badRequest("invalid request body: cannot use a JSON %s as %s", te.Value, jsonTypeName(te.Type.Kind().String()))
+			return schemaError("invalid request body: cannot use a JSON %s as %s (value must be %s)", te.Value, want, want)
 		}
-		return badRequest("invalid value for %s: expected %s, got a JSON %s", join(prefix, jsonPath(field)), jsonTypeName(te.Type.Kind().String()), te.Value)
+		return schemaError("invalid value for %s: expected %s, got a JSON %s (value must be %s)", join(prefix, jsonPath(field)), want, te.Value, want)
 	}
 	msg := strings.TrimPrefix(err.Error(), "json: ")
 	if f, ok := strings.CutPrefix(msg, "unknown field "); ok {
 		if prefix != "" {
-			return badRequest("unknown field %s in %s", f, prefix)
+			return schemaError("unknown field %s in %s (property %s is unsupported)", f, prefix, f)
 		}
-		return badRequest("unknown field %s", f)
+		return schemaError("unknown field %s (property %s is unsupported)", f, f)
 	}
 	return badRequest("invalid request body: %s", msg)
+}
+
+// schemaPrefix starts the message of a body that does not match the API's
+// schema, as CTS words it (its OpenAPI validator): clients match on it.
+const schemaPrefix = "request body has an error: doesn't match schema: "
+
+// schemaError is a 400 for a body that does not match the schema: CTS's
+// phrases, then ctsync's message with the field path.
+func schemaError(format string, args ...any) *httpError {
+	return badRequest(schemaPrefix+format, args...)
 }
 
 // jsonPath drops the names of embedded Go structs from a decoder field
@@ -293,6 +304,14 @@ func validateTask(spec *task.Spec) error {
 func invalidTask(err error) error {
 	var fe *task.FieldError
 	if errors.As(err, &fe) {
+		// A missing required property of the schema (name, module,
+		// condition) in CTS's words too.
+		switch fe.Field {
+		case "name", "module", "condition":
+			if fe.Msg == "is required" {
+				return schemaError("invalid task: %s: %s (property %q is missing)", fe.Field, fe.Msg, fe.Field)
+			}
+		}
 		return badRequest("invalid task: %s: %s", fe.Field, fe.Msg)
 	}
 	return badRequest("invalid task: %v", err)

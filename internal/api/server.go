@@ -14,8 +14,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ctsync/ctsync/internal/config"
@@ -73,6 +75,22 @@ type Options struct {
 	// Redact, when set, hides secrets in what the API serves: run logs and
 	// the log tails and error messages of events (see runlog.go).
 	Redact func(string) string
+
+	// Tokens are the api_auth tokens; none: the API needs no token, as in
+	// CTS (security.go).
+	Tokens []config.APIToken
+	// Tasks limits the tasks created through the API (api_tasks).
+	Tasks config.APITasks
+	// HTTP holds the CORS origins and the allowed Host names (api_http).
+	HTTP config.APIHTTP
+	// LogDirs, when set, are the only directories (absolute: the
+	// working_dir and the tasks' own working directories) whose run logs
+	// the run-log endpoint serves: an event record read back from Consul
+	// cannot point it at another file.
+	LogDirs []string
+	// ReloadOnSIGHUP makes Run reload the token files and the TLS
+	// certificate when the process receives SIGHUP (see Reload).
+	ReloadOnSIGHUP bool
 }
 
 // Server is the API server.
@@ -82,6 +100,9 @@ type Server struct {
 	mux  *http.ServeMux
 	h    http.Handler
 	tls  *tls.Config
+
+	tokens *Tokens
+	certs  *certReloader // nil without TLS
 
 	mu sync.Mutex
 	ln net.Listener
@@ -101,18 +122,48 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux()}
+	s := &Server{opts: opts, log: opts.Logger, mux: http.NewServeMux(), tokens: NewTokens(opts.Tokens)}
+	var certNames []string
 	if opts.TLS.Enabled {
-		tc, err := TLSConfig(opts.TLS)
+		cr, err := newCertReloader(opts.TLS)
 		if err != nil {
 			return nil, err
 		}
-		s.tls = tc
+		tc, err := tlsConfigWith(opts.TLS, cr)
+		if err != nil {
+			return nil, err
+		}
+		s.tls, s.certs = tc, cr
+		certNames = cr.names()
 	}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	s.routes()
-	s.h = s.middleware(s.clusterGate(s.mux)) // clusterGate: cluster.go
+	g := newGuard(opts, s.tokens, certNames)
+	s.h = s.middleware(g.wrap(s.clusterGate(s.mux))) // guard: security.go; clusterGate: cluster.go
 	return s, nil
+}
+
+// Reload reads the token files (api_auth secret_file) and the TLS
+// certificate and key again; what fails to load keeps its previous value.
+// Run calls it on SIGHUP when Options.ReloadOnSIGHUP is set.
+func (s *Server) Reload() error {
+	var errs []error
+	changed, err := s.tokens.Reload()
+	if err != nil {
+		errs = append(errs, fmt.Errorf("api tokens: %w", err))
+	}
+	if s.certs != nil {
+		if err := s.certs.reload(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	err = errors.Join(errs...)
+	if err != nil {
+		s.log.Error("api: reload incomplete", "tokens_changed", changed, "error", err)
+	} else {
+		s.log.Info("api: token files and TLS certificate reloaded", "tokens_changed", changed, "tls", s.certs != nil)
+	}
+	return err
 }
 
 // Handler returns the API's handler with its middleware (CORS, request id,
@@ -173,16 +224,28 @@ func (s *Server) Run(ctx context.Context) error {
 	scheme := "http"
 	if s.tls != nil {
 		scheme = "https"
-		ln = tls.NewListener(ln, s.tls)
+		ln = tls.NewListener(plainHTTPListener{ln}, s.tls) // plain HTTP gets a 400: tlsplain.go
 	}
 	s.log.Info("api listening", "address", ln.Addr().String(), "scheme", scheme,
 		"mtls", s.tls != nil && s.tls.ClientAuth == tls.RequireAndVerifyClientCert)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("api: %w", err)
-	case <-ctx.Done():
+	var hup chan os.Signal
+	if s.opts.ReloadOnSIGHUP {
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
+wait:
+	for {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("api: %w", err)
+		case <-hup:
+			_ = s.Reload()
+		case <-ctx.Done():
+			break wait
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
 	defer cancel()
@@ -205,17 +268,34 @@ func (s *Server) stopBackground() {
 }
 
 // TLSConfig builds the server TLS configuration of the tls block: TLS 1.2
-// or later and, with verify_incoming, client certificates required and
-// verified against ca_cert (preferred) or the PEM files in ca_path.
+// or later with forward-secret AEAD cipher suites only and, with
+// verify_incoming, client certificates required and verified against
+// ca_cert (preferred) or the PEM files in ca_path.
 func TLSConfig(c config.APITLS) (*tls.Config, error) {
-	if c.Cert == "" || c.Key == "" {
-		return nil, errors.New("api tls: cert and key are both required")
-	}
-	cert, err := tls.LoadX509KeyPair(c.Cert, c.Key)
+	cr, err := newCertReloader(c)
 	if err != nil {
-		return nil, fmt.Errorf("api tls: loading cert and key: %w", err)
+		return nil, err
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	return tlsConfigWith(c, cr)
+}
+
+// tlsCipherSuites are the TLS 1.2 suites offered: ECDHE key exchange and
+// AEAD ciphers (TLS 1.3 suites are all of that kind and not configurable).
+var tlsCipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+func tlsConfigWith(c config.APITLS, cr *certReloader) (*tls.Config, error) {
+	tc := &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		CipherSuites:   tlsCipherSuites,
+		GetCertificate: cr.get,
+	}
 	if !c.VerifyIncoming {
 		return tc, nil
 	}
@@ -229,6 +309,55 @@ func TLSConfig(c config.APITLS) (*tls.Config, error) {
 	tc.ClientCAs = pool
 	tc.ClientAuth = tls.RequireAndVerifyClientCert
 	return tc, nil
+}
+
+// certReloader serves the API's certificate and loads it again on reload
+// (SIGHUP): a renewed certificate is used without a restart.
+type certReloader struct {
+	certFile, keyFile string
+	mu                sync.RWMutex
+	cert              *tls.Certificate
+}
+
+func newCertReloader(c config.APITLS) (*certReloader, error) {
+	if c.Cert == "" || c.Key == "" {
+		return nil, errors.New("api tls: cert and key are both required")
+	}
+	cr := &certReloader{certFile: c.Cert, keyFile: c.Key}
+	if err := cr.reload(); err != nil {
+		return nil, err
+	}
+	return cr, nil
+}
+
+// reload loads the certificate and key; on failure the previous pair
+// stays in use.
+func (cr *certReloader) reload() error {
+	cert, err := tls.LoadX509KeyPair(cr.certFile, cr.keyFile)
+	if err != nil {
+		return fmt.Errorf("api tls: loading cert and key: %w", err)
+	}
+	cr.mu.Lock()
+	cr.cert = &cert
+	cr.mu.Unlock()
+	return nil
+}
+
+func (cr *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	cr.mu.RLock()
+	defer cr.mu.RUnlock()
+	return cr.cert, nil
+}
+
+// names returns the DNS names of the certificate: a client that verified
+// the certificate reached this server by one of them.
+func (cr *certReloader) names() []string {
+	cr.mu.RLock()
+	defer cr.mu.RUnlock()
+	if cr.cert.Leaf == nil {
+		return nil
+	}
+	return cr.cert.Leaf.DNSNames
 }
 
 // LoadCAs reads PEM certificates from caFile, or when it is empty from
