@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/url"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	ctsapi "github.com/ctsync/ctsync/internal/api"
+	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/consul"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -18,10 +23,6 @@ const deregisterTimeout = 5 * time.Second
 // startAPI builds the daemon's API server and binds its port, so that a
 // port in use stops the daemon before anything else starts.
 func (a *app) startAPI() (*ctsapi.Server, error) {
-	configured := map[string]bool{}
-	for _, p := range a.cfg.Providers {
-		configured[p.Ref()] = true
-	}
 	srv, err := ctsapi.New(ctsapi.Options{
 		Addr:         net.JoinHostPort("", strconv.Itoa(a.cfg.Port)),
 		TLS:          a.cfg.TLS,
@@ -30,17 +31,13 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 		Logger:       a.log.With("component", "api"),
 		BufferPeriod: a.cfg.BufferPeriod,
 		Redact:       a.obs.redactor.Redact,
-		// A task created through the API may only use providers that are
-		// configured (terraform_provider blocks).
-		Validate: func(s task.Spec) error {
-			for i, ref := range s.Providers {
-				if !configured[ref] {
-					return &task.FieldError{Field: fmt.Sprintf("providers[%d]", i),
-						Msg: fmt.Sprintf("provider %q is not configured: add a terraform_provider block for it to the daemon's configuration", ref)}
-				}
-			}
-			return nil
-		},
+		Validate:     a.validateAPITask,
+		// Access control (internal/api/security.go, docs/security.md).
+		Tokens:         a.cfg.APIAuth.Tokens,
+		Tasks:          a.cfg.APITasks,
+		HTTP:           a.apiHTTP(),
+		LogDirs:        a.logDirs(),
+		ReloadOnSIGHUP: true,
 	})
 	if err != nil {
 		return nil, err
@@ -87,4 +84,75 @@ func (a *app) selfRegister(ctx context.Context) (deregister func()) {
 			log.Warn("deregistration from consul failed", "error", err)
 		}
 	}
+}
+
+// validateAPITask checks what the API cannot know alone about a task
+// created through it: it may only use providers that are configured
+// (terraform_provider blocks).
+func (a *app) validateAPITask(s task.Spec) error {
+	for i, ref := range s.Providers {
+		if !slices.ContainsFunc(a.cfg.Providers, func(p config.Provider) bool { return p.Ref() == ref }) {
+			return &task.FieldError{Field: fmt.Sprintf("providers[%d]", i),
+				Msg: fmt.Sprintf("provider %q is not configured: add a terraform_provider block for it to the daemon's configuration", ref)}
+		}
+	}
+	return nil
+}
+
+// checkStoredTask validates a task record read from Consul KV (high
+// availability) as the API validates a new task (ha.FilterStored).
+func (a *app) checkStoredTask(key string, s task.Spec) error {
+	return ctsapi.CheckStoredTask(key, s, a.cfg.APITasks, a.validateAPITask)
+}
+
+// apiHTTP is the api_http block plus the names this instance is known by
+// in Consul (its service address, its health check address, its HA
+// instance address): requests naming them pass the Host guard.
+func (a *app) apiHTTP() config.APIHTTP {
+	h := a.cfg.APIHTTP
+	h.AllowedHosts = slices.Clone(h.AllowedHosts)
+	add := func(addr string) {
+		addr = strings.TrimSpace(addr)
+		if addr == "" {
+			return
+		}
+		if u, err := url.Parse(addr); err == nil && u.Host != "" {
+			addr = u.Host
+		}
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			addr = host
+		}
+		if addr != "" && !strings.ContainsAny(addr, "/ @") {
+			h.AllowedHosts = append(h.AllowedHosts, addr)
+		}
+	}
+	sr := a.cfg.Consul.ServiceRegistration
+	add(sr.Address)
+	add(sr.DefaultCheck.Address)
+	if a.cfg.HA != nil {
+		add(a.cfg.HA.InstanceAddress)
+	}
+	return h
+}
+
+// logDirs are the directories whose run logs the API serves: working_dir
+// and the tasks' own working directories.
+func (a *app) logDirs() []string {
+	var dirs []string
+	for _, d := range append([]string{a.cfg.WorkingDir}, taskDirs(a.cfg.Tasks)...) {
+		if abs, err := filepath.Abs(d); err == nil && !slices.Contains(dirs, abs) {
+			dirs = append(dirs, abs)
+		}
+	}
+	return dirs
+}
+
+func taskDirs(specs []task.Spec) []string {
+	var out []string
+	for _, s := range specs {
+		if s.WorkingDir != "" {
+			out = append(out, s.WorkingDir)
+		}
+	}
+	return out
 }

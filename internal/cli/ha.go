@@ -124,7 +124,10 @@ func (a *app) haElected(ctx context.Context) error {
 	if err := w.kv.Load(ctx); err != nil {
 		return err
 	}
-	if err := ha.ApplyStored(ctx, a.ctrl, w.kv.TaskRecords(), w.configured, w.log); err != nil {
+	// A record is input from whoever can write the KV folder: only tasks
+	// the API would accept are applied (daemon_api.go).
+	recs := ha.FilterStored(w.kv.TaskRecords(), w.configured, a.checkStoredTask, w.log)
+	if err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.log); err != nil {
 		if ctx.Err() != nil {
 			return err
 		}

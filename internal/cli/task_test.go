@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log"
@@ -517,6 +518,13 @@ func tlsServe(t *testing.T, f *fakeCtrl, certs testcerts.Files, verify bool) *ht
 	if err != nil {
 		t.Fatal(err)
 	}
+	// httptest adds its own certificate unless one is set; the server's
+	// comes from GetCertificate (reloadable).
+	cert, err := tc.GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Certificates = []tls.Certificate{*cert}
 	ts := httptest.NewUnstartedServer(srv.Handler())
 	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are expected
 	ts.TLS = tc

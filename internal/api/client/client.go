@@ -37,6 +37,8 @@ const (
 	EnvClientCert = "CTS_CLIENT_CERT"
 	EnvClientKey  = "CTS_CLIENT_KEY"
 	EnvSSLVerify  = "CTS_SSL_VERIFY"
+	// EnvToken holds an api_auth token (ctsync).
+	EnvToken = "CTS_TOKEN"
 )
 
 // Config is how to reach the daemon.
@@ -54,6 +56,9 @@ type Config struct {
 	SSLVerify bool
 	// Timeout bounds a whole request; 0 means none (runs can take long).
 	Timeout time.Duration
+	// Token is sent as "Authorization: Bearer <token>" when set (ctsync;
+	// the daemon's api_auth tokens).
+	Token string
 }
 
 // ConfigFromEnv returns the defaults overridden by the CTS_* environment
@@ -66,6 +71,7 @@ func ConfigFromEnv() (Config, error) {
 		ClientCert: os.Getenv(EnvClientCert),
 		ClientKey:  os.Getenv(EnvClientKey),
 		SSLVerify:  true,
+		Token:      strings.TrimSpace(os.Getenv(EnvToken)),
 	}
 	if v := os.Getenv(EnvAddress); v != "" {
 		c.Address = v
@@ -90,12 +96,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClientCert, "client-cert", c.ClientCert, "A PEM client certificate, for an API that verifies clients. Env: "+EnvClientCert+".")
 	fs.StringVar(&c.ClientKey, "client-key", c.ClientKey, "The PEM key of -client-cert. Env: "+EnvClientKey+".")
 	fs.BoolVar(&c.SSLVerify, "ssl-verify", c.SSLVerify, "Verify the API's certificate. Env: "+EnvSSLVerify+".")
+	fs.StringVar(&c.Token, "token", c.Token, "An API token of the daemon's api_auth block, sent as a bearer token. Prefer the environment variable: "+
+		"a flag shows in the process list. Env: "+EnvToken+".")
 }
 
 // Client talks to one daemon.
 type Client struct {
-	base *url.URL
-	http *http.Client
+	base  *url.URL
+	http  *http.Client
+	token string
 }
 
 // New builds a Client.
@@ -132,7 +141,11 @@ func New(c Config) (*Client, error) {
 		return nil, err
 	}
 	tr.TLSClientConfig = tc
-	return &Client{base: u, http: &http.Client{Transport: tr, Timeout: c.Timeout}}, nil
+	token := strings.TrimSpace(c.Token)
+	if strings.ContainsFunc(token, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return nil, errors.New("the API token cannot contain spaces or control characters")
+	}
+	return &Client{base: u, http: &http.Client{Transport: tr, Timeout: c.Timeout}, token: token}, nil
 }
 
 func tlsConfig(c Config) (*tls.Config, error) {
@@ -203,6 +216,9 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if c.base.Scheme == "http" && (errors.Is(err, io.EOF) || strings.Contains(err.Error(), "EOF")) {
@@ -229,6 +245,12 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		if c.base.Scheme == "http" && resp.StatusCode == http.StatusBadRequest &&
 			strings.Contains(string(b), "HTTP request to an HTTPS server") {
 			return fmt.Errorf("%w\nhint: %s", e, httpsHint)
+		}
+		if resp.StatusCode == http.StatusUnauthorized {
+			if c.token == "" {
+				return fmt.Errorf("%w\nhint: the daemon requires an API token: set %s (or pass -token)", e, EnvToken)
+			}
+			return fmt.Errorf("%w\nhint: the daemon does not know the token given with -token or %s", e, EnvToken)
 		}
 		return e
 	}

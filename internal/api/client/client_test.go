@@ -11,6 +11,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/api/testcerts"
+	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/watch"
@@ -172,5 +173,54 @@ func TestAgainstServer(t *testing.T) {
 	}
 	if _, err := cl.RunTask(ctx, "a"); !IsNotFound(err) {
 		t.Fatalf("run deleted task: %v", err)
+	}
+}
+
+func TestToken(t *testing.T) {
+	const secret = "client-token-0123456789"
+	srv, err := api.New(api.Options{Controller: reconcile.New(reconcile.Options{Watcher: nopWatcher{}}, nil),
+		Tokens: []config.APIToken{{Name: "ops", Secret: secret, Access: config.AccessWrite}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	ctx := context.Background()
+
+	t.Setenv(EnvToken, " "+secret+"\n")
+	c, err := ConfigFromEnv()
+	if err != nil || c.Token != secret {
+		t.Fatalf("token from %s: %q %v", EnvToken, c.Token, err)
+	}
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-token=other-token-0123456789"}); err != nil || c.Token != "other-token-0123456789" {
+		t.Fatalf("-token: %q %v", c.Token, err)
+	}
+
+	for _, tc := range []struct{ token, want string }{
+		{"", "hint: the daemon requires an API token: set CTS_TOKEN"},
+		{"wrong-token-0123456789", "hint: the daemon does not know the token"},
+	} {
+		cl, err := New(Config{Address: ts.URL, Token: tc.token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Status(ctx); err == nil || !strings.Contains(err.Error(), "(status 401)") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("token %q: %v", tc.token, err)
+		}
+		if err := cl.Health(ctx); err != nil {
+			t.Errorf("health needs no token: %v", err)
+		}
+	}
+	cl, err := New(Config{Address: ts.URL, Token: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Status(ctx); err != nil {
+		t.Fatalf("with the token: %v", err)
+	}
+	if _, err := New(Config{Address: ts.URL, Token: "two words"}); err == nil {
+		t.Error("a token with a space accepted")
 	}
 }
