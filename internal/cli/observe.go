@@ -33,6 +33,10 @@ type observe struct {
 // read the controller and registry lazily.
 func (a *app) setupObserve() {
 	a.obs.redactor = config.NewRedactor(a.cfg.Secrets())
+	// When the daemon's logger redacts (config.RedactingHandler), it
+	// redacts these secrets from now on, the Terraform output forwarded
+	// with driver.log = true included.
+	config.SetLoggerRedactor(a.log, a.obs.redactor)
 	a.obs.metrics = metrics.New(metrics.Options{
 		Tasks:      func() []reconcile.TaskState { return a.ctrl.Tasks() },
 		Views:      func() int { return a.registry.Views() },

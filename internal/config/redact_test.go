@@ -1,0 +1,44 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func TestRedactingHandler(t *testing.T) {
+	const secret = "tok-0123456789-secret"
+	for _, format := range []string{"text", "json"} {
+		var buf bytes.Buffer
+		var inner slog.Handler = slog.NewTextHandler(&buf, nil)
+		if format == "json" {
+			inner = slog.NewJSONHandler(&buf, nil)
+		}
+		h := NewRedactingHandler(inner)
+		root := slog.New(h)
+		log := root.With("component", "terraform").WithGroup("g")
+		log.Info("before " + secret)
+		if !strings.Contains(buf.String(), secret) {
+			t.Fatalf("%s: redacted before SetRedactor: %s", format, buf.String())
+		}
+		buf.Reset()
+		if !SetLoggerRedactor(root, NewRedactor([]string{secret})) {
+			t.Fatal("SetLoggerRedactor did not find the handler")
+		}
+		log.Info("line with "+secret, "s", "x"+secret, "err", errors.New("failed: "+secret),
+			"list", []string{secret}, slog.Group("nested", "k", secret), "n", 42)
+		log.With("w", secret).Warn("with")
+		out := buf.String()
+		if strings.Contains(out, secret) {
+			t.Errorf("%s: secret in output: %s", format, out)
+		}
+		if strings.Count(out, Redacted) < 6 || !strings.Contains(out, "42") || !strings.Contains(out, "terraform") {
+			t.Errorf("%s: output %s", format, out)
+		}
+	}
+	if SetLoggerRedactor(slog.New(slog.DiscardHandler), nil) {
+		t.Error("found a redacting handler in a plain logger")
+	}
+}
