@@ -195,25 +195,27 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	for _, p := range cfg.Providers {
 		providers[p.Ref()] = p
 	}
-	factory := func(spec task.Spec) (driver.Driver, error) {
+	// driverOptions is the driver configuration of one task: the driver
+	// is built from it, and so is the task's desired state.
+	driverOptions := func(spec task.Spec) (terraform.Options, error) {
 		dir := spec.WorkingDir
 		if dir == "" {
 			dir = filepath.Join(workDir, spec.Name)
 		}
 		dir, err := filepath.Abs(dir)
 		if err != nil {
-			return nil, err
+			return terraform.Options{}, err
 		}
 		spec.Module = localModuleSource(spec.Module, dir)
 		var used []config.Provider
 		for _, ref := range spec.Providers {
 			p, ok := providers[ref]
 			if !ok {
-				return nil, fmt.Errorf("provider %q is not configured", ref)
+				return terraform.Options{}, fmt.Errorf("provider %q is not configured", ref)
 			}
 			used = append(used, p)
 		}
-		return terraform.New(terraform.Options{
+		return terraform.Options{
 			Spec:           spec,
 			WorkDir:        dir,
 			Binary:         bin,
@@ -222,7 +224,21 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 			Consul:         cfg.Consul,
 			PluginCacheDir: cacheDir,
 			Logger:         logger.With("component", "terraform"),
-		})
+		}, nil
+	}
+	factory := func(spec task.Spec) (driver.Driver, error) {
+		o, err := driverOptions(spec)
+		if err != nil {
+			return nil, err
+		}
+		return terraform.New(o)
+	}
+	desired := func(ctx context.Context, spec task.Spec) (map[string]string, error) {
+		o, err := driverOptions(spec)
+		if err != nil {
+			return nil, nil // the run reports it (the driver cannot be built)
+		}
+		return terraform.DesiredState(ctx, o)
 	}
 	if factory, err = a.setupHA(factory); err != nil { // ha.go
 		return nil, err
@@ -237,6 +253,10 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		Standby:     a.ha != nil, // a follower until elected (ha.go)
 		Metrics:     a.obs.metrics,
 		OnEvent:     a.obs.onEvent,
+		Desired:     desired,
+		Redact:      a.obs.redactor.Redact,
+		RetryMax:    cfg.Retry.MaxDelay,
+		MaxRetries:  cfg.Retry.MaxRetries,
 	}, cfg.Tasks)
 	return a, nil
 }

@@ -29,6 +29,7 @@ type rawConfig struct {
 	ha                                  rawHA         // high_availability (ha.go)
 	tls                                 rawTLS        // the API's tls block (ha.go)
 	notifications                       []Notification
+	retry                               rawRetry    // retry.go
 	security                            rawSecurity // api_auth, api_tasks, api_http (security.go)
 }
 
@@ -74,6 +75,7 @@ var topKeys = []key{
 	{name: "service", kind: kBlock},
 	{name: "tls", kind: kBlock}, {name: "high_availability", kind: kBlock}, // ha.go
 	{name: "notification", kind: kBlock, labels: 1, label: "type"},
+	{name: "retry", kind: kBlock},                                                                         // retry.go
 	{name: "api_auth", kind: kBlock}, {name: "api_tasks", kind: kBlock}, {name: "api_http", kind: kBlock}, // security.go
 }
 
@@ -169,6 +171,9 @@ func (d *decoder) decodeFile(body hcl.Body, r *rawConfig) {
 		d.haBlock(b, &r.ha)
 	}
 	d.notifications(c, r)
+	if b := d.onlyOne(c, "retry", ""); b != nil { // retry.go
+		d.retryBlock(b, &r.retry)
+	}
 	d.security(c, &r.security) // security.go
 }
 

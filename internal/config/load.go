@@ -217,6 +217,7 @@ func (d *decoder) finish(r *rawConfig) *Config {
 		MaxParallelRuns: r.maxParallel.or(DefaultMaxParallelRuns),
 		Ranges:          map[string]hcl.Range{},
 	}
+	cfg.Retry = r.retry.config()
 
 	cfg.BufferPeriod = resolveBuffer(r.buffer, task.DefaultBufferPeriod)
 	if r.buffer.max.Set && cfg.BufferPeriod.Enabled && cfg.BufferPeriod.Max < cfg.BufferPeriod.Min {

@@ -22,6 +22,8 @@ type Config struct {
 	// MaxParallelRuns bounds how many tasks run Terraform at once
 	// (ctsync extension; default 4).
 	MaxParallelRuns int
+	// Retry is the retry policy of failed runs (retry.go).
+	Retry Retry
 	BufferPeriod    task.BufferPeriod
 	// TLS secures ctsync's own API (the top-level tls block).
 	TLS APITLS

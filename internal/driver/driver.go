@@ -28,6 +28,31 @@ type Driver interface {
 	Destroy(ctx context.Context, run Run) (Result, error)
 }
 
+// The parts of a task's desired state. A run's result is determined by all
+// of them together; the fingerprint of the desired state is one hash over
+// their digests, and the digests are kept apart so that a run can say what
+// changed since the last successful one.
+const (
+	// PartTask: the task's spec fields that reach Terraform (module source
+	// and version, variables with the contents of its variable files,
+	// provider names, condition and module inputs).
+	PartTask = "task"
+	// PartData: the Consul data of every source the task watches.
+	PartData = "consul data"
+	// PartModule: the module's code (a content hash of a local module's
+	// directory tree; source, constraint and resolved version otherwise).
+	PartModule = "module"
+	// PartProviders: the resolved provider configuration (after {{ env }}
+	// and {{ key }}), hashed; never stored in clear.
+	PartProviders = "provider config"
+	// PartBackend: the state backend's configuration.
+	PartBackend = "backend"
+	// PartRequiredProviders: the driver's required_providers.
+	PartRequiredProviders = "required_providers"
+	// PartBinary: the Terraform/OpenTofu binary's path and version.
+	PartBinary = "binary"
+)
+
 // Run identifies one execution of a task.
 type Run struct {
 	// ID is the run id; it names the per-run log file, so it must be usable
@@ -65,7 +90,24 @@ type Error struct {
 	Op      string // init, workspace, plan, apply, destroy, ...
 	Summary string
 	Err     error
+	// Terminal marks an error that running the same desired state again
+	// cannot fix (see ErrTerminal).
+	Terminal bool
 }
+
+// ErrTerminal matches (errors.Is) the error of a run that failed in a way
+// that running the same desired state again cannot fix: the configuration
+// is invalid (an unsupported or missing argument, an undeclared variable,
+// a module that is not there). The reconciler does not retry such a run;
+// the task runs again when its desired state changes (the module or the
+// configuration is fixed, or its data changes).
+var ErrTerminal = errors.New("terminal error: the same desired state would fail the same way")
+
+// IsTerminal reports whether err is terminal (see ErrTerminal).
+func IsTerminal(err error) bool { return err != nil && errors.Is(err, ErrTerminal) }
+
+// Is makes errors.Is(err, ErrTerminal) true for a terminal Error.
+func (e *Error) Is(target error) bool { return e.Terminal && target == ErrTerminal }
 
 func (e *Error) Error() string {
 	var b strings.Builder
@@ -92,6 +134,45 @@ func firstLine(s string) string {
 		return strings.TrimSpace(s[:i])
 	}
 	return s
+}
+
+// terminalSummaries are the summaries of Terraform diagnostics that come
+// from the configuration itself (the generated root module, the module's
+// code, the values given to it) rather than from the world: a run of the
+// same desired state would report them again.
+var terminalSummaries = []string{
+	"Unsupported argument", "Missing required argument", "Unsupported block type",
+	"Missing required block", "Unsupported attribute", "Invalid reference",
+	"Reference to undeclared input variable", "Reference to undeclared resource",
+	"Reference to undeclared module", "Reference to undeclared local value",
+	"Undeclared input variable", "Value for undeclared variable", "Invalid value for input variable",
+	"Invalid value for variable", "No value for required variable", "Missing required provider",
+	"Module not installed", "Unreadable module directory", "Invalid module source address",
+	"Module source has changed", "Invalid expression", "Argument or block definition required",
+	"Duplicate resource", "Duplicate module call", "Duplicate variable declaration",
+	"Duplicate output definition", "Invalid provider configuration", "Unsuitable value type",
+	"Incorrect attribute value type", "Invalid function argument", "Call to unknown function",
+	"Variables not allowed", "Function calls not allowed", "Invalid block definition",
+	"Unsupported Terraform Core version",
+}
+
+// TerminalDiagnostic reports whether the error diagnostics of a failed
+// command (stderr) include one that comes from the configuration itself
+// (see ErrTerminal).
+func TerminalDiagnostic(stderr string) bool {
+	for _, raw := range strings.Split(stderr, "\n") {
+		line := strings.TrimSpace(unbox(raw))
+		sum, ok := strings.CutPrefix(line, "Error: ")
+		if !ok {
+			continue
+		}
+		for _, t := range terminalSummaries {
+			if sum == t || strings.HasPrefix(sum, t+":") || strings.HasPrefix(sum, t+" ") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Summarize extracts Terraform's error diagnostics from the standard error

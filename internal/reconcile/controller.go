@@ -40,18 +40,33 @@ type Options struct {
 	Logger    *slog.Logger
 	// MaxParallel bounds how many tasks run Terraform at once (default 4).
 	MaxParallel int
-	// MaxRetries is how many times a failed apply is retried with backoff
-	// before the task waits for the next change (default 2, as CTS). A run
+	// MaxRetries bounds how many times a failed run is retried with
+	// backoff before the task waits for its desired state to change; 0 (the
+	// default) retries until a run succeeds or the task is disabled, and a
+	// negative value never retries. A run
+	// that failed with a terminal error (driver.ErrTerminal) is not retried:
+	// running the same desired state again would fail the same way. A run
 	// that failed because the state is locked is retried until the lock is
 	// free (see LockRetryCap).
 	MaxRetries int
-	// RetryBase is the first retry delay; it doubles each retry (default 2s).
-	RetryBase time.Duration
+	// RetryBase is the first retry delay; it doubles each retry (default
+	// DefaultRetryBase) up to RetryMax (default DefaultRetryMax).
+	RetryBase, RetryMax time.Duration
+	// Desired gives the parts of a task's desired state that lie outside
+	// the task and Consul (module code, provider configuration, backend,
+	// binary); nil for none.
+	Desired DesiredFunc
+	// Clock is the time source of buffer periods and retries (default: the
+	// real clock).
+	Clock Clock
 	// Metrics receives run outcomes; nil for none.
 	Metrics Metrics
 	// OnEvent is called after every event is stored (runs, drift); it must
 	// not block (notifications hand the event to their own queue).
 	OnEvent func(ev store.Event)
+	// Redact removes secrets from text recorded in events (log tails,
+	// error messages) and logs; nil leaves text as it is.
+	Redact func(string) string
 	// Standby starts the controller as a follower: it watches and keeps
 	// track of what is due, but starts no run until SetActive(true).
 	Standby bool
@@ -119,9 +134,9 @@ type entry struct {
 	deferred bool      // notified during the first run: settle when it ends
 	force    bool      // next run applies even when the hash is unchanged
 	deadline time.Time // buffer period hard deadline
-	timer    *time.Timer
+	timer    Timer
 	gen      int // invalidates stale timers
-	retries  int // consecutive failed applies of the current inputs
+	retries  int // consecutive failed runs of the current desired state
 	failHash string
 	// lockWaits counts consecutive runs that failed on a locked state
 	// (driver.ErrStateLocked); they are retried without a limit.
@@ -139,13 +154,15 @@ func New(opts Options, specs []task.Spec) *Controller {
 	if opts.MaxParallel <= 0 {
 		opts.MaxParallel = 4
 	}
-	if opts.MaxRetries < 0 {
-		opts.MaxRetries = 0
-	} else if opts.MaxRetries == 0 {
-		opts.MaxRetries = 2
-	}
 	if opts.RetryBase <= 0 {
-		opts.RetryBase = 2 * time.Second
+		opts.RetryBase = DefaultRetryBase
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = DefaultRetryMax
+	}
+	opts.RetryMax = max(opts.RetryMax, opts.RetryBase)
+	if opts.Clock == nil {
+		opts.Clock = realClock{}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -344,7 +361,7 @@ func (c *Controller) markDirtyLocked(e *entry, trigger string) {
 		c.enqueueLocked(e)
 		return
 	}
-	now := time.Now()
+	now := c.opts.Clock.Now()
 	if e.deadline.IsZero() {
 		e.deadline = now.Add(bp.Max.D())
 	}
@@ -381,7 +398,7 @@ func (c *Controller) armLocked(e *entry, d time.Duration, before func()) {
 	}
 	e.gen++
 	gen := e.gen
-	e.timer = time.AfterFunc(d, func() {
+	e.timer = c.opts.Clock.AfterFunc(d, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if e.gen != gen {
@@ -482,7 +499,7 @@ func (c *Controller) SetActive(active bool) {
 		if e.deleting {
 			continue
 		}
-		if c.opts.Store.InFlight(e.spec.Name) != "" {
+		if c.opts.Store.Run(e.spec.Name).InFlight != "" {
 			e.force = true
 			e.trigger = "failover"
 		}
@@ -534,6 +551,14 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 		e.queued = false
 		e.running = true
 		e.rerun = false
+		if e.timer != nil {
+			// A retry or buffer timer is moot: this run reads the
+			// current data.
+			e.timer.Stop()
+			e.timer = nil
+			e.gen++
+			e.deadline = time.Time{}
+		}
 		trigger := e.trigger
 		e.trigger = ""
 		force := e.force
@@ -565,13 +590,25 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 				"attempt", e.lockWaits, "delay", delay.Round(time.Millisecond))
 			e.trigger = "retry"
 			c.armLocked(e, delay, nil)
-		case res.failed && e.retries < c.opts.MaxRetries:
+		case res.failed && res.terminal:
+			c.log.Warn("task failed with an error that running it again cannot fix; it runs again when its desired state changes",
+				"task", name, "error", res.err)
+			if e.rerun {
+				c.enqueueLocked(e) // a change came during the run
+			}
+		case res.failed && e.spec.Enabled && !e.deleting && (c.opts.MaxRetries == 0 || e.retries < c.opts.MaxRetries) && c.opts.MaxRetries >= 0:
 			e.retries++
-			delay := c.opts.RetryBase << (e.retries - 1)
-			delay += time.Duration(rand.Int64N(int64(delay)/2 + 1))
+			delay := retryDelay(e.retries, c.opts.RetryBase, c.opts.RetryMax, jitterNow())
 			c.log.Info("retrying task after failure", "task", name, "attempt", e.retries, "delay", delay.Round(time.Millisecond))
-			e.trigger = "retry"
-			c.armLocked(e, delay, nil)
+			if e.rerun { // a change came during the run: it runs now
+				c.enqueueLocked(e)
+			} else {
+				c.armLocked(e, delay, func() {
+					if e.trigger == "" {
+						e.trigger = "retry"
+					}
+				})
+			}
 		case e.rerun:
 			c.enqueueLocked(e)
 		}
@@ -591,22 +628,31 @@ func (c *Controller) undeferLocked(e *entry) {
 
 // outcome is what one reconcile did.
 type outcome struct {
-	failed bool
-	err    error
-	plan   string
+	failed   bool
+	terminal bool // the failure is terminal (driver.ErrTerminal)
+	err      error
+	plan     string
 }
 
-// reconcile runs one task once: build inputs, compare the hash, drive
-// Terraform, record an event. With inspect set it plans instead of applying
-// and records nothing.
+// unreadable is recorded as the failed fingerprint when a task's desired
+// state could not be read: the task stays dirty, and no fingerprint can
+// match it.
+const unreadable = "unreadable"
+
+// reconcile runs one task once: compute its desired state, decide whether
+// it must run, drive Terraform, and record the outcome. A task runs when
+// its desired state differs from the one last applied successfully, or
+// when its last run failed (unless that failure was terminal and the
+// desired state is still the same), or when force is set. With inspect set
+// it plans instead of applying and records nothing.
 func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trigger string, force, inspect bool) outcome {
 	log := c.log.With("task", s.Name)
-	// The fingerprint is taken before the inputs are built: if the data
+	// The desired state is taken before the inputs are built: if the data
 	// changes in between, the inputs are newer than the fingerprint stored
 	// as applied, and the next notification runs the task once more. The
 	// other order could store a newer fingerprint than what was applied
 	// and lose that change.
-	hash, ready := Fingerprint(s, c.get, c.digest)
+	want, ready, derr := c.desired(ctx, s)
 	if !ready {
 		log.Debug("waiting for watched data before running")
 		return outcome{}
@@ -616,27 +662,39 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	c.mu.Lock()
 	e.ranOnce = true
 	c.mu.Unlock()
-	if !inspect && !force && hash == c.opts.Store.Applied(s.Name) {
-		log.Debug("inputs unchanged since last apply, skipping run", "inputs_hash", short(hash))
-		if c.opts.Metrics != nil {
-			c.opts.Metrics.RunSkipped(s.Name)
+	if derr != nil {
+		return c.unreadableState(ctx, s, trigger, derr, inspect)
+	}
+	st := c.opts.Store.Run(s.Name)
+	if !inspect && !force {
+		switch {
+		case st.Dirty() && st.Terminal && st.Failed == want.Fingerprint:
+			log.Debug("last run failed with a terminal error and the desired state has not changed since: not running")
+			c.skipped(s.Name)
+			return outcome{}
+		case st.Dirty():
+			if trigger != "retry" {
+				trigger = changeTrigger(trigger, changedParts(st.Parts, want.Parts))
+				if trigger == "start" || trigger == "leader" {
+					trigger = "previous run failed"
+				}
+			}
+		case want.Fingerprint == st.Applied:
+			log.Debug("desired state unchanged since last apply, skipping run", "fingerprint", short(want.Fingerprint))
+			c.skipped(s.Name)
+			return outcome{}
+		default:
+			trigger = changeTrigger(trigger, changedParts(st.Parts, want.Parts))
 		}
-		if trigger == "schedule" {
-			now := time.Now()
-			c.record(store.Event{ID: uuid.NewString(), TaskName: s.Name, Success: true,
-				StartTime: now, EndTime: now, Kind: store.KindNoop, Trigger: trigger, InputsHash: hash,
-				Config: eventConfig(s)})
-		}
-		return outcome{}
 	}
 	in, ready := BuildInputs(s, c.get)
 	if !ready { // a view went away in between (a regexp match left)
 		return outcome{}
 	}
 	c.mu.Lock()
-	if e.failHash != hash {
+	if e.failHash != want.Fingerprint {
 		e.retries = 0
-		e.failHash = hash
+		e.failHash = want.Fingerprint
 	}
 	c.mu.Unlock()
 
@@ -646,45 +704,135 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	if inspect {
 		kind = store.KindPlan
 	}
+	if !inspect {
+		// The marker is in the store before Terraform starts: if this
+		// instance dies or loses the lead during the run, the next leader
+		// runs the task again.
+		if err := c.opts.Store.StartRun(s.Name, runID); err != nil {
+			log.Error("not running task: its in-flight marker could not be stored", "error", err)
+			return outcome{failed: true, err: fmt.Errorf("storing the in-flight marker: %w", err)}
+		}
+	}
 	if c.opts.Metrics != nil {
 		c.opts.Metrics.RunStarted(s.Name)
 	}
 	log.Info("running task", "run_id", runID, "trigger", trigger, "mode", kind, "instances", len(in.Services))
-	if !inspect {
-		_ = c.opts.Store.SetInFlight(s.Name, runID)
-	}
 	res, err := c.drive(ctx, e, s, driver.Run{ID: runID}, &in, inspect)
 	end := time.Now()
-	if !inspect {
-		_ = c.opts.Store.SetInFlight(s.Name, "")
+	if inspect {
+		if c.opts.Metrics != nil {
+			c.opts.Metrics.RunFinished(s.Name, kind, err == nil, end.Sub(start))
+		}
+		return outcome{failed: err != nil, err: err, plan: res.Output}
+	}
+	terminal := driver.IsTerminal(err)
+	ev := store.Event{ID: runID, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: end,
+		Kind: kind, Trigger: trigger, InputsHash: want.Fingerprint, Config: eventConfig(s), LogPath: res.LogPath,
+		LogTail: c.redact(tail(res.LogPath, 4096)), Terminal: terminal}
+	if res.Add+res.Change+res.Destroy > 0 || err == nil {
+		ev.Plan = &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
+	}
+	next := store.RunState{Applied: want.Fingerprint, Parts: want.Parts}
+	if err != nil {
+		ev.Error = &store.EventError{Message: c.redact(err.Error())}
+		// The last success stays recorded (what changed is told against
+		// it); the failure makes the task dirty until a run succeeds.
+		next = store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: want.Fingerprint, Terminal: terminal}
+		log.Error("task run failed", "run_id", runID, "error", c.redact(err.Error()), "terminal", terminal, "log", res.LogPath)
+	}
+	if recErr := c.finish(ctx, s.Name, next, &ev); recErr != nil && err == nil {
+		// Applied but not recorded: not reported as a success. The task
+		// stays dirty here, and the in-flight marker (still set in the
+		// store) makes the next leader run it again.
+		err = fmt.Errorf("the run succeeded but could not be recorded: %w", recErr)
 	}
 	if c.opts.Metrics != nil {
 		c.opts.Metrics.RunFinished(s.Name, kind, err == nil, end.Sub(start))
 	}
-	if inspect {
-		return outcome{failed: err != nil, err: err, plan: res.Output}
-	}
-	ev := store.Event{ID: runID, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: end,
-		Kind: kind, Trigger: trigger, InputsHash: hash, Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: tail(res.LogPath, 4096)}
-	if res.Add+res.Change+res.Destroy > 0 || err == nil {
-		ev.Plan = &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
-	}
 	if err != nil {
-		ev.Error = &store.EventError{Message: err.Error()}
-		log.Error("task run failed", "run_id", runID, "error", err, "log", res.LogPath)
-	} else {
-		_ = c.opts.Store.SetApplied(s.Name, hash)
-		log.Info("task run succeeded", "run_id", runID, "added", res.Add, "changed", res.Change,
-			"destroyed", res.Destroy, "duration", end.Sub(start).Round(time.Millisecond))
+		return outcome{failed: true, terminal: terminal, err: err}
 	}
-	c.record(ev)
-	if err == nil {
-		c.mu.Lock()
-		e.drifted = false // just applied: matches the configuration again
-		c.mu.Unlock()
+	log.Info("task run succeeded", "run_id", runID, "added", res.Add, "changed", res.Change,
+		"destroyed", res.Destroy, "duration", end.Sub(start).Round(time.Millisecond))
+	c.mu.Lock()
+	e.drifted = false // just applied: matches the configuration again
+	e.retries = 0
+	c.mu.Unlock()
+	return outcome{}
+}
+
+// unreadableState records that a task's desired state could not be read (a
+// module directory or file that vanished): an error event naming what, and
+// the task stays dirty, retried with backoff like a failed run.
+func (c *Controller) unreadableState(ctx context.Context, s *task.Spec, trigger string, derr error, inspect bool) outcome {
+	err := fmt.Errorf("reading the task's desired state: %w", derr)
+	if inspect {
+		return outcome{failed: true, err: err}
 	}
-	return outcome{failed: err != nil, err: err}
+	c.log.Error("task not run: its desired state cannot be read", "task", s.Name, "error", err)
+	st := c.opts.Store.Run(s.Name)
+	now := time.Now()
+	ev := store.Event{ID: uuid.NewString(), TaskName: s.Name, StartTime: now, EndTime: now, Kind: store.KindApply,
+		Trigger: trigger, Config: eventConfig(s), Error: &store.EventError{Message: c.redact(err.Error())}}
+	next := store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: unreadable}
+	_ = c.finish(ctx, s.Name, next, &ev) // logged there; the task is retried either way
+	return outcome{failed: true, err: err}
+}
+
+func (c *Controller) skipped(name string) {
+	if c.opts.Metrics != nil {
+		c.opts.Metrics.RunSkipped(name)
+	}
+}
+
+// redact removes secrets from text that reaches events and logs.
+func (c *Controller) redact(text string) string {
+	if c.opts.Redact == nil {
+		return text
+	}
+	return c.opts.Redact(text)
+}
+
+// Recording a run's outcome is retried: the run is not over until the
+// store has it.
+const (
+	finishAttempts  = 8
+	finishRetryBase = 250 * time.Millisecond
+	finishRetryMax  = 5 * time.Second
+)
+
+// finish records a run's outcome (run state and event, one write) and hands
+// the event to the event hook. A failed write is retried with backoff; a
+// write refused because this instance no longer leads is not (the new
+// leader runs the task again, its in-flight marker still being set).
+func (c *Controller) finish(ctx context.Context, name string, st store.RunState, ev *store.Event) error {
+	for attempt := 1; ; attempt++ {
+		err := c.opts.Store.FinishRun(name, st, ev)
+		if err == nil {
+			if ev != nil && c.opts.OnEvent != nil {
+				c.opts.OnEvent(*ev)
+			}
+			return nil
+		}
+		if errors.Is(err, store.ErrNotLeader) {
+			c.log.Warn("run outcome not recorded: this instance no longer leads; the new leader runs the task again",
+				"task", name, "error", err)
+			return err
+		}
+		if attempt == finishAttempts || ctx.Err() != nil {
+			c.log.Error("run outcome not recorded in the store", "task", name, "attempts", attempt, "error", err)
+			return err
+		}
+		delay := retryDelay(attempt, finishRetryBase, finishRetryMax, jitterNow())
+		c.log.Warn("recording the run outcome failed; retrying", "task", name, "attempt", attempt,
+			"delay", delay.Round(time.Millisecond), "error", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // drive creates and initialises the task's driver when needed, then plans
@@ -693,7 +841,10 @@ func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driv
 	if e.drv == nil {
 		d, err := c.opts.NewDriver(*s)
 		if err != nil {
-			return driver.Result{}, fmt.Errorf("preparing driver: %w", err)
+			// The task's configuration cannot make a driver (a name
+			// Terraform refuses, a provider that is not configured):
+			// the same desired state would fail the same way.
+			return driver.Result{}, &driver.Error{Op: "prepare", Summary: err.Error(), Err: err, Terminal: true}
 		}
 		if err := d.Init(ctx); err != nil {
 			return driver.Result{}, err

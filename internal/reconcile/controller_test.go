@@ -338,10 +338,10 @@ func TestRegexpFollowsCatalog(t *testing.T) {
 	waitFor(t, "web-a to be dropped after it left the catalog", func() bool { return !h.w.Subscribed(healthKey("web-a")) })
 }
 
+// With MaxRetries set, a failing run is retried that many times, then the
+// task waits (dirty) for its desired state to change.
 func TestFailedApplyRetriesThenWaits(t *testing.T) {
-	h := start(t, 4, nil, servicesTask("a", "web"))
-	h.mu.Lock()
-	h.mu.Unlock()
+	h := start(t, 4, nil, servicesTask("a", "web"), func(o *Options) { o.MaxRetries = 2 })
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "a")
 	h.mu.Lock()
@@ -352,10 +352,10 @@ func TestFailedApplyRetriesThenWaits(t *testing.T) {
 	h.waitApplied(t, "a") // fails
 	h.waitApplied(t, "a") // retry 1
 	h.waitApplied(t, "a") // retry 2
-	h.noApply(t, 100*time.Millisecond)
 	waitFor(t, "four events", func() bool { return len(h.st.Events("a")) == 4 })
-	if got := store.Status(h.st.Events("a")); got != "critical" {
-		t.Fatalf("status = %s, want critical", got)
+	idle(t, h, "a")
+	if got := store.Status(h.st.Events("a")); got != "critical" || !h.st.Run("a").Dirty() {
+		t.Fatalf("status = %s, dirty %v; want critical and dirty", got, h.st.Run("a").Dirty())
 	}
 }
 
@@ -412,20 +412,22 @@ func TestStandbyRunsNothingUntilActive(t *testing.T) {
 	h.noApply(t, 200*time.Millisecond)
 	// What a previous leader left in the shared store: "a" applied these
 	// inputs completely; "b" applied them too but died during a later run.
-	get := func(k string) (any, bool) { v, _, ok := h.w.Get(k); return v, ok }
 	for _, name := range []string{"a", "b"} {
 		s := servicesTask(name, "web")
-		fp, _ := Fingerprint(&s, get, digestOf(get))
-		_ = h.st.SetApplied(name, fp)
+		want, ready, err := h.ctrl.desired(context.Background(), &s)
+		if !ready || err != nil {
+			t.Fatalf("desired state of %s: ready=%v err=%v", name, ready, err)
+		}
+		_ = h.st.FinishRun(name, store.RunState{Applied: want.Fingerprint, Parts: want.Parts}, nil)
 	}
-	_ = h.st.SetInFlight("b", "run-that-died")
+	_ = h.st.StartRun("b", "run-that-died")
 	h.ctrl.SetActive(true)
 	h.waitApplied(t, "b")
 	h.noApply(t, 200*time.Millisecond) // "a" is up to date: not run
 	if got := h.rec.count("a"); got != 0 {
 		t.Fatalf("a ran %d times although its inputs were applied", got)
 	}
-	if h.st.InFlight("b") != "" {
+	if h.st.Run("b").InFlight != "" {
 		t.Fatal("in-flight marker not cleared after the run")
 	}
 	h.ctrl.SetActive(false)

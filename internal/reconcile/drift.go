@@ -65,12 +65,13 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	defer c.release(e)
 	s := e.spec
 	log := c.log.With("task", s.Name)
-	hash, ready := Fingerprint(&s, c.get, c.digest)
-	if !ready {
+	want, ready, err := c.desired(ctx, &s)
+	if !ready || err != nil {
 		return
 	}
-	if hash != c.opts.Store.Applied(s.Name) {
-		log.Debug("drift check skipped: the task's inputs changed since its last apply")
+	hash := want.Fingerprint
+	if st := c.opts.Store.Run(s.Name); st.Dirty() || hash != st.Applied {
+		log.Debug("drift check skipped: the task's desired state changed, or its last run failed, since its last apply")
 		return
 	}
 	in, ready := BuildInputs(&s, c.get)
@@ -103,7 +104,7 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	ev := store.Event{ID: uuid.NewString(), TaskName: s.Name, Success: true, StartTime: start, EndTime: time.Now(),
 		Kind: store.KindDrift, Trigger: "drift-check", InputsHash: hash,
 		Plan:    &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy},
-		LogPath: res.LogPath, LogTail: tail(res.LogPath, 4096)}
+		LogPath: res.LogPath, LogTail: c.redact(tail(res.LogPath, 4096))}
 	c.record(ev)
 	if remediate {
 		c.mu.Lock()
@@ -114,9 +115,12 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	}
 }
 
-// record stores an event and hands it to the event hook.
+// record stores an event that is not a run's outcome (a drift check) and
+// hands it to the event hook.
 func (c *Controller) record(ev store.Event) {
-	_ = c.opts.Store.AddEvent(ev)
+	if err := c.opts.Store.AddEvent(ev); err != nil {
+		c.log.Warn("event not recorded in the store", "task", ev.TaskName, "kind", ev.Kind, "error", err)
+	}
 	if c.opts.OnEvent != nil {
 		c.opts.OnEvent(ev)
 	}

@@ -248,19 +248,40 @@ type fingerprint struct {
 	ModuleInput task.ModuleInputs `json:"module_input"`
 }
 
-// Fingerprint identifies a task's desired state: the spec fields that reach
-// Terraform and the data of every source the task watches, rendered or not
-// (a source with use_as_module_input = false still triggers runs, as in
-// CTS). It is built from the digests the watch layer computes once per
-// change, so its cost does not grow with the number of instances. Two
-// calls with the same spec and the same watched data give the same string;
-// ready is false while any watched query has no value yet.
+// Fingerprint identifies a task's inputs: the spec fields that reach
+// Terraform (SpecDigest) and the data of every source the task watches
+// (DataDigest). Two calls with the same spec and the same watched data give
+// the same string; ready is false while any watched query has no value yet.
+// The whole desired state adds what lies outside the task (see Desired).
 func Fingerprint(s *task.Spec, get Getter, digest DigestGetter) (fp string, ready bool) {
-	h := sha256.New()
-	enc := json.NewEncoder(h)
-	if err := enc.Encode(fingerprint{s.Module, s.Version, s.Providers, s.Variables, s.Condition, s.ModuleInput}); err != nil {
+	data, ready := DataDigest(s, get, digest)
+	if !ready {
+		return "", false
+	}
+	h := sha256.Sum256([]byte(SpecDigest(s) + "\x00" + data))
+	return hex.EncodeToString(h[:]), true
+}
+
+// SpecDigest is the digest of the spec fields that decide what Terraform is
+// asked to do; a change to them makes the task run again even if its data
+// did not.
+func SpecDigest(s *task.Spec) string {
+	b, err := json.Marshal(fingerprint{s.Module, s.Version, s.Providers, s.Variables, s.Condition, s.ModuleInput})
+	if err != nil {
 		panic(fmt.Sprintf("fingerprint spec: %v", err)) // plain data; cannot fail
 	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// DataDigest is the digest of the data of every source the task watches,
+// rendered or not (a source with use_as_module_input = false still triggers
+// runs, as in CTS). It is built from the digests the watch layer computes
+// once per change, so its cost does not grow with the number of instances;
+// ready is false while any watched query has no value yet.
+func DataDigest(s *task.Spec, get Getter, digest DigestGetter) (fp string, ready bool) {
+	h := sha256.New()
+	enc := json.NewEncoder(h)
 	write := func(parts ...string) {
 		for _, p := range parts {
 			fmt.Fprintf(h, "%d:%s", len(p), p)

@@ -27,6 +27,9 @@ func (c *Controller) scheduleLoop(ctx context.Context) {
 				if e.trigger == "" {
 					e.trigger = "schedule"
 				}
+				// A tick runs the task even when its desired state is
+				// unchanged, as CTS does: a schedule is a promise to run.
+				e.force = true
 				c.enqueueLocked(e)
 				e.nextCron = time.Time{}
 			}

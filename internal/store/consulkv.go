@@ -48,7 +48,8 @@ type Tasks interface {
 // under a prefix (<parent_path>/<cluster>/state), so that a new leader knows
 // what the previous one applied. Layout, one small JSON value per key:
 //
-//	<prefix>/run/<task>          {"applied":"<inputs hash>","in_flight":"<run id>"}
+//	<prefix>/run/<task>          a RunState: {"applied":"<fingerprint>","parts":{...},
+//	                             "failed":"<fingerprint>","terminal":true,"in_flight":"<run id>"}
 //	<prefix>/events/<task>/<seq> one Event (seq: 20 digits, grows; the newest
 //	                             `history` are kept)
 //	<prefix>/tasks/<task>        a TaskRecord
@@ -79,7 +80,7 @@ type ConsulKV struct {
 	mu     sync.RWMutex
 	events map[string][]seqEvent // newest first
 	next   map[string]uint64     // next event sequence number per task
-	run    map[string]runState
+	run    map[string]RunState
 	tasks  map[string]TaskRecord
 }
 
@@ -93,11 +94,6 @@ type seqEvent struct {
 type kvEvent struct {
 	Event
 	LogPath string `json:"log_path,omitempty"`
-}
-
-type runState struct {
-	Applied  string `json:"applied,omitempty"`
-	InFlight string `json:"in_flight,omitempty"`
 }
 
 var (
@@ -123,7 +119,7 @@ func NewConsulKV(client *api.Client, prefix string, history int) *ConsulKV {
 		log:     slog.New(slog.DiscardHandler),
 		events:  map[string][]seqEvent{},
 		next:    map[string]uint64{},
-		run:     map[string]runState{},
+		run:     map[string]RunState{},
 		tasks:   map[string]TaskRecord{},
 	}
 }
@@ -170,7 +166,7 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 	}
 	events := map[string][]seqEvent{}
 	next := map[string]uint64{}
-	run := map[string]runState{}
+	run := map[string]RunState{}
 	tasks := map[string]TaskRecord{}
 	for _, p := range pairs {
 		rest := strings.TrimPrefix(p.Key, s.prefix+"/")
@@ -181,7 +177,7 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 		switch {
 		case len(parts) == 2 && parts[0] == "run":
 			name, err := url.PathUnescape(parts[1])
-			var rs runState
+			var rs RunState
 			if err == nil {
 				err = json.Unmarshal(p.Value, &rs)
 			}
@@ -256,7 +252,7 @@ func (s *ConsulKV) Reset(ctx context.Context) error {
 		return fmt.Errorf("resetting the state in consul at %s/: %w", s.prefix, err)
 	}
 	s.mu.Lock()
-	s.events, s.next, s.run, s.tasks = map[string][]seqEvent{}, map[string]uint64{}, map[string]runState{}, map[string]TaskRecord{}
+	s.events, s.next, s.run, s.tasks = map[string][]seqEvent{}, map[string]uint64{}, map[string]RunState{}, map[string]TaskRecord{}
 	s.mu.Unlock()
 	return nil
 }
@@ -268,7 +264,7 @@ func (s *ConsulKV) ForgetApplied() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, rs := range s.run {
-		rs.Applied = ""
+		rs.Applied, rs.Parts = "", nil
 		s.run[name] = rs
 	}
 }
@@ -288,7 +284,7 @@ func (s *ConsulKV) write(ctx context.Context, ops api.KVTxnOps) error {
 		ops = append(api.KVTxnOps{{Verb: api.KVCheckSession, Key: key, Session: session}}, ops...)
 		first = 1
 	}
-	for _, op := range ops[first:] {
+	for _, op := range ops { // the fence check too: the lock key lives in the same namespace
 		op.Namespace = s.ns
 	}
 	if ctx == nil {
@@ -333,29 +329,19 @@ func (s *ConsulKV) logFailure(what, taskName string, err error) error {
 // AddEvent implements Store: one transaction writes the event and drops the
 // oldest beyond the history length.
 func (s *ConsulKV) AddEvent(ev Event) error {
-	b, err := json.Marshal(kvEvent{Event: ev, LogPath: ev.LogPath})
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	ops, evs, next, err := s.eventOps(ev)
 	if err != nil {
 		return err
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	if err := s.write(context.Background(), ops); err != nil {
+		return s.logFailure("event", ev.TaskName, err)
+	}
 	s.mu.Lock()
-	name := ev.TaskName
-	seq := s.next[name]
-	s.next[name] = seq + 1
-	evs := append([]seqEvent{{seq, ev}}, s.events[name]...)
-	var drop []seqEvent
-	if len(evs) > s.history {
-		drop = evs[s.history:]
-		evs = evs[:s.history]
-	}
-	s.events[name] = evs
+	s.events[ev.TaskName], s.next[ev.TaskName] = evs, next
 	s.mu.Unlock()
-	ops := api.KVTxnOps{{Verb: api.KVSet, Key: s.key("events", esc(name), fmt.Sprintf("%020d", seq)), Value: b}}
-	for _, d := range drop {
-		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: s.key("events", esc(name), fmt.Sprintf("%020d", d.seq))})
-	}
-	return s.logFailure("event", name, s.write(context.Background(), ops))
+	return nil
 }
 
 // Events implements Store.
@@ -385,54 +371,113 @@ func (s *ConsulKV) AllEvents() map[string][]Event {
 	return out
 }
 
-// setRun changes a task's run state with f and writes it when it changed.
-func (s *ConsulKV) setRun(what, taskName string, f func(*runState)) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	s.mu.Lock()
-	old := s.run[taskName]
-	rs := old
-	f(&rs)
-	if rs == old {
-		s.mu.Unlock()
-		return nil
+// eventOps adds ev to the task's history in the cache-to-be: it returns
+// the ops that write it and drop the oldest events beyond the history, and
+// the new event list. The caller holds wmu.
+func (s *ConsulKV) eventOps(ev Event) (api.KVTxnOps, []seqEvent, uint64, error) {
+	b, err := json.Marshal(kvEvent{Event: ev, LogPath: ev.LogPath})
+	if err != nil {
+		return nil, nil, 0, err
 	}
-	if rs == (runState{}) {
+	s.mu.RLock()
+	name := ev.TaskName
+	seq := s.next[name]
+	evs := append([]seqEvent{{seq, ev}}, s.events[name]...)
+	s.mu.RUnlock()
+	var drop []seqEvent
+	if len(evs) > s.history {
+		drop = evs[s.history:]
+		evs = evs[:s.history]
+	}
+	ops := api.KVTxnOps{{Verb: api.KVSet, Key: s.key("events", esc(name), fmt.Sprintf("%020d", seq)), Value: b}}
+	for _, d := range drop {
+		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: s.key("events", esc(name), fmt.Sprintf("%020d", d.seq))})
+	}
+	return ops, evs, seq + 1, nil
+}
+
+// runOp is the op that writes a task's run state (or deletes it when zero).
+func (s *ConsulKV) runOp(taskName string, rs RunState) *api.KVTxnOp {
+	op := &api.KVTxnOp{Verb: api.KVDelete, Key: s.key("run", esc(taskName))}
+	if !rs.zero() {
+		b, _ := json.Marshal(rs) // plain strings and a string map: cannot fail
+		op = &api.KVTxnOp{Verb: api.KVSet, Key: op.Key, Value: b}
+	}
+	return op
+}
+
+// setRunLocked updates the cached run state. s.mu is held.
+func (s *ConsulKV) setRunLocked(taskName string, rs RunState) {
+	if rs.zero() {
 		delete(s.run, taskName)
 	} else {
 		s.run[taskName] = rs
 	}
-	s.mu.Unlock()
-	op := &api.KVTxnOp{Verb: api.KVDelete, Key: s.key("run", esc(taskName))}
-	if rs != (runState{}) {
-		b, _ := json.Marshal(rs)
-		op = &api.KVTxnOp{Verb: api.KVSet, Key: op.Key, Value: b}
+}
+
+// Run implements Store.
+func (s *ConsulKV) Run(taskName string) RunState {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.run[taskName].clone()
+}
+
+// StartRun implements Store: the marker is in Consul before it returns.
+func (s *ConsulKV) StartRun(taskName, runID string) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.RLock()
+	rs := s.run[taskName].clone()
+	s.mu.RUnlock()
+	if rs.InFlight == runID {
+		return nil
 	}
-	return s.logFailure(what, taskName, s.write(context.Background(), api.KVTxnOps{op}))
+	rs.InFlight = runID
+	if err := s.write(context.Background(), api.KVTxnOps{s.runOp(taskName, rs)}); err != nil {
+		return s.logFailure("in-flight marker", taskName, err)
+	}
+	s.mu.Lock()
+	s.setRunLocked(taskName, rs)
+	s.mu.Unlock()
+	return nil
 }
 
-// SetApplied implements Store.
-func (s *ConsulKV) SetApplied(taskName, hash string) error {
-	return s.setRun("applied hash", taskName, func(rs *runState) { rs.Applied = hash })
-}
-
-// Applied implements Store.
-func (s *ConsulKV) Applied(taskName string) string {
+// FinishRun implements Store: one transaction (behind the fence) writes the
+// run state without the in-flight marker and the event; the cache changes
+// only once Consul has them.
+func (s *ConsulKV) FinishRun(taskName string, rs RunState, ev *Event) error {
+	rs = rs.clone()
+	rs.InFlight = ""
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.run[taskName].Applied
-}
-
-// SetInFlight implements Store.
-func (s *ConsulKV) SetInFlight(taskName, runID string) error {
-	return s.setRun("in-flight marker", taskName, func(rs *runState) { rs.InFlight = runID })
-}
-
-// InFlight implements Store.
-func (s *ConsulKV) InFlight(taskName string) string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.run[taskName].InFlight
+	same := s.run[taskName].equal(rs)
+	s.mu.RUnlock()
+	if same && ev == nil {
+		return nil
+	}
+	ops := api.KVTxnOps{s.runOp(taskName, rs)}
+	var (
+		evs  []seqEvent
+		next uint64
+	)
+	if ev != nil {
+		evOps, list, n, err := s.eventOps(*ev)
+		if err != nil {
+			return err
+		}
+		ops, evs, next = append(ops, evOps...), list, n
+	}
+	if err := s.write(context.Background(), ops); err != nil {
+		return s.logFailure("run outcome", taskName, err)
+	}
+	s.mu.Lock()
+	s.setRunLocked(taskName, rs)
+	if ev != nil {
+		s.events[taskName], s.next[taskName] = evs, next
+	}
+	s.mu.Unlock()
+	return nil
 }
 
 // DeleteTask implements Store: the task's events and run state go; its

@@ -63,9 +63,9 @@ func TestConsulKVRoundTrip(t *testing.T) {
 		}
 	}
 	must(t, s.AddEvent(ev("db", 9, true)))
-	must(t, s.SetApplied("web/a", "hash-5"))
-	must(t, s.SetInFlight("web/a", "run-6"))
-	must(t, s.SetApplied("db", "hash-9"))
+	must(t, s.FinishRun("web/a", RunState{Applied: "hash-5"}, nil))
+	must(t, s.StartRun("web/a", "run-6"))
+	must(t, s.FinishRun("db", RunState{Applied: "hash-9"}, nil))
 	must(t, s.SaveTask("api-made", TaskRecord{Spec: &task.Spec{Name: "api-made", Enabled: true, Module: "m",
 		Condition: task.Condition{Schedule: &task.ScheduleCondition{Cron: "* * * * *"}}}}))
 	off := false
@@ -92,8 +92,8 @@ func TestConsulKVRoundTrip(t *testing.T) {
 		!got.StartTime.Equal(want.StartTime) || got.InputsHash != "h4" || got.LogTail != "Apply complete!" {
 		t.Fatalf("reloaded event = %+v", got)
 	}
-	if s2.Applied("web/a") != "hash-5" || s2.InFlight("web/a") != "run-6" || s2.Applied("db") != "hash-9" || s2.InFlight("db") != "" {
-		t.Fatalf("reloaded run state: applied=%q inflight=%q db=%q", s2.Applied("web/a"), s2.InFlight("web/a"), s2.Applied("db"))
+	if s2.Run("web/a").Applied != "hash-5" || s2.Run("web/a").InFlight != "run-6" || s2.Run("db").Applied != "hash-9" || s2.Run("db").InFlight != "" {
+		t.Fatalf("reloaded run state: applied=%q inflight=%q db=%q", s2.Run("web/a").Applied, s2.Run("web/a").InFlight, s2.Run("db").Applied)
 	}
 	if len(s2.AllEvents()) != 2 {
 		t.Fatalf("AllEvents: %v", s2.AllEvents())
@@ -109,19 +109,19 @@ func TestConsulKVRoundTrip(t *testing.T) {
 		t.Fatalf("events after reload + add = %s", got)
 	}
 
-	must(t, s2.SetInFlight("web/a", ""))
+	must(t, s2.FinishRun("web/a", s2.Run("web/a"), nil))
 	must(t, s2.DeleteTask("db"))
 	s3 := NewConsulKV(c.Client, "consul-terraform-sync/prod/state", 3)
 	must(t, s3.Load(ctx))
-	if s3.InFlight("web/a") != "" || s3.Applied("web/a") != "hash-5" || len(s3.Events("db")) != 0 || s3.Applied("db") != "" {
-		t.Fatalf("after clear + delete: inflight=%q applied=%q db events=%d", s3.InFlight("web/a"), s3.Applied("web/a"), len(s3.Events("db")))
+	if s3.Run("web/a").InFlight != "" || s3.Run("web/a").Applied != "hash-5" || len(s3.Events("db")) != 0 || s3.Run("db").Applied != "" {
+		t.Fatalf("after clear + delete: inflight=%q applied=%q db events=%d", s3.Run("web/a").InFlight, s3.Run("web/a").Applied, len(s3.Events("db")))
 	}
 	if ks := keys(t, c.Client, "consul-terraform-sync/prod/state/run/db"); len(ks) != 0 {
 		t.Fatalf("run state of a deleted task left in consul: %v", ks)
 	}
 
 	s3.ForgetApplied()
-	if s3.Applied("web/a") != "" {
+	if s3.Run("web/a").Applied != "" {
 		t.Fatal("ForgetApplied kept a hash")
 	}
 	must(t, s3.Reset(ctx))
@@ -138,12 +138,12 @@ func TestConsulKVSkipsNoopWrites(t *testing.T) {
 	c := startConsul(t)
 	s := NewConsulKV(c.Client, "p/state", 0)
 	must(t, s.Load(context.Background()))
-	must(t, s.SetApplied("a", "h1"))
+	must(t, s.FinishRun("a", RunState{Applied: "h1"}, nil))
 	_, meta, err := c.Client.KV().Get("p/state/run/a", nil)
 	must(t, err)
 	before := meta.LastIndex
-	must(t, s.SetApplied("a", "h1"))
-	must(t, s.SetInFlight("a", ""))
+	must(t, s.FinishRun("a", RunState{Applied: "h1"}, nil))
+	must(t, s.FinishRun("a", s.Run("a"), nil))
 	_, meta, err = c.Client.KV().Get("p/state/run/a", nil)
 	must(t, err)
 	if meta.LastIndex != before {
@@ -170,7 +170,7 @@ func TestConsulKVFence(t *testing.T) {
 	s := NewConsulKV(c.Client, "p/state", 0)
 	s.SetFence(func() (string, string, bool) { return lock, mine, holding })
 	must(t, s.Load(ctx))
-	must(t, s.SetApplied("a", "h1"))
+	must(t, s.FinishRun("a", RunState{Applied: "h1"}, nil))
 
 	// The lock moves to another session (a follower took over): the old
 	// leader's writes are refused by Consul and change nothing.
@@ -178,7 +178,7 @@ func TestConsulKVFence(t *testing.T) {
 	if ok, _, _, err := c.Client.KV().Txn(ops, nil); err != nil || !ok {
 		t.Fatalf("take over: %v %v", ok, err)
 	}
-	err = s.SetApplied("a", "h2")
+	err = s.FinishRun("a", RunState{Applied: "h2"}, nil)
 	if !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("write after losing the lock: %v, want ErrNotLeader", err)
 	}
@@ -188,8 +188,8 @@ func TestConsulKVFence(t *testing.T) {
 	}
 	fresh := NewConsulKV(c.Client, "p/state", 0)
 	must(t, fresh.Load(ctx))
-	if fresh.Applied("a") != "h1" || len(fresh.Events("a")) != 0 {
-		t.Fatalf("a deposed leader's writes landed: applied=%q events=%d", fresh.Applied("a"), len(fresh.Events("a")))
+	if fresh.Run("a").Applied != "h1" || len(fresh.Events("a")) != 0 {
+		t.Fatalf("a deposed leader's writes landed: applied=%q events=%d", fresh.Run("a").Applied, len(fresh.Events("a")))
 	}
 
 	// Not holding the lock at all: refused before reaching Consul.
@@ -225,5 +225,49 @@ func TestConsulKVKeepsLocalLogPaths(t *testing.T) {
 	evs := s2.Events("a")
 	if len(evs) != 2 || evs[1].LogPath != here || evs[0].LogPath != "" {
 		t.Fatalf("log paths after reload: %q %q", evs[0].LogPath, evs[1].LogPath)
+	}
+}
+
+// A run's outcome is one transaction: the in-flight marker goes, the run
+// state (with the parts of the fingerprint and the failure) and the event
+// land together, and a fenced-out write changes neither Consul nor the cache.
+func TestConsulKVFinishRunIsOneWrite(t *testing.T) {
+	c := startConsul(t)
+	ctx := context.Background()
+	id, _, err := c.Client.Session().CreateNoChecks(&api.SessionEntry{TTL: "10s", LockDelay: time.Millisecond}, nil)
+	must(t, err)
+	const lock = "p/leader"
+	if ok, _, err := c.Client.KV().Acquire(&api.KVPair{Key: lock, Session: id}, nil); err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	holder := id
+	s := NewConsulKV(c.Client, "p/state", 0)
+	s.SetFence(func() (string, string, bool) { return lock, holder, true })
+	must(t, s.Load(ctx))
+	must(t, s.StartRun("a", "run-1"))
+	failed := ev("a", 1, false)
+	must(t, s.FinishRun("a", RunState{Applied: "old", Parts: map[string]string{"module": "m1"}, Failed: "new", Terminal: true}, &failed))
+
+	fresh := NewConsulKV(c.Client, "p/state", 0)
+	must(t, fresh.Load(ctx))
+	got := fresh.Run("a")
+	if got.InFlight != "" || got.Applied != "old" || got.Failed != "new" || !got.Terminal || got.Parts["module"] != "m1" ||
+		!got.Dirty() || ids(fresh.Events("a")) != "run-1" {
+		t.Fatalf("stored outcome = %+v, events %s", got, ids(fresh.Events("a")))
+	}
+
+	// Fenced out (another session holds the lock now): nothing lands,
+	// and the cache still says what Consul says.
+	holder = "00000000-0000-0000-0000-000000000000"
+	ok2 := ev("a", 2, true)
+	if err := s.FinishRun("a", RunState{Applied: "new"}, &ok2); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("fenced FinishRun: %v, want ErrNotLeader", err)
+	}
+	if s.Run("a").Applied != "old" || ids(s.Events("a")) != "run-1" {
+		t.Fatalf("cache changed by a refused write: %+v %s", s.Run("a"), ids(s.Events("a")))
+	}
+	must(t, fresh.Load(ctx))
+	if fresh.Run("a").Applied != "old" || ids(fresh.Events("a")) != "run-1" {
+		t.Fatalf("consul changed by a refused write: %+v", fresh.Run("a"))
 	}
 }

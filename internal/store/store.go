@@ -1,9 +1,11 @@
-// Package store keeps run events and per-task state: the hash of the inputs
-// last applied successfully. The in-memory store is the default; a Consul KV
+// Package store keeps run events and per-task run state: the fingerprint of
+// the desired state last applied successfully, and whether the last run
+// failed. The in-memory store is the default; a Consul KV
 // store (for high availability) implements the same interface.
 package store
 
 import (
+	"maps"
 	"sync"
 	"time"
 )
@@ -31,6 +33,9 @@ type Event struct {
 	Trigger    string       `json:"trigger,omitempty"`
 	InputsHash string       `json:"inputs_hash,omitempty"`
 	Plan       *PlanSummary `json:"plan,omitempty"`
+	// Terminal marks a failure that running the same desired state again
+	// cannot fix: the task runs again only when its desired state changes.
+	Terminal bool `json:"terminal,omitempty"`
 	// LogTail is the end of the run's Terraform output (secrets redacted).
 	LogTail string `json:"log_tail,omitempty"`
 	// LogPath is the run's full log file on the instance that ran it.
@@ -67,6 +72,42 @@ type PlanSummary struct {
 	Destroy int `json:"destroy"`
 }
 
+// RunState is what is recorded about a task's runs: the desired state it
+// last applied successfully, and whether it has been dirty since.
+type RunState struct {
+	// Applied is the fingerprint of the desired state of the task's last
+	// successful run ("" when none is known).
+	Applied string `json:"applied,omitempty"`
+	// Parts holds the digest of each element of that desired state (see
+	// reconcile.Desired), to tell what changed since.
+	Parts map[string]string `json:"parts,omitempty"`
+	// Failed is the fingerprint of the desired state of the last run when
+	// that run failed; it is cleared by a successful run. A task with a
+	// failed last run is dirty: it runs again whatever its fingerprint.
+	Failed string `json:"failed,omitempty"`
+	// Terminal marks the last failure as one that running the same desired
+	// state again cannot fix (invalid configuration, missing module): the
+	// task runs again only when its desired state changes.
+	Terminal bool `json:"terminal,omitempty"`
+	// InFlight is the id of a run that started and was not recorded yet.
+	InFlight string `json:"in_flight,omitempty"`
+}
+
+// Dirty reports whether the last run failed.
+func (r RunState) Dirty() bool { return r.Failed != "" }
+
+func (r RunState) clone() RunState {
+	r.Parts = maps.Clone(r.Parts)
+	return r
+}
+
+func (r RunState) equal(o RunState) bool {
+	return r.Applied == o.Applied && r.Failed == o.Failed && r.Terminal == o.Terminal &&
+		r.InFlight == o.InFlight && maps.Equal(r.Parts, o.Parts)
+}
+
+func (r RunState) zero() bool { return r.equal(RunState{}) }
+
 // Store records events and task state. Implementations are safe for
 // concurrent use.
 type Store interface {
@@ -77,27 +118,27 @@ type Store interface {
 	Events(taskName string) []Event
 	// AllEvents returns every task's events, newest first per task.
 	AllEvents() map[string][]Event
-	// SetApplied records the inputs hash a task last applied successfully.
-	SetApplied(taskName, hash string) error
-	// Applied returns the hash last applied, or "".
-	Applied(taskName string) string
-	// SetInFlight marks a task as being applied by run runID ("" clears
-	// it). A new leader re-runs a task whose marker is still set: the old
-	// leader died during its apply.
-	SetInFlight(taskName, runID string) error
-	// InFlight returns the run in flight, or "".
-	InFlight(taskName string) string
+	// Run returns what is recorded about a task's runs.
+	Run(taskName string) RunState
+	// StartRun marks a task as being applied by run runID. A new leader
+	// re-runs a task whose marker is still set: the run that set it was
+	// interrupted (crash, partition) before it was recorded.
+	StartRun(taskName, runID string) error
+	// FinishRun records the outcome of a run in one write: the in-flight
+	// marker is cleared, the run state becomes st (InFlight is ignored),
+	// and ev, when not nil, is added to the history. Nothing is changed
+	// when the write fails: the caller retries.
+	FinishRun(taskName string, st RunState, ev *Event) error
 	// DeleteTask forgets a task's events and state.
 	DeleteTask(taskName string) error
 }
 
 // Memory is the in-memory Store.
 type Memory struct {
-	history  int
-	mu       sync.RWMutex
-	events   map[string][]Event
-	applied  map[string]string
-	inFlight map[string]string
+	history int
+	mu      sync.RWMutex
+	events  map[string][]Event
+	run     map[string]RunState
 }
 
 var _ Store = (*Memory)(nil)
@@ -108,7 +149,7 @@ func NewMemory(history int) *Memory {
 	if history <= 0 {
 		history = DefaultHistory
 	}
-	return &Memory{history: history, events: map[string][]Event{}, applied: map[string]string{}, inFlight: map[string]string{}}
+	return &Memory{history: history, events: map[string][]Event{}, run: map[string]RunState{}}
 }
 
 // AddEvent implements Store.
@@ -141,38 +182,34 @@ func (m *Memory) AllEvents() map[string][]Event {
 	return out
 }
 
-// SetApplied implements Store.
-func (m *Memory) SetApplied(taskName, hash string) error {
+// Run implements Store.
+func (m *Memory) Run(taskName string) RunState {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.run[taskName].clone()
+}
+
+// StartRun implements Store.
+func (m *Memory) StartRun(taskName, runID string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.applied[taskName] = hash
+	st := m.run[taskName]
+	st.InFlight = runID
+	m.run[taskName] = st
 	return nil
 }
 
-// Applied implements Store.
-func (m *Memory) Applied(taskName string) string {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.applied[taskName]
-}
-
-// SetInFlight implements Store.
-func (m *Memory) SetInFlight(taskName, runID string) error {
+// FinishRun implements Store.
+func (m *Memory) FinishRun(taskName string, st RunState, ev *Event) error {
+	st = st.clone()
+	st.InFlight = ""
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if runID == "" {
-		delete(m.inFlight, taskName)
-	} else {
-		m.inFlight[taskName] = runID
+	m.run[taskName] = st
+	m.mu.Unlock()
+	if ev != nil {
+		return m.AddEvent(*ev)
 	}
 	return nil
-}
-
-// InFlight implements Store.
-func (m *Memory) InFlight(taskName string) string {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.inFlight[taskName]
 }
 
 // DeleteTask implements Store.
@@ -180,8 +217,7 @@ func (m *Memory) DeleteTask(taskName string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.events, taskName)
-	delete(m.applied, taskName)
-	delete(m.inFlight, taskName)
+	delete(m.run, taskName)
 	return nil
 }
 

@@ -41,11 +41,11 @@ func TestStatus(t *testing.T) {
 
 func TestApplied(t *testing.T) {
 	m := NewMemory(0)
-	if m.Applied("x") != "" {
+	if m.Run("x").Applied != "" {
 		t.Fatal("unexpected hash")
 	}
-	_ = m.SetApplied("x", "h1")
-	if m.Applied("x") != "h1" {
+	_ = m.FinishRun("x", RunState{Applied: "h1"}, nil)
+	if m.Run("x").Applied != "h1" {
 		t.Fatal("hash not kept")
 	}
 }

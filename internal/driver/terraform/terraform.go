@@ -510,7 +510,8 @@ func (d *Driver) fail(op string, err error) error {
 		err = fmt.Errorf("%w: %w", driver.ErrStateLocked, err)
 	}
 	d.sink.note("%s failed: %s", op, sum)
-	return &driver.Error{Op: op, Summary: sum, Err: err}
+	terminal := ctxErr(err) == nil && driver.TerminalDiagnostic(stderr)
+	return &driver.Error{Op: op, Summary: sum, Err: err, Terminal: terminal}
 }
 
 // writeInputs writes terraform.tfvars.json atomically.

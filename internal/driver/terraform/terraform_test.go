@@ -152,6 +152,9 @@ func TestFailuresAreClassified(t *testing.T) {
 	if got := err.Error(); got != "apply: Error: Resource precondition failed: A service named bad is not allowed." {
 		t.Fatalf("Error() = %q", got)
 	}
+	if driver.IsTerminal(err) {
+		t.Fatal("a precondition on the data is not a terminal error: the data may change")
+	}
 
 	// A task variable the module does not declare.
 	o := localTask(t, dir, "undeclared", bin)
@@ -160,6 +163,9 @@ func TestFailuresAreClassified(t *testing.T) {
 	res, err := d.Plan(ctx, run("p"), services("web-1"))
 	if !errors.As(err, &de) || de.Op != "plan" || de.Summary != `Error: Unsupported argument: An argument named "not_in_module" is not expected here.` {
 		t.Fatalf("plan error = %v", err)
+	}
+	if !driver.IsTerminal(err) {
+		t.Fatal("an unsupported argument is a terminal error")
 	}
 	if res.LogPath == "" {
 		t.Fatal("a failed run still has a log")
@@ -177,6 +183,9 @@ func TestFailuresAreClassified(t *testing.T) {
 	if !errors.As(err, &de) || de.Op != "init" || !strings.Contains(de.Summary, "Error: ") {
 		t.Fatalf("init error = %v", err)
 	}
+	if !driver.IsTerminal(err) {
+		t.Fatalf("a missing local module is a terminal error: %v", err)
+	}
 	if fileExists(filepath.Join(d.WorkDir(), fingerprintFile)) {
 		t.Fatal("a failed init left a fingerprint")
 	}
@@ -188,6 +197,9 @@ func TestFailuresAreClassified(t *testing.T) {
 	_, err = d.Plan(cctx, run("c"), services())
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled plan: %v", err)
+	}
+	if driver.IsTerminal(err) {
+		t.Fatal("an interrupted run is not terminal")
 	}
 }
 
