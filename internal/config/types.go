@@ -23,8 +23,8 @@ type Config struct {
 	// (ctsync extension; default 4).
 	MaxParallelRuns int
 	// Retry is the retry policy of failed runs (retry.go).
-	Retry Retry
-	BufferPeriod    task.BufferPeriod
+	Retry        Retry
+	BufferPeriod task.BufferPeriod
 	// TLS secures ctsync's own API (the top-level tls block).
 	TLS APITLS
 	// APIAuth, APITasks and APIHTTP control access to the API
