@@ -8,10 +8,18 @@
 
 const API = '../v1';
 const REFRESH_MS = 5000;
+// The API token (api_auth) the user typed, kept for this browser tab's
+// session only: sessionStorage, never localStorage or a cookie.
+const TOKEN_KEY = 'ctsync-api-token';
+
+function token() {
+  try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch (e) { return ''; }
+}
 
 // UI state that survives a refresh of the page's data.
 const state = {
   busy: false,     // an action is in progress: no refresh, buttons off
+  login: null,     // the reason the token form is shown (401), or null
   message: null,   // {text, kind} shown above the task page
   plan: null,      // {task, text, changes}: the plan preview of an enable
   log: null,       // {task, id, text, error}: the run log shown
@@ -46,12 +54,18 @@ class APIError extends Error {
 }
 
 async function api(method, path, body) {
-  const opts = { method, headers: { Accept: 'application/json' } };
+  return request(method, API + path, body);
+}
+
+async function request(method, url, body) {
+  const opts = { method, headers: { Accept: 'application/json' }, credentials: 'omit' };
   if (body !== undefined) {
     opts.headers['Content-Type'] = 'application/json';
     opts.body = JSON.stringify(body);
   }
-  const resp = await fetch(API + path, opts);
+  const t = token();
+  if (t) opts.headers.Authorization = 'Bearer ' + t;
+  const resp = await fetch(url, opts);
   const text = await resp.text();
   let data = text;
   if ((resp.headers.get('Content-Type') || '').startsWith('application/json') && text) {
@@ -184,7 +198,9 @@ async function renderCluster() {
   try {
     c = await api('GET', '/status/cluster');
   } catch (e) {
-    if (e.status === 405) {
+    if (e.status === 401) {
+      box.replaceChildren();
+    } else if (e.status === 405) {
       box.replaceChildren(el('span', { class: 'badge muted', title: 'high availability is not configured' }, 'single instance'));
     } else {
       box.replaceChildren(el('span', { class: 'badge warn', title: e.message }, 'cluster status unavailable'));
@@ -433,7 +449,52 @@ async function showLog(name, id) {
 
 // ---- routing and refresh ----
 
+// ---- the API token ----
+
+function renderLogin(reason) {
+  const input = el('input', { type: 'password', id: 'token-input', autocomplete: 'off', spellcheck: 'false',
+    'aria-label': 'API token', placeholder: 'API token' });
+  const form = el('form', { id: 'token-form', class: 'token-form', onsubmit: (ev) => {
+    ev.preventDefault();
+    const v = input.value.trim();
+    if (!v) return;
+    try { sessionStorage.setItem(TOKEN_KEY, v); } catch (e) { /* private mode: nothing kept */ }
+    state.login = null;
+    showSignOut();
+    render();
+    renderCluster();
+  } }, input, ' ', el('button', { type: 'submit', id: 'token-submit' }, 'Sign in'));
+  setMain(el('h1', null, 'API token needed'),
+    el('p', { id: 'token-reason' }, reason),
+    el('p', { class: 'muted' }, 'Enter an API token of this ctsync (api_auth). It is kept in this browser tab only, until the tab is closed.'),
+    form);
+  input.focus();
+}
+
+function showSignOut() {
+  const nav = document.querySelector('header.top nav');
+  let b = document.getElementById('sign-out');
+  if (!token()) {
+    if (b) b.remove();
+    return;
+  }
+  if (b) return;
+  b = el('button', { id: 'sign-out', class: 'link', type: 'button', onclick: () => {
+    try { sessionStorage.removeItem(TOKEN_KEY); } catch (e) { /* nothing kept */ }
+    showSignOut();
+    render();
+  } }, 'Sign out');
+  nav.append(' ', b);
+}
+
+async function renderMetrics(seq) {
+  const text = await request('GET', '../metrics');
+  if (seq !== state.seq) return;
+  setMain(el('h1', null, 'Metrics'), el('pre', { id: 'metrics', class: 'log' }, typeof text === 'string' ? text : JSON.stringify(text)));
+}
+
 function route() {
+  if (location.hash === '#/metrics') return { view: 'metrics' };
   const m = location.hash.match(/^#\/tasks\/(.+)$/);
   if (!m) return { view: 'list' };
   let name;
@@ -447,9 +508,19 @@ async function render() {
   const r = route();
   try {
     if (r.view === 'task') await renderTask(r.name, seq);
+    else if (r.view === 'metrics') await renderMetrics(seq);
     else await renderList(seq);
     if (seq === state.seq) setBanner('');
   } catch (e) {
+    if (e.status === 401) {
+      // No token, or one the server does not know (any more).
+      if (seq === state.seq) {
+        setBanner('');
+        state.login = e.message;
+        renderLogin(token() ? 'The token was refused: ' + e.message : 'This ctsync requires an API token.');
+      }
+      return; // no refresh until a token is given
+    }
     if (seq === state.seq) setBanner('Cannot reach the ctsync API: ' + e.message);
   }
   if (seq === state.seq) state.timer = setTimeout(refresh, REFRESH_MS);
@@ -457,6 +528,7 @@ async function render() {
 
 // refresh re-renders unless the user is in the middle of something.
 function refresh() {
+  if (state.login !== null) return;
   if (state.busy || state.plan) {
     state.timer = setTimeout(refresh, REFRESH_MS);
     return;
@@ -473,6 +545,7 @@ window.addEventListener('hashchange', () => {
 });
 
 document.addEventListener('DOMContentLoaded', () => {
+  showSignOut();
   render();
   renderCluster();
 });
