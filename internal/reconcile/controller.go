@@ -591,7 +591,7 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			e.trigger = "retry"
 			c.armLocked(e, delay, nil)
 		case res.failed && res.terminal:
-			c.log.Warn("task failed with an error that running it again cannot fix; it runs again when its desired state changes",
+			c.log.Warn("task failed with a terminal error: it runs again when its desired state changes",
 				"task", name, "error", res.err)
 			if e.rerun {
 				c.enqueueLocked(e) // a change came during the run

@@ -322,10 +322,22 @@ func (d *Driver) terraformInit(ctx context.Context) error {
 	if err == nil {
 		return nil
 	}
+	_, stderr := d.sink.output()
+	// The backend's configuration changed (the driver's backend block was
+	// edited): carry the state over to it, as an operator answering
+	// Terraform's prompt with "yes" would, so that the resources in it
+	// stay managed. (-force-copy implies -migrate-state.)
+	if ctx.Err() == nil && strings.Contains(stderr, "Backend configuration changed") {
+		d.sink.note("the backend configuration changed; running init again with -force-copy to carry the state over")
+		d.sink.begin("init", false)
+		if err = d.tf.Init(ctx, tfexec.Upgrade(false), tfexec.ForceCopy(true)); err == nil {
+			return nil
+		}
+		_, stderr = d.sink.output()
+	}
 	// The workspace recorded in .terraform/environment may no longer exist in
 	// the backend (state wiped, backend moved). Forget the selection and retry
 	// once; the task's workspace is created right after.
-	_, stderr := d.sink.output()
 	envFile := filepath.Join(d.workDir, dataDir, "environment")
 	if ctx.Err() == nil && strings.Contains(strings.ToLower(stderr), "workspace") && fileExists(envFile) {
 		if rmErr := os.Remove(envFile); rmErr == nil {
