@@ -58,6 +58,8 @@ type Metrics struct {
 	lastSuccess *prometheus.GaugeVec
 	lastRunOK   *prometheus.GaugeVec
 	drifted     *prometheus.GaugeVec
+	dirty       *prometheus.GaugeVec
+	terminal    *prometheus.GaugeVec
 	driftChecks *prometheus.CounterVec
 	queueDepth  prometheus.Gauge
 	inProgress  prometheus.Gauge
@@ -117,6 +119,14 @@ func New(opts Options) *Metrics {
 		Name: "ctsync_task_last_run_success",
 		Help: "1 when the task's last apply succeeded, 0 when it failed.",
 	}, task)
+	m.dirty = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ctsync_task_dirty",
+		Help: "1 while the task's last run failed: it has not converged to its desired state and is retried (0 once a run succeeds).",
+	}, task)
+	m.terminal = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "ctsync_task_failed_terminal",
+		Help: "1 while the task's last run failed with a terminal error (invalid configuration): it is not retried until its desired state changes.",
+	}, task)
 	m.drifted = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "ctsync_task_drifted",
 		Help: "1 when the task's last drift check found changes made outside Terraform (and no apply happened since), else 0.",
@@ -170,12 +180,12 @@ func New(opts Options) *Metrics {
 
 	m.handler = promhttp.HandlerFor(prometheus.GathererFunc(m.Gather), promhttp.HandlerOpts{})
 	m.perTask = []deleter{m.runs, m.runsFailed, m.runsSkipped, m.runDuration, m.lastSuccess,
-		m.lastRunOK, m.drifted, m.driftChecks}
+		m.lastRunOK, m.drifted, m.dirty, m.terminal, m.driftChecks}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.runs, m.runsFailed, m.runsSkipped, m.runDuration, m.lastSuccess, m.lastRunOK,
-		m.drifted, m.driftChecks, m.queueDepth, m.inProgress, m.isLeader, m.compatFails, m.compatNow,
+		m.drifted, m.dirty, m.terminal, m.driftChecks, m.queueDepth, m.inProgress, m.isLeader, m.compatFails, m.compatNow,
 		m.consulReqs, m.consulErrs, m.consulLat, m.notifySent, m.notifyDrops,
 	)
 	if opts.Views != nil {
@@ -234,6 +244,8 @@ func (m *Metrics) syncTasks(tasks []reconcile.TaskState) {
 		m.runsFailed.WithLabelValues(name, "apply")
 		m.runsSkipped.WithLabelValues(name)
 		m.drifted.WithLabelValues(name).Set(b2f(t.Drifted))
+		m.dirty.WithLabelValues(name).Set(b2f(t.Dirty))
+		m.terminal.WithLabelValues(name).Set(b2f(t.Terminal))
 	}
 	for name := range m.seen {
 		if !known[name] {

@@ -119,6 +119,13 @@ func TestRunMetrics(t *testing.T) {
 	list.set(state("web", false), state("db", false), state("idle", false))
 	has(t, scrape(t, m), `ctsync_task_drifted{task="db"} 0`)
 
+	// A failed last run: dirty, and terminal when it waits for a change.
+	failing := state("db", false)
+	failing.Dirty, failing.Terminal = true, true
+	list.set(state("web", false), failing, state("idle", false))
+	has(t, scrape(t, m), `ctsync_task_dirty{task="db"} 1`, `ctsync_task_failed_terminal{task="db"} 1`,
+		`ctsync_task_dirty{task="web"} 0`, `ctsync_task_failed_terminal{task="web"} 0`)
+
 	// db is deleted: every series of it goes.
 	list.set(state("web", false), state("idle", false))
 	text = scrape(t, m)

@@ -41,6 +41,12 @@ type TaskState struct {
 	Drifted bool
 	// LastDriftCheck is when drift was last checked (zero: never).
 	LastDriftCheck time.Time
+	// Dirty is true when the task's last run failed: it has not converged
+	// and is retried (see Terminal).
+	Dirty bool
+	// Terminal is true when that failure is terminal: the task waits for
+	// its desired state to change.
+	Terminal bool
 }
 
 // Tasks returns every task, sorted by name.
@@ -49,7 +55,7 @@ func (c *Controller) Tasks() []TaskState {
 	defer c.mu.Unlock()
 	out := make([]TaskState, 0, len(c.tasks))
 	for _, e := range c.tasks {
-		out = append(out, e.state())
+		out = append(out, c.stateLocked(e))
 	}
 	slices.SortFunc(out, func(a, b TaskState) int { return strings.Compare(a.Spec.Name, b.Spec.Name) })
 	return out
@@ -63,12 +69,13 @@ func (c *Controller) Task(name string) (TaskState, error) {
 	if e == nil {
 		return TaskState{}, ErrNotFound
 	}
-	return e.state(), nil
+	return c.stateLocked(e), nil
 }
 
-func (e *entry) state() TaskState {
+func (c *Controller) stateLocked(e *entry) TaskState {
+	rs := c.opts.Store.Run(e.spec.Name)
 	return TaskState{Spec: e.spec, Active: e.running || e.queued, Deleting: e.deleting, NextRun: e.nextCron,
-		Drifted: e.drifted, LastDriftCheck: e.lastDriftCheck}
+		Drifted: e.drifted, LastDriftCheck: e.lastDriftCheck, Dirty: rs.Dirty(), Terminal: rs.Dirty() && rs.Terminal}
 }
 
 // PlanResult is the outcome of an inspect (plan-only) run.
