@@ -96,9 +96,16 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ClientCert, "client-cert", c.ClientCert, "A PEM client certificate, for an API that verifies clients. Env: "+EnvClientCert+".")
 	fs.StringVar(&c.ClientKey, "client-key", c.ClientKey, "The PEM key of -client-cert. Env: "+EnvClientKey+".")
 	fs.BoolVar(&c.SSLVerify, "ssl-verify", c.SSLVerify, "Verify the API's certificate. Env: "+EnvSSLVerify+".")
-	fs.StringVar(&c.Token, "token", c.Token, "An API token of the daemon's api_auth block, sent as a bearer token. Prefer the environment variable: "+
+	fs.Var((*secretFlag)(&c.Token), "token", "An API token of the daemon's api_auth block, sent as a bearer token. Prefer the environment variable: "+
 		"a flag shows in the process list. Env: "+EnvToken+".")
 }
+
+// secretFlag is a string flag whose value is never shown (not even as the
+// default taken from the environment in -h output).
+type secretFlag string
+
+func (s *secretFlag) String() string     { return "" }
+func (s *secretFlag) Set(v string) error { *s = secretFlag(v); return nil }
 
 // Client talks to one daemon.
 type Client struct {

@@ -194,6 +194,12 @@ func TestToken(t *testing.T) {
 	}
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	c.RegisterFlags(fs)
+	var usage strings.Builder
+	fs.SetOutput(&usage)
+	fs.PrintDefaults()
+	if strings.Contains(usage.String(), secret) {
+		t.Errorf("-h shows the token from the environment:\n%s", usage.String())
+	}
 	if err := fs.Parse([]string{"-token=other-token-0123456789"}); err != nil || c.Token != "other-token-0123456789" {
 		t.Fatalf("-token: %q %v", c.Token, err)
 	}
