@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -111,6 +112,8 @@ type Controller struct {
 	noteKick  chan struct{} // wakes the note loop
 	driftKick chan struct{} // wakes the drift loop (task added or changed)
 	slots     chan struct{} // one token per Terraform run allowed at once
+
+	scheduleWakes atomic.Int64 // iterations of the schedule loop (tests: a follower must not spin)
 }
 
 type note struct{ task, key string }

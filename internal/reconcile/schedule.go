@@ -14,6 +14,7 @@ func (c *Controller) scheduleLoop(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		c.scheduleWakes.Add(1)
 		now := time.Now()
 		var earliest time.Time
 		c.mu.Lock()
@@ -23,14 +24,21 @@ func (c *Controller) scheduleLoop(ctx context.Context) {
 				e.nextCron = time.Time{}
 				continue
 			}
-			if !e.nextCron.IsZero() && !e.nextCron.After(now) && !c.standby {
-				if e.trigger == "" {
-					e.trigger = "schedule"
+			if !e.nextCron.IsZero() && !e.nextCron.After(now) {
+				// A follower lets the tick pass (the leader runs it; a
+				// new leader reconciles every task when it takes over)
+				// and waits for the next one: it must not spin on a
+				// tick in the past.
+				if !c.standby {
+					if e.trigger == "" {
+						e.trigger = "schedule"
+					}
+					// A tick runs the task even when its desired state
+					// is unchanged, as CTS does: a schedule is a
+					// promise to run.
+					e.force = true
+					c.enqueueLocked(e)
 				}
-				// A tick runs the task even when its desired state is
-				// unchanged, as CTS does: a schedule is a promise to run.
-				e.force = true
-				c.enqueueLocked(e)
 				e.nextCron = time.Time{}
 			}
 			if e.nextCron.IsZero() {

@@ -38,3 +38,19 @@ func TestStandbySetEnabledOnQueuedTask(t *testing.T) {
 		t.Fatalf("disabled task ran %d times on activation", n)
 	}
 }
+
+// A follower with a schedule task sleeps until each tick and lets it pass:
+// it does not spin on a tick in the past (it once used ~40% of a core).
+func TestStandbyScheduleDoesNotSpin(t *testing.T) {
+	s := task.Spec{Name: "cron", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
+		Condition: task.Condition{Schedule: &task.ScheduleCondition{Cron: "* * * * * * *"}}} // every second
+	h := start(t, 2, nil, s, func(o *Options) { o.Standby = true })
+	base := h.ctrl.scheduleWakes.Load()
+	waitFor(t, "three schedule ticks to pass", func() bool { return h.ctrl.scheduleWakes.Load() >= base+3 })
+	if n := h.ctrl.scheduleWakes.Load() - base; n > 10 {
+		t.Fatalf("the schedule loop woke %d times for 3 ticks: it spins", n)
+	}
+	if h.rec.count("cron") != 0 {
+		t.Fatal("a follower ran a schedule task")
+	}
+}
