@@ -1,12 +1,13 @@
 package e2e
 
 // Secrets stay secret: the Consul ACL token, provider secrets (read from
-// Consul KV with {{ key }}, as a provider argument and in task_env) and
-// the API's TLS private key never appear in ctsync's output (DEBUG level,
-// JSON and text formats), API responses (tasks, status, events, run logs,
-// metrics, errors, inspect plans), CLI output, error messages, or any file
-// in the working directory other than providers.auto.tfvars.json (mode
-// 0600, the one file meant to hold provider secrets).
+// Consul KV with {{ key }}, as a provider argument and in task_env), the
+// API token and the API's TLS private key never appear in ctsync's output
+// (DEBUG level, JSON and text formats, Terraform output forwarded with
+// log = true), API responses (tasks, status, events, run logs, metrics,
+// errors, inspect plans), CLI output (-h included), error messages, or any
+// file in the working directory other than providers.auto.tfvars.json
+// (mode 0600, the one file meant to hold provider secrets).
 
 import (
 	"bytes"
@@ -97,8 +98,17 @@ buffer_period {
   enabled = false
 }
 
+api_auth {
+  token {
+    name   = "ops"
+    secret = "%[12]s"
+    access = "write"
+  }
+}
+
 driver "terraform" {
   path        = "%[4]s"
+  log         = true
   persist_log = true
   required_providers {
     echo = {
@@ -145,6 +155,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		"provider secret":        "Pr0vider-S3cret-" + uuid.NewString(),
 		"task_env secret":        "T4skEnv-S3cret-" + uuid.NewString(),
 		"wrong Consul ACL token": "acl-wrong-" + uuid.NewString(),
+		"API token":              "api-T0ken-" + uuid.NewString(),
 	}
 	for _, kv := range [][2]string{{"secrets/provider", secrets["provider secret"]}, {"secrets/env", secrets["task_env secret"]}} {
 		_, err := c.Client.KV().Put(&api.KVPair{Key: kv[0], Value: []byte(kv[1])}, nil)
@@ -166,7 +177,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	render := func(format, consulToken string, port int) string {
 		return fmt.Sprintf(secretsConfig, work, port, c.Addr, testutil.Binary(t, "terraform"), consulToken,
 			filepath.Join(testutil.RepoRoot(), "e2e", "testdata", "modules"), varFile, format,
-			certs.ServerCert, certs.ServerKey, certs.CACert)
+			certs.ServerCert, certs.ServerKey, certs.CACert, secrets["API token"])
 	}
 	cfg := writeFile(t, work, "config.hcl", render("json", token, port))
 	tfEnv := []string{"TF_CLI_CONFIG_FILE=" + compatCLIConfig(t)}
@@ -192,6 +203,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		t.Helper()
 		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 		must(t, err)
+		req.Header.Set("Authorization", "Bearer "+secrets["API token"])
 		resp, err := hc.Do(req)
 		if err != nil {
 			t.Errorf("%s %s: %v", method, path, err)
@@ -247,10 +259,12 @@ func TestSecretsNeverLeak(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(ctsyncBin, append(args, "-http-addr", base, "-ca-cert", certs.CACert,
 			"-client-cert", certs.ClientCert, "-client-key", certs.ClientKey)...)
+		cmd.Env = append(os.Environ(), "CTS_TOKEN="+secrets["API token"])
 		b, _ := cmd.CombinedOutput()
 		secrets.check(t, "the output of ctsync "+strings.Join(args, " "), b)
 	}
 	cli("status")
+	cli("status", "-h")
 	cli("task", "disable", "-auto-approve", "broken")
 
 	// Stop the daemon (shutdown logging included) and check its output.
