@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	ctsapi "github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/config"
@@ -32,8 +33,7 @@ type haWiring struct {
 	configured map[string]bool // names of the configured tasks
 
 	prepMu       sync.Mutex // serialises preparations of successive terms
-	resetStorage bool       // -reset-storage: once, on the first term
-	resetDone    bool
+	resetStorage bool       // -reset-storage: on every term
 }
 
 // setupHA prepares high availability when it is configured: the state
@@ -113,16 +113,32 @@ func (a *app) haElected(ctx context.Context) error {
 	w := a.ha
 	w.prepMu.Lock()
 	defer w.prepMu.Unlock()
-	if w.resetStorage && !w.resetDone {
+	if w.resetStorage {
+		// As CTS documents: every time this instance becomes leader.
 		if err := w.kv.Reset(ctx); err != nil {
 			return err
 		}
-		w.resetDone = true
 		w.log.Warn("ha: -reset-storage: the cluster's stored state was deleted; this instance's configuration is the cluster's now",
 			"prefix", w.kv.Prefix())
 	}
-	if err := w.kv.Load(ctx); err != nil {
-		return err
+	// Reading the state may take a while (a large history, a slow Consul):
+	// keep trying while the lock is held (the heartbeats go on meanwhile)
+	// rather than giving the lock back after one slow read.
+	for attempt := 1; ; attempt++ {
+		err := w.kv.Load(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		delay := min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)
+		w.log.Warn("ha: reading the cluster's state failed; retrying while holding the lock", "attempt", attempt, "retry_in", delay, "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
 	}
 	// A record is input from whoever can write the KV folder: only tasks
 	// the API would accept are applied (daemon_api.go).

@@ -195,6 +195,10 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	for _, p := range cfg.Providers {
 		providers[p.Ref()] = p
 	}
+	// stopTimeout bounds how long an interrupted Terraform may take to
+	// stop before it and its children are killed: under high availability
+	// the HA timing's kill bound (set below, after setupHA).
+	stopTimeout := terraform.DefaultStopTimeout
 	// driverOptions is the driver configuration of one task: the driver
 	// is built from it, and so is the task's desired state.
 	driverOptions := func(spec task.Spec) (terraform.Options, error) {
@@ -224,6 +228,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 			Consul:         cfg.Consul,
 			PluginCacheDir: cacheDir,
 			Logger:         logger.With("component", "terraform"),
+			StopTimeout:    stopTimeout,
 		}, nil
 	}
 	factory := func(spec task.Spec) (driver.Driver, error) {
@@ -242,6 +247,9 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	}
 	if factory, err = a.setupHA(factory); err != nil { // ha.go
 		return nil, err
+	}
+	if a.ha != nil {
+		stopTimeout = a.ha.el.Timing().Kill
 	}
 	a.setupObserve()
 	a.ctrl = reconcile.New(reconcile.Options{
@@ -410,8 +418,12 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 		level = slog.LevelError
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	// Every record passes the configuration's secrets through a redactor
+	// (set once the secrets are resolved, in setupObserve): Terraform
+	// output forwarded with log = true included.
+	return slog.New(config.NewRedactingHandler(h))
 }

@@ -18,7 +18,8 @@ import (
 // fastTiming keeps Consul's minimum session TTL but runs the election fast:
 // H + C <= S < T as the real timing.
 var fastTiming = Timing{SessionTTL: 10 * time.Second, Heartbeat: 300 * time.Millisecond,
-	StepDown: time.Second, Takeover: 2 * time.Second, CallTimeout: 300 * time.Millisecond, Retry: 100 * time.Millisecond}
+	StepDown: time.Second, Takeover: 2 * time.Second, CallTimeout: 300 * time.Millisecond, Retry: 100 * time.Millisecond,
+	Kill: 500 * time.Millisecond}
 
 func startConsul(t *testing.T) *testutil.Consul {
 	t.Helper()

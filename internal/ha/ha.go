@@ -41,7 +41,21 @@
 //	                                so that H + C <= S: one slow call never
 //	                                deposes a healthy leader
 //	R  retry       = min(1s, TTL/10) after a failed heartbeat or acquisition
+//	K  kill bound  = (T-S)/2 [3.75s] after stepping down, the old leader's
+//	                                Terraform processes get SIGINT at once and,
+//	                                with every process they started (provider
+//	                                plugins, local-exec shells: one process
+//	                                group), SIGKILL K later at the latest
 //	L  lock-delay  = 1s             (LockDelay)
+//
+// The fencing arithmetic. Let t0 be the time the leader sent its last
+// successful heartbeat. It steps down by its own clock at t0 + S and its
+// Terraform process groups are dead by t0 + S + K [11.25s]. A follower
+// saw that heartbeat at or after t0 and takes over no earlier than T after
+// it: t0 + T [15s]. So S + K < T (checked by Timing.Validate) leaves
+// T - S - K [3.75s] between the old leader's last possible side effect and
+// the new leader's first, on every instance's clock (they run at the same
+// rate; no clock has to agree with another).
 //
 // Why no two instances ever lead at once. A follower only becomes leader by
 // (a) taking over: a transaction that deletes and re-locks the key only if
@@ -118,6 +132,7 @@ type Timing struct {
 	Takeover    time.Duration // T
 	CallTimeout time.Duration // C
 	Retry       time.Duration // R
+	Kill        time.Duration // K
 }
 
 // TimingFor derives the timing from the session TTL.
@@ -132,6 +147,7 @@ func TimingFor(ttl time.Duration) Timing {
 		Takeover:    ttl,
 		CallTimeout: ttl / 6,
 		Retry:       min(time.Second, ttl/10),
+		Kill:        (ttl - ttl/2) / 2,
 	}
 }
 
@@ -148,6 +164,8 @@ func (t Timing) Validate() error {
 		return fmt.Errorf("step-down bound %s must be below the takeover bound %s", t.StepDown, t.Takeover)
 	case t.StepDown >= t.SessionTTL:
 		return fmt.Errorf("step-down bound %s must be below the session TTL %s", t.StepDown, t.SessionTTL)
+	case t.Kill <= 0 || t.StepDown+t.Kill >= t.Takeover:
+		return fmt.Errorf("step-down bound %s + kill bound %s must be below the takeover bound %s", t.StepDown, t.Kill, t.Takeover)
 	}
 	return nil
 }

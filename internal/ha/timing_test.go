@@ -14,7 +14,7 @@ func TestDefaultTimingIsValid(t *testing.T) {
 	}
 	tm := TimingFor(15 * time.Second)
 	want := Timing{SessionTTL: 15 * time.Second, Heartbeat: 5 * time.Second, StepDown: 7500 * time.Millisecond,
-		Takeover: 15 * time.Second, CallTimeout: 2500 * time.Millisecond, Retry: time.Second}
+		Takeover: 15 * time.Second, CallTimeout: 2500 * time.Millisecond, Retry: time.Second, Kill: 3750 * time.Millisecond}
 	if tm != want {
 		t.Fatalf("TimingFor(15s) = %+v, want %+v", tm, want)
 	}
@@ -26,6 +26,9 @@ func TestDefaultTimingIsValid(t *testing.T) {
 		{SessionTTL: 10 * time.Second, Heartbeat: 3 * time.Second, StepDown: 4 * time.Second, Takeover: 8 * time.Second, CallTimeout: 2 * time.Second, Retry: time.Second},
 		{SessionTTL: 10 * time.Second, Heartbeat: time.Second, StepDown: 5 * time.Second, Takeover: 5 * time.Second, CallTimeout: time.Second, Retry: time.Second},
 		{SessionTTL: 10 * time.Second, Heartbeat: time.Second, StepDown: 10 * time.Second, Takeover: 20 * time.Second, CallTimeout: time.Second, Retry: time.Second},
+		// Terraform would still be running when another instance may take over.
+		{SessionTTL: 10 * time.Second, Heartbeat: time.Second, StepDown: 5 * time.Second, Takeover: 10 * time.Second, CallTimeout: time.Second, Retry: time.Second, Kill: 5 * time.Second},
+		{SessionTTL: 10 * time.Second, Heartbeat: time.Second, StepDown: 5 * time.Second, Takeover: 10 * time.Second, CallTimeout: time.Second, Retry: time.Second},
 	}
 	for i, b := range bad {
 		if b.Validate() == nil {

@@ -114,6 +114,13 @@ type Controller struct {
 	slots     chan struct{} // one token per Terraform run allowed at once
 
 	scheduleWakes atomic.Int64 // iterations of the schedule loop (tests: a follower must not spin)
+
+	// Runs requested through the API (apiRun) end with runCtx, the
+	// daemon's run context (shutdown grace), not with their request; Run
+	// waits for them. closing refuses new ones once Run is stopping.
+	runCtx  context.Context
+	closing bool
+	apiRuns sync.WaitGroup
 }
 
 type note struct{ task, key string }
@@ -184,6 +191,7 @@ func New(opts Options, specs []task.Spec) *Controller {
 		driftKick:  make(chan struct{}, 1),
 		slots:      make(chan struct{}, opts.MaxParallel),
 		standby:    opts.Standby,
+		runCtx:     context.Background(),
 	}
 	for _, s := range specs {
 		c.tasks[s.Name] = &entry{spec: s, changed: make(chan struct{}, 1)}
@@ -441,6 +449,7 @@ func (c *Controller) enqueueLocked(e *entry) {
 func (c *Controller) Run(ctx, runCtx context.Context) error {
 	c.mu.Lock()
 	c.started = true
+	c.runCtx = runCtx
 	var names []string
 	for name, e := range c.tasks {
 		names = append(names, name)
@@ -468,7 +477,11 @@ func (c *Controller) Run(ctx, runCtx context.Context) error {
 	wg.Go(func() { c.scheduleLoop(ctx) })
 	wg.Go(func() { c.driftLoop(ctx, runCtx) })
 	<-ctx.Done()
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
 	wg.Wait()
+	c.apiRuns.Wait() // a graceful hand-over waits for these too
 	c.mu.Lock()
 	for _, e := range c.tasks {
 		if e.timer != nil {
@@ -511,6 +524,24 @@ func (c *Controller) SetActive(active bool) {
 	}
 	signal(c.kick)
 	signal(c.driftKick)
+}
+
+// apiRun gives a run requested through the API its context: the run does
+// not end when the caller disconnects (an apply it started goes on), only
+// with the daemon's runs (runCtx: the shutdown grace) — and, through the
+// driver's fence, when this instance stops leading. Run waits for it.
+func (c *Controller) apiRun(ctx context.Context) (context.Context, func(), error) {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return nil, nil, errors.New("ctsync is shutting down: no new runs")
+	}
+	c.apiRuns.Add(1)
+	base := c.runCtx
+	c.mu.Unlock()
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(base, cancel)
+	return rctx, func() { stop(); cancel(); c.apiRuns.Done() }, nil
 }
 
 // Active reports whether the controller runs tasks (it is the leader, or

@@ -228,6 +228,11 @@ func (c *Controller) RunNow(ctx context.Context, name string) error {
 // runReserved runs a task the caller has marked running, then releases it.
 func (c *Controller) runReserved(ctx context.Context, e *entry, trigger string, force bool) (outcome, error) {
 	defer c.release(e)
+	ctx, done, err := c.apiRun(ctx)
+	if err != nil {
+		return outcome{}, err
+	}
+	defer done()
 	s := e.spec
 	if err := c.waitReady(ctx, e, &s, syncWait); err != nil {
 		return outcome{}, err

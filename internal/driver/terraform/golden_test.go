@@ -28,7 +28,7 @@ var generatedFiles = []struct {
 	{fileModuleVars, 0o640},
 	{fileInputs, 0o640},
 	{fileProviders, 0o600},
-	{fileModuleVarVals, 0o640},
+	{fileModuleVarVals, 0o600},
 }
 
 func strp(s string) *string { return &s }

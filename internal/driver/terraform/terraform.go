@@ -38,7 +38,8 @@ const DefaultKeepRunLogs = 20
 
 const (
 	fingerprintFile = ".ctsync-init"
-	planFile        = ".ctsync.tfplan"
+	planFile        = "run.tfplan"
+	planDirName     = ".ctsync-plan"
 	dataDir         = ".terraform"
 	tfLogFile       = "terraform.log"
 
@@ -63,6 +64,12 @@ type Options struct {
 	Logger *slog.Logger
 	// KeepRunLogs is how many run logs to keep (default 20).
 	KeepRunLogs int
+	// StopTimeout bounds how long a cancelled command may take to stop
+	// after SIGINT before Terraform and its children are killed (default
+	// DefaultStopTimeout). Under high availability it is the kill bound of
+	// the HA timing, shorter than the earliest takeover by another
+	// instance.
+	StopTimeout time.Duration
 }
 
 // Driver runs one task with Terraform or OpenTofu. It implements
@@ -71,6 +78,7 @@ type Options struct {
 type Driver struct {
 	opts    Options
 	workDir string
+	realDir string // workDir with symbolic links resolved, as /proc shows a process's cwd
 	mod     *rootModule
 	tf      *tfexec.Terraform
 	sink    *sink
@@ -94,6 +102,9 @@ func New(opts Options) (*Driver, error) {
 	}
 	if opts.KeepRunLogs <= 0 {
 		opts.KeepRunLogs = DefaultKeepRunLogs
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = DefaultStopTimeout
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -138,6 +149,12 @@ func New(opts Options) (*Driver, error) {
 	if err := tf.SetEnv(env); err != nil {
 		return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
 	}
+	// terraform-exec interrupts Terraform when a run's context ends, then
+	// waits this long before killing it; stopOnCancel kills the whole
+	// process group at StopTimeout, so this only backs it up.
+	if err := tf.SetWaitDelay(opts.StopTimeout + time.Second); err != nil {
+		return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
+	}
 	if opts.Driver.PersistLog {
 		// SetLogPath also sets TF_LOG=TRACE; both are refused by SetEnv.
 		if err := tf.SetLogPath(filepath.Join(workDir, tfLogFile)); err != nil {
@@ -150,9 +167,14 @@ func New(opts Options) (*Driver, error) {
 	}
 	tf.SetStdout(s.writer("stdout"))
 	tf.SetStderr(s.writer("stderr"))
+	realDir, err := filepath.EvalSymlinks(workDir)
+	if err != nil {
+		return nil, fmt.Errorf("task %q: working directory: %w", opts.Spec.Name, err)
+	}
 	return &Driver{
 		opts:    opts,
 		workDir: workDir,
+		realDir: realDir,
 		mod:     mod,
 		tf:      tf,
 		sink:    s,
@@ -252,6 +274,7 @@ func consulEnv(c config.Consul) map[string]string {
 // initialised for exactly this module and binary, runs `terraform init` and
 // creates and selects the task's workspace.
 func (d *Driver) Init(ctx context.Context) error {
+	defer d.stopOnCancel(ctx)()
 	d.initDone = false
 	if dir := d.opts.PluginCacheDir; dir != "" {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -375,7 +398,7 @@ func (d *Driver) writeRootModule() ([]byte, error) {
 		{fileVariables, d.mod.variablesTF(), 0o640, true},
 		{fileModuleVars, d.mod.variablesModuleTF(), 0o640, true},
 		{fileProviders, providers, 0o600, false},
-		{fileModuleVarVals, vars, 0o640, false},
+		{fileModuleVarVals, vars, 0o600, false}, // task variables often carry secrets
 	}
 	h := sha256.New()
 	for _, f := range files {
@@ -431,6 +454,7 @@ func (d *Driver) removeCTSFiles() {
 // destroyed: its Terraform workspace (and so its state in the backend) and
 // its working directory.
 func (d *Driver) Forget(ctx context.Context) error {
+	defer d.stopOnCancel(ctx)()
 	if err := d.ensureInit(ctx); err != nil {
 		return err
 	}
@@ -563,6 +587,7 @@ func (d *Driver) prepare(ctx context.Context, op string, run driver.Run, in *tas
 // Plan writes the inputs and runs `terraform plan`. Result.Output is the
 // readable plan.
 func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	defer d.stopOnCancel(ctx)()
 	start := time.Now()
 	logPath, err := d.prepare(ctx, "plan", run, in)
 	if err != nil {
@@ -571,7 +596,16 @@ func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (dri
 	defer d.endRun()
 	res := driver.Result{LogPath: logPath}
 
-	planPath := filepath.Join(d.workDir, planFile)
+	// The plan file holds every value of the run, provider secrets
+	// included: it lives in a folder only the daemon's user can enter.
+	planDir := filepath.Join(d.workDir, planDirName)
+	if err := os.MkdirAll(planDir, 0o700); err != nil {
+		return res, &driver.Error{Op: "plan", Err: err}
+	}
+	if err := os.Chmod(planDir, 0o700); err != nil {
+		return res, &driver.Error{Op: "plan", Err: err}
+	}
+	planPath := filepath.Join(planDir, planFile)
 	defer os.Remove(planPath)
 	opts := []tfexec.PlanOption{tfexec.Out(planPath)}
 	if p := d.opts.Spec.Parallelism; p > 0 {
@@ -611,6 +645,7 @@ func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (dri
 
 // Apply writes the inputs and runs `terraform apply`.
 func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	defer d.stopOnCancel(ctx)()
 	start := time.Now()
 	logPath, err := d.prepare(ctx, "apply", run, in)
 	if err != nil {
@@ -637,6 +672,7 @@ func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (dr
 // Destroy runs `terraform destroy` with the current inputs file (an empty
 // one if the task never ran).
 func (d *Driver) Destroy(ctx context.Context, run driver.Run) (driver.Result, error) {
+	defer d.stopOnCancel(ctx)()
 	start := time.Now()
 	logPath, err := d.prepare(ctx, "destroy", run, nil)
 	if err != nil {
