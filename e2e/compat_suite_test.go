@@ -612,21 +612,18 @@ func (r *compatRun) servicesModuleInputKV(t *testing.T) {
 
 // condition "schedule" with module_input "services": runs on the cron
 // (seconds field) only, with the current inputs; a tick with unchanged
-// inputs applies nothing (CTS records "no changes"); buffer_period is
-// ignored with a warning.
+// inputs still runs Terraform, as CTS does (the apply changes nothing);
+// buffer_period is ignored with a warning.
 func (r *compatRun) scheduleServices(t *testing.T) {
 	dir := r.out["schsvc"]
 	checkServices(t, dir, r.want(nil, sch1))
 	sch2 := svc{id: "sch-2", name: "sch", port: 2, status: api.HealthPassing}
 	sch2.register(t, r.c)
 	checkServices(t, dir, r.want(nil, sch1, sch2))
-	testutil.Eventually(t, 30*time.Second, "a scheduled tick with unchanged inputs", func() bool {
-		return len(r.p.lines("inputs unchanged since last apply", "task=schsvc")) > 0
-	})
 	checkScheduleTriggers(t, r.p, "schsvc")
-	// The tick with unchanged inputs is recorded, as CTS records a
-	// scheduled run that had no changes.
-	testutil.Eventually(t, 30*time.Second, `a "noop" event of the schedule task`, func() bool {
+	// A tick with unchanged inputs runs Terraform, which finds nothing to
+	// change: an apply event of the schedule with an empty plan.
+	testutil.Eventually(t, 30*time.Second, `an apply with nothing to change on a tick`, func() bool {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/tasks/schsvc/events", r.port))
 		if err != nil {
 			return false
@@ -637,13 +634,17 @@ func (r *compatRun) scheduleServices(t *testing.T) {
 				Kind    string `json:"kind"`
 				Trigger string `json:"trigger"`
 				Success bool   `json:"success"`
+				Plan    *struct {
+					Add, Change, Destroy int
+				} `json:"plan"`
 			} `json:"events"`
 		}
 		if json.NewDecoder(resp.Body).Decode(&body) != nil {
 			return false
 		}
 		for _, ev := range body.Events {
-			if ev.Kind == "noop" && ev.Trigger == "schedule" && ev.Success {
+			if ev.Kind == "apply" && ev.Trigger == "schedule" && ev.Success && ev.Plan != nil &&
+				ev.Plan.Add+ev.Plan.Change+ev.Plan.Destroy == 0 {
 				return true
 			}
 		}

@@ -24,9 +24,10 @@ type Event struct {
 	Error     *EventError  `json:"error"`
 	Config    *EventConfig `json:"config,omitempty"`
 
-	// Kind is what the run did: "apply", "plan", "destroy", "noop" (a
-	// scheduled run whose inputs had not changed) or "drift" (a drift check
-	// whose plan found changes made outside Terraform).
+	// Kind is what the run did: "apply", "plan", "destroy", "drift" (a
+	// drift check whose plan found changes made outside Terraform), or
+	// "noop" (a scheduled tick with unchanged inputs, as earlier versions
+	// recorded it; a tick now always runs).
 	Kind string `json:"kind,omitempty"`
 	// Trigger names what caused the run: a watched query key, "schedule",
 	// "start", "api" or "retry".
