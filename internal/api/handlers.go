@@ -57,7 +57,8 @@ func (s *Server) visibleTasks() []reconcile.TaskState {
 	return out
 }
 
-// lookup returns a visible task or the CTS 404 error.
+// lookup returns a task that can be changed, or the CTS 404 error: a task
+// marked for deletion cannot.
 func (s *Server) lookup(name string) (reconcile.TaskState, error) {
 	st, err := s.opts.Controller.Task(name)
 	if err != nil || st.Deleting {
@@ -65,6 +66,21 @@ func (s *Server) lookup(name string) (reconcile.TaskState, error) {
 	}
 	return st, nil
 }
+
+// lookupAny returns a task for reading: as in CTS, a task marked for
+// deletion stays visible (status "deleting", with its events) until its run
+// in progress has finished and it is gone.
+func (s *Server) lookupAny(name string) (reconcile.TaskState, error) {
+	st, err := s.opts.Controller.Task(name)
+	if err != nil {
+		return reconcile.TaskState{}, notFound(name)
+	}
+	return st, nil
+}
+
+// StatusDeleting is the status of a task marked for deletion whose run in
+// progress has not finished yet.
+const StatusDeleting = "deleting"
 
 func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct{}{})
@@ -128,7 +144,7 @@ func (s *Server) getTaskStatuses(w http.ResponseWriter, r *http.Request) {
 	}
 	var tasks []reconcile.TaskState
 	if name := r.PathValue("name"); name != "" {
-		st, err := s.lookup(name)
+		st, err := s.lookupAny(name)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -155,6 +171,8 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 		TaskName:  name,
 		Status:    store.Status(evs),
 		Enabled:   t.Spec.Enabled,
+		Dirty:     t.Dirty,
+		Terminal:  t.Terminal,
 		Providers: append([]string{}, t.Spec.Providers...),
 		Services:  []string{},
 		Active:    t.Active,
@@ -174,6 +192,9 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 	}
 	if include {
 		ts.Events = s.redactEvents(evs)
+	}
+	if t.Deleting {
+		ts.Status = StatusDeleting
 	}
 	if !t.NextRun.IsZero() && t.Spec.Enabled {
 		next := t.NextRun.UTC().Truncate(time.Second)
@@ -407,7 +428,7 @@ func (s *Server) runTask(w http.ResponseWriter, r *http.Request) {
 // history kept, newest first.
 func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if _, err := s.lookup(name); err != nil {
+	if _, err := s.lookupAny(name); err != nil {
 		s.fail(w, r, err)
 		return
 	}

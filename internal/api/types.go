@@ -51,7 +51,8 @@ type EnabledCounts struct {
 // TaskStatus is one entry of GET /v1/status/tasks.
 type TaskStatus struct {
 	TaskName string `json:"task_name"`
-	// Status is successful, errored, critical or unknown.
+	// Status is successful, errored, critical or unknown, or deleting for
+	// a task marked for deletion whose run in progress has not finished.
 	Status  string `json:"status"`
 	Enabled bool   `json:"enabled"`
 	// Providers and Services are the deprecated CTS configuration echo.
@@ -74,6 +75,13 @@ type TaskStatus struct {
 	// LastDriftCheck is when drift was last checked (ctsync; drift
 	// detection on only).
 	LastDriftCheck *time.Time `json:"last_drift_check,omitempty"`
+	// Dirty is true while the task's last run failed: it has not converged
+	// to its desired state and is retried (ctsync).
+	Dirty bool `json:"dirty"`
+	// Terminal is true while that failure is terminal (an invalid
+	// configuration): the task waits for its desired state to change
+	// (ctsync).
+	Terminal bool `json:"terminal"`
 }
 
 // TaskRequest is the body of POST /v1/tasks.

@@ -121,6 +121,16 @@ type Controller struct {
 	runCtx  context.Context
 	closing bool
 	apiRuns sync.WaitGroup
+
+	// idle is closed (and replaced) each time a task stops running: a
+	// waiter (Delete) looks again. Guarded by mu.
+	idle chan struct{}
+}
+
+// idleLocked wakes whoever waits for a task to stop running. c.mu is held.
+func (c *Controller) idleLocked() {
+	close(c.idle)
+	c.idle = make(chan struct{})
 }
 
 type note struct{ task, key string }
@@ -192,6 +202,7 @@ func New(opts Options, specs []task.Spec) *Controller {
 		slots:      make(chan struct{}, opts.MaxParallel),
 		standby:    opts.Standby,
 		runCtx:     context.Background(),
+		idle:       make(chan struct{}),
 	}
 	for _, s := range specs {
 		c.tasks[s.Name] = &entry{spec: s, changed: make(chan struct{}, 1)}
@@ -606,6 +617,7 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 
 		c.mu.Lock()
 		e.running = false
+		c.idleLocked()
 		locked := res.failed && errors.Is(res.err, driver.ErrStateLocked)
 		if !locked {
 			e.lockWaits = 0

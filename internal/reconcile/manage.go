@@ -248,6 +248,7 @@ func (c *Controller) release(e *entry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e.running = false
+	c.idleLocked()
 	if c.tasks[e.spec.Name] != e {
 		return
 	}
@@ -274,7 +275,8 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 		e.timer.Stop()
 	}
 	c.mu.Unlock()
-	// Wait until no run is in progress, then take the task.
+	// Wait until the run in progress (if any) has finished and recorded
+	// its outcome, as CTS does, then take the task.
 	for {
 		c.mu.Lock()
 		if !e.running {
@@ -286,11 +288,12 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 			c.mu.Unlock()
 			break
 		}
+		idle := c.idle
 		c.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-idle:
 		}
 	}
 	if destroy {
