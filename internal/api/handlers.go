@@ -25,6 +25,7 @@ var (
 	errNotFound = reconcile.ErrNotFound
 	errActive   = reconcile.ErrActive
 	errExists   = reconcile.ErrExists
+	errRefused  = reconcile.ErrRefused
 )
 
 // notFound is the CTS error for an unknown task.
@@ -168,15 +169,16 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 	name := t.Spec.Name
 	evs := s.statusEvents(name)
 	ts := TaskStatus{
-		TaskName:  name,
-		Status:    store.Status(evs),
-		Enabled:   t.Spec.Enabled,
-		Dirty:     t.Dirty,
-		Terminal:  t.Terminal,
-		Providers: append([]string{}, t.Spec.Providers...),
-		Services:  []string{},
-		Active:    t.Active,
-		Drifted:   t.Drifted,
+		TaskName:   name,
+		Status:     store.Status(evs),
+		Enabled:    t.Spec.Enabled,
+		Dirty:      t.Dirty,
+		Terminal:   t.Terminal,
+		QueryError: t.QueryError,
+		Providers:  append([]string{}, t.Spec.Providers...),
+		Services:   []string{},
+		Active:     t.Active,
+		Drifted:    t.Drifted,
 	}
 	if !t.LastDriftCheck.IsZero() {
 		last := t.LastDriftCheck.UTC().Truncate(time.Second)

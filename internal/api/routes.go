@@ -80,7 +80,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusNotFound
 	case errors.Is(err, errActive):
 		status = http.StatusConflict
-	case errors.Is(err, errExists):
+	case errors.Is(err, errExists), errors.Is(err, errRefused):
 		status = http.StatusBadRequest
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
 		// The client went away; nobody reads this.

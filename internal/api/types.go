@@ -82,6 +82,10 @@ type TaskStatus struct {
 	// configuration): the task waits for its desired state to change
 	// (ctsync).
 	Terminal bool `json:"terminal"`
+	// QueryError is Consul's answer when it refuses one of the task's
+	// queries for good (an unknown datacenter); the query is retried
+	// (ctsync).
+	QueryError string `json:"query_error,omitempty"`
 }
 
 // TaskRequest is the body of POST /v1/tasks.

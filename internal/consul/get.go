@@ -90,7 +90,9 @@ func (c *Client) BlockingGet(ctx context.Context, path string, params url.Values
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return 0, fmt.Errorf("unexpected response code: %d (%s)", resp.StatusCode, strings.TrimSpace(string(msg)))
+		// The API client's error type, so callers tell Consul's answers
+		// apart the same way on both paths (watch.Refused).
+		return 0, api.StatusError{Code: resp.StatusCode, Body: strings.TrimSpace(string(msg))}
 	}
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {

@@ -967,13 +967,44 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 	return nil
 }
 
-// waitReady blocks until every query the task needs has a result.
+// ErrRefused is wrapped by the error of a task one of whose queries Consul
+// refuses for good (an unknown datacenter, a namespace on Consul CE): -once
+// and task creation fail at once with Consul's answer, while the daemon
+// keeps retrying the query.
+var ErrRefused = errors.New("consul refused a query of the task")
+
+// Refusals is implemented by watchers that know when Consul refused a query
+// for good (the watch registry does).
+type Refusals interface {
+	RefusedError(key string) error
+}
+
+// refused returns an error naming the task, the query and Consul's answer
+// when Consul refuses one of the task's queries for good.
+func (c *Controller) refused(s *task.Spec) error {
+	r, ok := c.opts.Watcher.(Refusals)
+	if !ok {
+		return nil
+	}
+	for _, q := range append(StaticQueries(s), DynamicQueries(s, c.get)...) {
+		if err := r.RefusedError(q.Key()); err != nil {
+			return fmt.Errorf("%w %q: query %s: %w", ErrRefused, s.Name, q.Key(), err)
+		}
+	}
+	return nil
+}
+
+// waitReady blocks until every query the task needs has a result. It fails
+// at once when Consul refuses one of them for good.
 func (c *Controller) waitReady(ctx context.Context, e *entry, s *task.Spec, wait time.Duration) error {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		if _, ready := Fingerprint(s, c.get, c.digest); ready {
 			return nil
+		}
+		if err := c.refused(s); err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():

@@ -27,6 +27,10 @@ var (
 // the task's Consul data.
 const syncWait = 30 * time.Second
 
+// createProbe bounds how long creating a task without running it waits for
+// Consul's first answers, to refuse a task whose queries Consul refuses.
+const createProbe = 5 * time.Second
+
 // TaskState is a task as the API shows it.
 type TaskState struct {
 	Spec task.Spec
@@ -47,29 +51,45 @@ type TaskState struct {
 	// Terminal is true when that failure is terminal: the task waits for
 	// its desired state to change.
 	Terminal bool
+	// QueryError is Consul's answer when it refuses one of the task's
+	// queries for good (the query is retried meanwhile); "" otherwise.
+	QueryError string
 }
 
 // Tasks returns every task, sorted by name.
 func (c *Controller) Tasks() []TaskState {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	out := make([]TaskState, 0, len(c.tasks))
 	for _, e := range c.tasks {
 		out = append(out, c.stateLocked(e))
+	}
+	c.mu.Unlock()
+	for i := range out {
+		c.addQueryError(&out[i])
 	}
 	slices.SortFunc(out, func(a, b TaskState) int { return strings.Compare(a.Spec.Name, b.Spec.Name) })
 	return out
 }
 
+// addQueryError fills QueryError; the watcher is asked without c.mu held.
+func (c *Controller) addQueryError(st *TaskState) {
+	if err := c.refused(&st.Spec); err != nil {
+		st.QueryError = err.Error()
+	}
+}
+
 // Task returns one task.
 func (c *Controller) Task(name string) (TaskState, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	e := c.tasks[name]
 	if e == nil {
+		c.mu.Unlock()
 		return TaskState{}, ErrNotFound
 	}
-	return c.stateLocked(e), nil
+	st := c.stateLocked(e)
+	c.mu.Unlock()
+	c.addQueryError(&st)
+	return st, nil
 }
 
 func (c *Controller) stateLocked(e *entry) TaskState {
@@ -102,6 +122,16 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 	c.mu.Unlock()
 	c.subscribe(spec.Name, &spec)
 	if !runNow {
+		// A query Consul refuses for good (an unknown datacenter) makes
+		// the task useless: refuse it now, with Consul's answer, rather
+		// than keep a task that can never run. A Consul that is merely
+		// slow does not hold the request up for long.
+		if _, ok := c.opts.Watcher.(Refusals); ok {
+			if err := c.waitReady(ctx, e, &spec, createProbe); err != nil && errors.Is(err, ErrRefused) {
+				c.remove(spec.Name)
+				return err
+			}
+		}
 		c.mu.Lock()
 		c.markDirtyLocked(e, "api")
 		c.mu.Unlock()

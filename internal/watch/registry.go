@@ -10,10 +10,14 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 
 	"github.com/ctsync/ctsync/internal/consul"
 	"github.com/ctsync/ctsync/internal/task"
@@ -70,6 +74,9 @@ type view struct {
 	digest Digest
 	index  uint64
 	ready  bool
+	// refused is Consul's answer when it refuses the query for good (see
+	// Refused); nil after any successful read.
+	refused error
 }
 
 // Digest identifies a view's value: equal values have equal digests. It is
@@ -301,6 +308,40 @@ func (r *Registry) Get(key string) (value any, index uint64, ok bool) {
 	return v.value, v.index, v.ready
 }
 
+// RefusedError returns Consul's answer when the latest read of the view for
+// key was refused for good (see Refused), else nil. The view keeps
+// retrying: a daemon converges once the cause is fixed.
+func (r *Registry) RefusedError(key string) error {
+	r.mu.Lock()
+	v := r.views[key]
+	r.mu.Unlock()
+	if v == nil {
+		return nil
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.refused
+}
+
+// Refused reports whether Consul refused a query in a way that asking again
+// will not change: a 4xx answer (an invalid query parameter, such as a
+// namespace on Consul CE; a permission denied) other than 408 and 429, or a
+// 500 for a datacenter Consul has no path to or a filter it cannot parse.
+func Refused(err error) bool {
+	var se api.StatusError
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch {
+	case se.Code >= 400 && se.Code < 500:
+		return se.Code != http.StatusRequestTimeout && se.Code != http.StatusTooManyRequests
+	case se.Code == http.StatusInternalServerError:
+		return strings.Contains(se.Body, "No path to datacenter") ||
+			strings.Contains(se.Body, "Failed to create boolean expression evaluator")
+	}
+	return false
+}
+
 // Digest returns the digest of the latest value of the view for key; ok is
 // false exactly when Get's would be.
 func (r *Registry) Digest(key string) (d Digest, ok bool) {
@@ -363,6 +404,15 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 		if err != nil {
 			r.fetchErrors.Add(1)
 			failures++
+			if Refused(err) {
+				v.mu.Lock()
+				first := v.refused == nil
+				v.refused = err
+				v.mu.Unlock()
+				if first {
+					r.notifyAll(ctx, v) // a waiter (-once, task create) fails fast
+				}
+			}
 			delay := bo.Next()
 			// One line per backoff step at most: the first failure, then
 			// whenever a full step's ceiling has passed since the last line.
@@ -421,6 +471,7 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 		}
 		v.index = index
 		v.ready = true
+		v.refused = nil
 		v.mu.Unlock()
 		if changed {
 			r.notifyAll(ctx, v)
