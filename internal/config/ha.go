@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
 )
 
 // High-availability defaults (CTS values).
@@ -44,6 +45,12 @@ type HA struct {
 	// only tasks whose inputs differ from the last applied ones, or that
 	// were being applied when the previous leader stopped, run).
 	RerunAllOnFailover bool
+	// AcceptUnlockedBackend is accept_unlocked_backend (ctsync extension,
+	// default false): the operator acknowledges a Terraform backend whose
+	// state locking is disabled, so that only ctsync's own fencing (the
+	// step-down and kill bounds of package ha) keeps two instances' runs
+	// of a task apart. Without it such a backend is refused.
+	AcceptUnlockedBackend bool
 }
 
 // Prefix returns the KV folder of the cluster, without a trailing slash:
@@ -65,6 +72,7 @@ type rawHA struct {
 	sessionTTL opt[time.Duration]
 	address    opt[string]
 	rerunAll   opt[bool]
+	acceptUnl  opt[bool]
 }
 
 type rawTLS struct {
@@ -77,7 +85,7 @@ type rawTLS struct {
 var (
 	haKeys = []key{
 		{name: "cluster", kind: kBlock}, {name: "instance", kind: kBlock},
-		{name: "rerun_all_on_failover"},
+		{name: "rerun_all_on_failover"}, {name: "accept_unlocked_backend"},
 	}
 	haClusterKeys = []key{{name: "name"}, {name: "storage", kind: kBlock, labels: 1, label: "type"}}
 	haStorageKeys = attrs("parent_path", "namespace", "session_ttl")
@@ -92,6 +100,7 @@ func (d *decoder) haBlock(b *hcl.Block, r *rawHA) {
 	r.set, r.rng = true, b.DefRange
 	c := d.content(b.Body, path, haKeys, nil)
 	r.rerunAll.merge(d.boolean(c, "rerun_all_on_failover", path))
+	r.acceptUnl.merge(d.boolean(c, "accept_unlocked_backend", path))
 	if cb := d.onlyOne(c, "cluster", path); cb != nil {
 		const cp = path + ".cluster"
 		cc := d.content(cb.Body, cp, haClusterKeys, nil)
@@ -160,17 +169,65 @@ func (d *decoder) finishHA(r *rawConfig, cfg *Config) {
 		d.errf(h.rng, "high_availability.cluster.name", "is required: instances with the same cluster name elect one leader")
 	}
 	cfg.HA = &HA{
-		ClusterName:        h.name.V,
-		ParentPath:         h.parentPath.or(DefaultHAParentPath),
-		Namespace:          h.namespace.V,
-		SessionTTL:         h.sessionTTL.or(DefaultSessionTTL),
-		InstanceAddress:    strings.TrimSpace(h.address.V),
-		RerunAllOnFailover: h.rerunAll.V,
+		ClusterName:           h.name.V,
+		ParentPath:            h.parentPath.or(DefaultHAParentPath),
+		Namespace:             h.namespace.V,
+		SessionTTL:            h.sessionTTL.or(DefaultSessionTTL),
+		InstanceAddress:       strings.TrimSpace(h.address.V),
+		RerunAllOnFailover:    h.rerunAll.V,
+		AcceptUnlockedBackend: h.acceptUnl.V,
 	}
-	if b := r.driver.backend; b != nil && b.Type == "local" {
-		d.errf(r.driver.backendRng, `driver "terraform".backend "local"`,
+	b := r.driver.backend
+	if b == nil {
+		return // the default consul backend locks
+	}
+	field := `driver "terraform".backend "` + b.Type + `"`
+	if b.Type == "local" {
+		d.errf(r.driver.backendRng, field,
 			"the local backend cannot be used with high_availability: every instance must see the same Terraform state; use the consul backend (the default) or another remote backend")
+		return
 	}
+	if attr, why := unlockedBackend(b); attr != "" && !cfg.HA.AcceptUnlockedBackend {
+		d.errf(r.driver.backendRng, field+"."+attr,
+			"%s: the backend does not lock the Terraform state, so under high_availability only ctsync's own fencing would keep two instances from running a task at once; "+
+				"enable locking, or set high_availability.accept_unlocked_backend = true to accept that", why)
+	}
+}
+
+// unlockedBackend reports whether a backend's state locking is disabled:
+// the attribute that disables it (or that is missing) and why, or "".
+// gcs, azurerm, pg, kubernetes, cos and manta always lock.
+func unlockedBackend(b *Backend) (attr, why string) {
+	isFalse := func(v cty.Value) bool {
+		if v.IsNull() || !v.IsKnown() {
+			return false
+		}
+		switch v.Type() {
+		case cty.Bool:
+			return v.False()
+		case cty.String:
+			return strings.EqualFold(strings.TrimSpace(v.AsString()), "false")
+		}
+		return false
+	}
+	set := func(name string) bool {
+		v, ok := b.Attrs[name]
+		if !ok || v.IsNull() {
+			return false
+		}
+		return !isFalse(v) && !(v.Type() == cty.String && v.IsKnown() && strings.TrimSpace(v.AsString()) == "")
+	}
+	switch b.Type {
+	case "consul":
+		if v, ok := b.Attrs["lock"]; ok && isFalse(v) {
+			return "lock", "lock = false"
+		}
+	case "s3":
+		if !set("dynamodb_table") && !set("use_lockfile") {
+			return "use_lockfile", "neither use_lockfile = true nor dynamodb_table is set"
+		}
+	}
+	return "", ""
 }
 
 // finishAPITLS resolves the tls block: enabled is implicit when any other

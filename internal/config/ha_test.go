@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -110,6 +111,12 @@ func TestHAAndTLSErrors(t *testing.T) {
 		{"two blocks", "high_availability {\n  cluster {\n    name = \"c\"\n  }\n}\nhigh_availability {\n}\n", 6, "high_availability", "only one 'high_availability' block"},
 		{"local backend", "driver \"terraform\" {\n  backend \"local\" {\n    path = \"x\"\n  }\n}\nhigh_availability {\n  cluster {\n    name = \"c\"\n  }\n}\n",
 			2, `backend "local"`, "cannot be used with high_availability"},
+		{"consul backend without locking", "driver \"terraform\" {\n  backend \"consul\" {\n    lock = false\n  }\n}\nhigh_availability {\n  cluster {\n    name = \"c\"\n  }\n}\n",
+			2, `backend "consul".lock`, "accept_unlocked_backend"},
+		{"s3 backend without locking", "driver \"terraform\" {\n  backend \"s3\" {\n    bucket = \"b\"\n    key = \"k\"\n    region = \"r\"\n  }\n}\nhigh_availability {\n  cluster {\n    name = \"c\"\n  }\n}\n",
+			2, `backend "s3".use_lockfile`, "does not lock the Terraform state"},
+		{"unlocked backend not acknowledged", "driver \"terraform\" {\n  backend \"s3\" {\n    bucket = \"b\"\n    use_lockfile = false\n  }\n}\nhigh_availability {\n  cluster {\n    name = \"c\"\n  }\n  accept_unlocked_backend = false\n}\n",
+			2, `backend "s3"`, "only ctsync's own fencing"},
 		{"tls without cert", "tls {\n  key = \"k\"\n}\n", 1, "tls.cert", "is required when TLS is enabled"},
 		{"verify_incoming without ca", "tls {\n  cert = \"c\"\n  key = \"k\"\n  verify_incoming = true\n}\n", 4, "tls.verify_incoming", "needs ca_cert or ca_path"},
 		{"tls unknown key", "tls {\n  cert = \"c\"\n  key = \"k\"\n  verify_outgoing = true\n}\n", 4, "tls.verify_outgoing", "unknown field"},
@@ -132,5 +139,25 @@ func TestHAAndTLSErrors(t *testing.T) {
 			}
 			t.Fatalf("want an error at c.hcl:%d on %q containing %q; got:\n%v", tc.line, tc.field, tc.msg, err)
 		})
+	}
+}
+
+// A backend whose locking is disabled is accepted under high_availability
+// only with accept_unlocked_backend; backends that lock are accepted as is.
+func TestHAUnlockedBackendAcknowledged(t *testing.T) {
+	clearConsulEnv(t)
+	dir := t.TempDir()
+	ha := "high_availability {\n  cluster {\n    name = \"c\"\n  }\n%s\n}\n"
+	for name, src := range map[string]string{
+		"acknowledged": "driver \"terraform\" {\n  backend \"consul\" {\n    lock = false\n  }\n}\n" + fmt.Sprintf(ha, "  accept_unlocked_backend = true"),
+		"s3 lockfile":  "driver \"terraform\" {\n  backend \"s3\" {\n    bucket = \"b\"\n    use_lockfile = true\n  }\n}\n" + fmt.Sprintf(ha, ""),
+		"s3 dynamodb":  "driver \"terraform\" {\n  backend \"s3\" {\n    bucket = \"b\"\n    dynamodb_table = \"locks\"\n  }\n}\n" + fmt.Sprintf(ha, ""),
+		"consul lock":  "driver \"terraform\" {\n  backend \"consul\" {\n    lock = true\n  }\n}\n" + fmt.Sprintf(ha, ""),
+		"gcs":          "driver \"terraform\" {\n  backend \"gcs\" {\n    bucket = \"b\"\n  }\n}\n" + fmt.Sprintf(ha, ""),
+	} {
+		cfg := mustLoad(t, writeFile(t, dir, strings.ReplaceAll(name, " ", "-")+".hcl", src))
+		if want := name == "acknowledged"; cfg.HA.AcceptUnlockedBackend != want {
+			t.Errorf("%s: AcceptUnlockedBackend = %v", name, cfg.HA.AcceptUnlockedBackend)
+		}
 	}
 }
