@@ -17,6 +17,7 @@ import (
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/consul"
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/driver/dev"
 	"github.com/ctsync/ctsync/internal/driver/terraform"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
@@ -41,6 +42,7 @@ type startFlags struct {
 	inspect      bool
 	inspectTasks stringsFlag
 	resetStorage bool
+	clientType   string
 }
 
 func runStart(args []string, stdout, stderr io.Writer) int {
@@ -52,6 +54,7 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.inspect, "inspect", false, "Plan every task and print the plans; apply nothing.")
 	fs.Var(&f.inspectTasks, "inspect-task", "Plan only this task (implies -inspect). Repeatable.")
 	fs.BoolVar(&f.resetStorage, "reset-storage", false, "With high availability: overwrite stored state with this instance's configuration.")
+	fs.StringVar(&f.clientType, "client-type", "", `"development" runs no Terraform and logs what each run would do (as CTS's development client); overrides client_type.`)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: ctsync start -config-file=FILE|-config-dir=DIR [-once|-inspect|-inspect-task=NAME]\n\n")
 		fs.PrintDefaults()
@@ -83,13 +86,27 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 	for _, w := range cfg.Warnings {
 		logger.Warn(w)
 	}
-
-	bin, ver, err := terraform.FindBinary(cfg.Driver.Path)
-	if err != nil {
-		logger.Error("terraform driver", "error", err)
-		return ExitDriver
+	switch strings.ToLower(f.clientType) {
+	case "":
+	case config.ClientTerraform, config.ClientDevelopment:
+		cfg.ClientType = strings.ToLower(f.clientType)
+	default:
+		fmt.Fprintf(stderr, "invalid value %q for -client-type: use %q or %q\n", f.clientType, config.ClientTerraform, config.ClientDevelopment)
+		return ExitFlagParse
 	}
-	logger.Info("using terraform binary", "path", bin, "version", ver.String())
+
+	var bin string
+	if cfg.ClientType == config.ClientDevelopment {
+		logger.Warn("development client: no Terraform runs; each run is logged with its inputs, and nothing is changed")
+	} else {
+		b, ver, err := terraform.FindBinary(cfg.Driver.Path)
+		if err != nil {
+			logger.Error("terraform driver", "error", err)
+			return ExitDriver
+		}
+		bin = b
+		logger.Info("using terraform binary", "path", bin, "version", ver.String())
+	}
 
 	client, err := consul.NewClient(cfg.Consul)
 	if err != nil {
@@ -235,6 +252,9 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		o, err := driverOptions(spec)
 		if err != nil {
 			return nil, err
+		}
+		if cfg.ClientType == config.ClientDevelopment {
+			return dev.New(spec, logger.With("component", "driver")), nil
 		}
 		return terraform.New(o)
 	}

@@ -30,6 +30,7 @@ type rawConfig struct {
 	tls                                 rawTLS        // the API's tls block (ha.go)
 	notifications                       []Notification
 	retry                               rawRetry    // retry.go
+	clientType                          opt[string] // client.go
 	security                            rawSecurity // api_auth, api_tasks, api_http (security.go)
 }
 
@@ -66,7 +67,7 @@ type rawDriver struct {
 
 var topKeys = []key{
 	{name: "log_level"}, {name: "log_format"}, {name: "port"}, {name: "working_dir"},
-	{name: "id"}, {name: "max_parallel_runs"},
+	{name: "id"}, {name: "max_parallel_runs"}, {name: "client_type"}, // client.go
 	{name: "buffer_period", kind: kBlock},
 	{name: "consul", kind: kBlock},
 	{name: "driver", kind: kBlock, labels: 1, label: "name"},
@@ -86,7 +87,6 @@ var topRejects = map[string]string{
 	"syslog":       `"syslog" is not supported yet`,
 	"license":      `"license" ` + enterpriseMsg + ": ctsync needs no license",
 	"license_path": `"license_path" ` + enterpriseMsg + ": ctsync needs no license",
-	"client_type":  `"client_type" is not supported yet`,
 	"provider":     `unknown block "provider": use terraform_provider "<name>" { ... } to configure Terraform providers`,
 }
 
@@ -124,6 +124,7 @@ func (d *decoder) decodeFile(body hcl.Body, r *rawConfig) {
 	}
 	r.workingDir.merge(d.str(c, "working_dir", ""))
 	r.id.merge(d.str(c, "id", ""))
+	d.decodeClientType(c, r)
 	if n := d.integer(c, "max_parallel_runs", ""); n.Set {
 		if n.V < 1 {
 			d.errf(n.Rng, "max_parallel_runs", "must be at least 1")

@@ -218,6 +218,7 @@ func (d *decoder) finish(r *rawConfig) *Config {
 		Ranges:          map[string]hcl.Range{},
 	}
 	cfg.Retry = r.retry.config()
+	cfg.ClientType = nonEmpty(r.clientType.V, ClientTerraform)
 
 	cfg.BufferPeriod = resolveBuffer(r.buffer, task.DefaultBufferPeriod)
 	if r.buffer.max.Set && cfg.BufferPeriod.Enabled && cfg.BufferPeriod.Max < cfg.BufferPeriod.Min {

@@ -23,7 +23,9 @@ type Config struct {
 	// (ctsync extension; default 4).
 	MaxParallelRuns int
 	// Retry is the retry policy of failed runs (retry.go).
-	Retry        Retry
+	Retry Retry
+	// ClientType is "terraform" (default) or "development" (client.go).
+	ClientType   string
 	BufferPeriod task.BufferPeriod
 	// TLS secures ctsync's own API (the top-level tls block).
 	TLS APITLS

@@ -1,0 +1,75 @@
+// Package dev is the development driver, selected with client_type =
+// "development" or `start -client-type=development` (CTS's development
+// client): it runs no Terraform and changes nothing, and logs, for each
+// run, what the Terraform driver would have done and with which inputs.
+// Everything above the driver (conditions, buffer periods, the desired
+// state, the API, events) works as usual, so a configuration can be tried
+// against a real Consul without touching any infrastructure.
+package dev
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// Driver is the development driver of one task. It implements driver.Driver.
+type Driver struct {
+	spec task.Spec
+	log  *slog.Logger
+}
+
+var _ driver.Driver = (*Driver)(nil)
+
+// New returns the development driver of a task, logging to log.
+func New(spec task.Spec, log *slog.Logger) *Driver {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Driver{spec: spec, log: log.With("task", spec.Name, "client_type", "development")}
+}
+
+// Init logs what `terraform init` would prepare.
+func (d *Driver) Init(context.Context) error {
+	d.log.Info("development client: would write the root module and run terraform init",
+		"module", d.spec.Module, "version", d.spec.Version, "providers", d.spec.Providers)
+	return nil
+}
+
+// Plan logs the inputs a plan would receive; it reports no changes.
+func (d *Driver) Plan(_ context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	return d.would("plan", run, in), nil
+}
+
+// Apply logs the inputs an apply would receive; it changes nothing.
+func (d *Driver) Apply(_ context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	return d.would("apply", run, in), nil
+}
+
+// Destroy logs that the task's resources would be destroyed.
+func (d *Driver) Destroy(_ context.Context, run driver.Run) (driver.Result, error) {
+	d.log.Info("development client: would run terraform destroy", "run_id", run.ID)
+	return driver.Result{Output: "development client: nothing destroyed"}, nil
+}
+
+func (d *Driver) would(op string, run driver.Run, in *task.Inputs) driver.Result {
+	start := time.Now()
+	ids := slices.Sorted(maps.Keys(in.Services))
+	attrs := []any{"run_id", run.ID, "services", ids,
+		"catalog_services", slices.Sorted(maps.Keys(in.CatalogServices)),
+		"consul_kv_keys", slices.Sorted(maps.Keys(in.ConsulKV)),
+		"variables", slices.Sorted(maps.Keys(d.spec.Variables))}
+	d.log.Info("development client: would run terraform "+op, attrs...)
+	if d.log.Enabled(context.Background(), slog.LevelDebug) {
+		if b, err := json.Marshal(in); err == nil {
+			d.log.Debug("development client: inputs", "run_id", run.ID, "inputs", string(b))
+		}
+	}
+	return driver.Result{Output: "development client: terraform " + op + " not run", Duration: time.Since(start)}
+}
