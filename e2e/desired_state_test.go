@@ -310,3 +310,35 @@ func apiBody(t *testing.T, port int, path string) string {
 	_, _, b := haGet(port, path)
 	return string(b)
 }
+
+// A local module directory that vanishes while the daemon runs: the next
+// run of its task is an error event naming the directory, the task stays
+// dirty, and the other tasks carry on; putting the module back converges.
+func TestVanishedModuleDirectory(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	work, out, otherOut := t.TempDir(), t.TempDir(), t.TempDir()
+	mod := copyDir(t, module("services_file"), filepath.Join(work, "modules", "lb"))
+	port := testutil.FreePort(t)
+	lb := fmt.Sprintf("task {\n  name = \"lb\"\n  module = %q\n  variables = { dir = %q }\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}", mod, out)
+	cfg := writeFile(t, work, "config.hcl", faultConfig(t, c.Addr, filepath.Join(work, "sync-tasks"), port, "", lb,
+		servicesTask(t, "other", "services_file", otherOut, `"web"`)))
+	must(t, c.Client.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "web-1", Name: "web", Port: 80}))
+	startCtsync(t, work, "start", "-config-file", cfg)
+	waitServices(t, out, "web-1")
+	waitServices(t, otherOut, "web-1")
+
+	hidden := filepath.Join(work, "modules", "lb-away")
+	must(t, os.Rename(mod, hidden))
+	must(t, c.Client.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "web-2", Name: "web", Port: 80}))
+	msg := waitFailedEvent(t, port, "lb", 60*time.Second, "desired state")
+	if !strings.Contains(msg, mod) {
+		t.Fatalf("the error does not name the module directory %s: %s", mod, msg)
+	}
+	waitServices(t, otherOut, "web-1,web-2") // nothing else stops
+	if body := apiBody(t, port, "/v1/status/tasks/lb"); !strings.Contains(body, `"dirty":true`) {
+		t.Fatalf("status of lb: %s", body)
+	}
+	must(t, os.Rename(hidden, mod))
+	waitServices(t, out, "web-1,web-2") // the retry converges
+}

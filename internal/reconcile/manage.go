@@ -376,7 +376,11 @@ func (c *Controller) remove(name string) {
 	}
 	delete(c.tasks, name)
 	c.mu.Unlock()
-	_ = c.opts.Store.DeleteTask(name)
+	if err := c.opts.Store.DeleteTask(name); err != nil {
+		// The task is gone here; what the store keeps of it (events, run
+		// state) is orphaned until a task of that name is recorded again.
+		c.log.Warn("the deleted task's events and run state could not be removed from the store", "task", name, "error", err)
+	}
 }
 
 // Events returns a task's run history, newest first.
