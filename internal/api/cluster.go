@@ -46,12 +46,24 @@ type ClusterResponse struct {
 // id) on the error a follower returns, so that a client can retry there.
 const LeaderHeader = "X-Ctsync-Leader"
 
+// StaleHeader is set on a follower's answer to a ?stale read: it comes from
+// the follower's copy of the cluster's state, which may lag the leader's by
+// a few seconds.
+const StaleHeader = "X-Ctsync-Stale"
+
+// staleRead reports whether r is a GET or HEAD with the stale query
+// parameter, which followers answer themselves.
+func staleRead(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) && r.URL.Query().Has("stale")
+}
+
 // clusterStatusTimeout bounds the Consul query behind /v1/status/cluster.
 const clusterStatusTimeout = 10 * time.Second
 
 // clusterGate answers, on a follower, every /v1/status* and /v1/tasks*
-// request except /v1/status/cluster with 400 and the CTS message naming the
-// leader. It is not an HTTP redirect: CTS clients expect this error.
+// request except /v1/status/cluster and ?stale reads with 400 and the CTS
+// message naming the leader. It is not an HTTP redirect: CTS clients expect
+// this error.
 func (s *Server) clusterGate(next http.Handler) http.Handler {
 	if s.opts.Cluster == nil {
 		return next
@@ -64,6 +76,14 @@ func (s *Server) clusterGate(next http.Handler) http.Handler {
 			return
 		}
 		id, addr := s.opts.Cluster.Leader()
+		if staleRead(r) {
+			// ?stale (ctsync extension, as Consul's): a read answered
+			// from this follower's copy of the cluster's state, which it
+			// refreshes from Consul KV (the dashboard asks this way).
+			w.Header().Set(StaleHeader, "true")
+			next.ServeHTTP(w, r)
+			return
+		}
 		msg := "redirect requests to leader"
 		switch {
 		case id != "" && addr != "":

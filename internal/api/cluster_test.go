@@ -113,6 +113,20 @@ func TestFollowerRefusesTaskAndStatusEndpoints(t *testing.T) {
 		t.Fatalf("message = %q, header %q", got, r.header.Get(LeaderHeader))
 	}
 
+	// ?stale reads are answered by the follower itself and say so; writes
+	// with ?stale are still refused.
+	fc.set(false, "cts-01", "10.0.0.1:8558")
+	for _, path := range []string{"/v1/status?stale", "/v1/status/tasks?include=events&stale", "/v1/tasks?stale", "/v1/tasks/web-task?stale", "/v1/tasks/web-task/events?stale"} {
+		r = h.do("GET", path, "")
+		if r.status != 200 || r.header.Get(StaleHeader) != "true" {
+			t.Errorf("GET %s on a follower: %d %s %v", path, r.status, r.body, r.header)
+		}
+	}
+	r = h.do("PATCH", "/v1/tasks/web-task?stale", `{"enabled":false}`).expect(t, 400)
+	if !strings.HasPrefix(r.errMsg(t), "redirect requests to leader") {
+		t.Fatalf("PATCH ?stale on a follower: %s", r.body)
+	}
+
 	// The cluster status is served on every member, as the spec says.
 	var cr ClusterResponse
 	h.do("GET", "/v1/status/cluster", "").expect(t, 200).json(t, &cr)

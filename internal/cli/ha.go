@@ -32,8 +32,12 @@ type haWiring struct {
 	el         *ha.Elector
 	configured map[string]bool // names of the configured tasks
 
-	prepMu       sync.Mutex // serialises preparations of successive terms
+	prepMu       sync.Mutex // serialises preparations of successive terms and follower refreshes
 	resetStorage bool       // -reset-storage: on every term
+
+	synced     chan struct{} // closed after the first follower refresh (or term)
+	syncedOnce sync.Once
+	syncErr    string // the last error of applying stored task changes as a follower (logged once)
 }
 
 // setupHA prepares high availability when it is configured: the state
@@ -46,7 +50,7 @@ func (a *app) setupHA(factory reconcile.DriverFactory) (reconcile.DriverFactory,
 	if h == nil {
 		return factory, nil
 	}
-	w := &haWiring{cfg: h, log: a.log.With("component", "ha"), configured: map[string]bool{}}
+	w := &haWiring{cfg: h, log: a.log.With("component", "ha"), configured: map[string]bool{}, synced: make(chan struct{})}
 	for _, s := range a.cfg.Tasks {
 		w.configured[s.Name] = true
 	}
@@ -152,6 +156,39 @@ func (a *app) haElected(ctx context.Context) error {
 	if w.cfg.RerunAllOnFailover {
 		w.kv.ForgetApplied()
 	}
+	w.syncedOnce.Do(func() { close(w.synced) })
+	return nil
+}
+
+// haFollowerRefresh brings a follower's copy of the cluster's state up to
+// date (ha.FollowState calls it when the stored state changes): the run
+// history, run states and task changes made through the API are read from
+// Consul KV and the task changes applied to its (inactive) controller, so
+// that its API (?stale reads), dashboard and compatibility checks show the
+// cluster's tasks and history. It does nothing while this instance holds
+// the lock: the leader's copy is the one it writes, and haElected, which
+// takes the same mutex, always reloads after a refresh that raced with an
+// election.
+func (a *app) haFollowerRefresh(ctx context.Context) error {
+	w := a.ha
+	w.prepMu.Lock()
+	defer w.prepMu.Unlock()
+	if _, _, held := w.el.LockSession(); held {
+		return nil
+	}
+	if err := w.kv.Load(ctx); err != nil {
+		return err
+	}
+	recs := ha.FilterStored(w.kv.TaskRecords(), w.configured, a.checkStoredTask, w.log)
+	err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.log)
+	switch {
+	case err != nil && err.Error() != w.syncErr:
+		w.log.Error("ha: follower: some task changes made through the api cannot be applied here", "error", err)
+		w.syncErr = err.Error()
+	case err == nil:
+		w.syncErr = ""
+	}
+	w.syncedOnce.Do(func() { close(w.synced) })
 	return nil
 }
 
@@ -168,9 +205,25 @@ func (a *app) runHA(ctx context.Context) (stop func()) {
 		_ = w.el.Run(ctx)
 	}()
 	cctx, cancel := context.WithCancel(context.Background())
+	followDone := make(chan struct{})
+	go func() {
+		defer close(followDone)
+		ha.FollowState(cctx, ha.FollowOptions{
+			Client: a.client.Client, Prefix: w.kv.Prefix(), Namespace: w.cfg.Namespace,
+			Refresh: a.haFollowerRefresh, Logger: w.log,
+		})
+	}()
 	compatDone := make(chan struct{})
 	go func() {
 		defer close(compatDone)
+		// The first check covers the tasks created through the API: wait
+		// (a little) for the first read of the stored state.
+		select {
+		case <-w.synced:
+		case <-time.After(30 * time.Second):
+		case <-cctx.Done():
+			return
+		}
 		self := ha.Instance{ID: a.cfg.ID}
 		if b, err := terraform.DetectBinary(a.cfg.Driver.Path); err == nil {
 			self.TerraformVersion, self.OpenTofu = b.Version.String(), b.OpenTofu
@@ -179,9 +232,19 @@ func (a *app) runHA(ctx context.Context) (stop func()) {
 			Client: a.client.Client, Prefix: w.cfg.Prefix(), Namespace: w.cfg.Namespace, Self: self,
 			Leader: w.el.Leader,
 			Modules: func() []ha.Module {
+				// The controller's tasks, and the tasks created through
+				// the API that are stored in Consul KV (also those this
+				// instance could not add, e.g. for a missing module).
 				var out []ha.Module
+				seen := map[string]bool{}
 				for _, st := range a.ctrl.Tasks() {
+					seen[st.Spec.Name] = true
 					out = append(out, ha.Module{Task: st.Spec.Name, Source: st.Spec.Module})
+				}
+				for name, rec := range w.kv.TaskRecords() {
+					if rec.Spec != nil && !seen[name] && !w.configured[name] {
+						out = append(out, ha.Module{Task: name, Source: rec.Spec.Module})
+					}
 				}
 				return out
 			},
@@ -193,6 +256,7 @@ func (a *app) runHA(ctx context.Context) (stop func()) {
 		w.el.Resign()
 		<-done
 		cancel()
+		<-followDone
 		<-compatDone
 	}
 }

@@ -54,6 +54,9 @@ class APIError extends Error {
 }
 
 async function api(method, path, body) {
+  // Reads carry ?stale: a follower answers them from its copy of the
+  // cluster's state (the leader ignores it); writes go to the leader.
+  if (method === 'GET') path += (path.includes('?') ? '&' : '?') + 'stale';
   return request(method, API + path, body);
 }
 
