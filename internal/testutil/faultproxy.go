@@ -1,7 +1,6 @@
 package testutil
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -18,18 +17,22 @@ type FaultProxy struct {
 	target string
 	ln     net.Listener
 
-	mu     sync.Mutex
-	mode   int                   // linkUp, linkBlackhole or linkRefuse
-	conns  map[net.Conn]struct{} // both ends of every forwarded connection
-	held   []net.Conn            // accepted while blackholed
-	closed bool
-	wg     sync.WaitGroup
+	mu    sync.Mutex
+	mode  int                   // linkUp, linkBlackhole, linkRefuse or linkDrop
+	conns map[net.Conn]struct{} // both ends of every forwarded connection
+	// dropped are the forwarded connections that lost bytes (Drop): their
+	// streams are broken, so Restore closes them.
+	dropped map[net.Conn]struct{}
+	held    []net.Conn // accepted while blackholed
+	closed  bool
+	wg      sync.WaitGroup
 }
 
 const (
 	linkUp = iota
 	linkBlackhole
 	linkRefuse
+	linkDrop
 )
 
 // StartFaultProxy listens on 127.0.0.1:0 and forwards every connection to
@@ -40,7 +43,7 @@ func StartFaultProxy(t testing.TB, target string) *FaultProxy {
 	if err != nil {
 		t.Fatalf("fault proxy: %v", err)
 	}
-	p := &FaultProxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &FaultProxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, dropped: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -64,7 +67,7 @@ func (p *FaultProxy) accept() {
 			p.mu.Unlock()
 			c.Close()
 			continue
-		case p.mode == linkBlackhole:
+		case p.mode == linkBlackhole || p.mode == linkDrop:
 			// Accepted and never answered: the client waits for its own
 			// timeout, as with packets lost in a partition.
 			p.held = append(p.held, c)
@@ -95,7 +98,26 @@ func (p *FaultProxy) forward(c net.Conn) {
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				p.mu.Lock()
+				drop := p.mode == linkDrop
+				if drop {
+					p.dropped[c] = struct{}{}
+				}
+				p.mu.Unlock()
+				if !drop {
+					if _, werr := dst.Write(buf[:n]); werr != nil {
+						break
+					}
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
 		// Half-close would keep a blocking query alive; close both ends.
 		dst.Close()
 		src.Close()
@@ -108,7 +130,18 @@ func (p *FaultProxy) forward(c net.Conn) {
 	p.mu.Lock()
 	delete(p.conns, c)
 	delete(p.conns, up)
+	delete(p.dropped, c)
 	p.mu.Unlock()
+}
+
+// Drop partitions the link the way a lost route does: open connections stay
+// open but every byte on them, both ways, is dropped; new connections are
+// accepted and never answered. Clients only notice through their own
+// timeouts. Restore heals it.
+func (p *FaultProxy) Drop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mode = linkDrop
 }
 
 // Cut partitions the link: every open connection is dropped and new
@@ -139,6 +172,10 @@ func (p *FaultProxy) Restore() {
 		c.Close()
 	}
 	p.held = nil
+	for c := range p.dropped {
+		c.Close()
+	}
+	clear(p.dropped)
 }
 
 // IsCut reports whether the link is cut.

@@ -101,3 +101,44 @@ func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
 }
+
+// Drop keeps open connections open but loses their bytes; Restore closes
+// them (their streams are broken) and forwards again.
+func TestFaultProxyDrop(t *testing.T) {
+	p := StartFaultProxy(t, echoServer(t))
+	c1, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	if err := roundTrip(c1, time.Second); err != nil {
+		t.Fatalf("through the proxy: %v", err)
+	}
+	p.Drop()
+	if !p.IsCut() {
+		t.Fatal("IsCut after Drop")
+	}
+	if err := roundTrip(c1, 200*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("an open connection while dropping: want a timeout, got %v", err)
+	}
+	c2, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if err := roundTrip(c2, 200*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("a new connection while dropping: want a timeout, got %v", err)
+	}
+	p.Restore()
+	if err := roundTrip(c1, time.Second); err == nil || isTimeout(err) {
+		t.Fatalf("a connection that lost bytes after Restore: want it closed, got %v", err)
+	}
+	c3, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if err := roundTrip(c3, time.Second); err != nil {
+		t.Fatalf("after Restore: %v", err)
+	}
+}
