@@ -11,6 +11,7 @@ require (
 	github.com/hashicorp/consul/api v1.34.1
 	github.com/hashicorp/cronexpr v1.1.3
 	github.com/hashicorp/go-version v1.9.0
+	github.com/hashicorp/hcl v1.0.0
 	github.com/hashicorp/hcl/v2 v2.25.0
 	github.com/hashicorp/terraform-exec v0.26.0
 	github.com/hashicorp/terraform-json v0.29.0

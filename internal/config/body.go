@@ -225,6 +225,11 @@ func (d *decoder) content(body hcl.Body, path string, keys []key, rejects map[st
 		return c
 	}
 
+	if hb, ok := body.(*h1Body); ok {
+		d.contentHCL1(hb, c, path, known, keys, rejects)
+		return c
+	}
+
 	schema := &hcl.BodySchema{}
 	for _, k := range keys {
 		if k.kind == kBlock {

@@ -412,21 +412,7 @@ func (d *decoder) provider(b *hcl.Block) Provider {
 		d.errf(labelRange(b, 0), path, "the provider name cannot be empty")
 	}
 
-	var attrList []*hcl.Attribute
-	var blocks []*hclsyntax.Block
-	if hsb, ok := b.Body.(*hclsyntax.Body); ok {
-		for _, a := range hsb.Attributes {
-			attrList = append(attrList, a.AsHCLAttribute())
-		}
-		blocks = hsb.Blocks
-	} else {
-		as, diags := b.Body.JustAttributes()
-		d.addDiags(diags, path)
-		for _, a := range as {
-			attrList = append(attrList, a)
-		}
-	}
-	sortRanges(attrList, func(a *hcl.Attribute) hcl.Range { return a.Range })
+	attrList, blocks := d.rawItems(b.Body, path)
 
 	usesKey := false
 	p.Args.Attrs = map[string]cty.Value{}
@@ -453,7 +439,7 @@ func (d *decoder) provider(b *hcl.Block) Provider {
 				d.errf(blk.TypeRange, join(path, "task_env"), "this block takes no labels")
 				continue
 			}
-			usesKey = d.taskEnv(&content{blocks: map[string][]*hcl.Block{"task_env": {blk.AsHCLBlock()}}}, path, &p) || usesKey
+			usesKey = d.taskEnv(&content{blocks: map[string][]*hcl.Block{"task_env": {blk}}}, path, &p) || usesKey
 		case "alias":
 			d.errf(blk.TypeRange, join(path, "alias"), "must be an argument (alias = \"...\"), not a block")
 		default:
@@ -532,7 +518,7 @@ func (d *decoder) providerValue(expr hcl.Expression, path, name string, body *Pr
 	return usesKey
 }
 
-func (d *decoder) providerBlock(b *hclsyntax.Block, parent string) (ProviderBlock, bool) {
+func (d *decoder) providerBlock(b *hcl.Block, parent string) (ProviderBlock, bool) {
 	path := join(parent, b.Type)
 	for _, l := range b.Labels {
 		path += " " + strconv.Quote(l)
@@ -541,21 +527,44 @@ func (d *decoder) providerBlock(b *hclsyntax.Block, parent string) (ProviderBloc
 	if len(b.Labels) > 0 {
 		pb.Labels = append([]string(nil), b.Labels...)
 	}
-	list := make([]*hclsyntax.Attribute, 0, len(b.Body.Attributes))
-	for _, a := range b.Body.Attributes {
-		list = append(list, a)
-	}
-	sortRanges(list, func(a *hclsyntax.Attribute) hcl.Range { return a.SrcRange })
+	attrList, blocks := d.rawItems(b.Body, path)
 	usesKey := false
-	for _, a := range list {
+	for _, a := range attrList {
 		usesKey = d.providerValue(a.Expr, path, a.Name, &pb.Body) || usesKey
 	}
-	for _, nb := range b.Body.Blocks {
+	for _, nb := range blocks {
 		nested, k := d.providerBlock(nb, path)
 		pb.Body.Blocks = append(pb.Body.Blocks, nested)
 		usesKey = k || usesKey
 	}
 	return pb, usesKey
+}
+
+// rawItems lists a body's arguments (in source order) and nested blocks
+// without a schema, for provider arguments. JSON bodies have arguments
+// only.
+func (d *decoder) rawItems(body hcl.Body, path string) ([]*hcl.Attribute, []*hcl.Block) {
+	var attrs []*hcl.Attribute
+	var blocks []*hcl.Block
+	switch b := body.(type) {
+	case *hclsyntax.Body:
+		for _, a := range b.Attributes {
+			attrs = append(attrs, a.AsHCLAttribute())
+		}
+		for _, blk := range b.Blocks {
+			blocks = append(blocks, blk.AsHCLBlock())
+		}
+	case *h1Body:
+		return b.rawItems()
+	default:
+		as, diags := body.JustAttributes()
+		d.addDiags(diags, path)
+		for _, a := range as {
+			attrs = append(attrs, a)
+		}
+	}
+	sortRanges(attrs, func(a *hcl.Attribute) hcl.Range { return a.Range })
+	return attrs, blocks
 }
 
 // checkProviders reports two providers with the same name and alias.

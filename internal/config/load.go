@@ -188,14 +188,22 @@ func pathErr(err error) string {
 	return err.Error()
 }
 
-// parse parses one file as JSON (by a .json extension) or native HCL. It
-// returns nil when the file has syntax errors, which are recorded.
+// parse parses one file as JSON (by a .json extension) or HCL. It returns
+// nil when the file has syntax errors, which are recorded.
+//
+// An HCL file is read as CTS reads it, with HCL 1 (see hcl1.go), so that
+// every file CTS loads means the same here. A file that HCL 1 refuses is
+// read with HCL 2's native syntax, whose messages say best what is wrong.
 func (d *decoder) parse(p *hclparse.Parser, name string, src []byte) hcl.Body {
 	var f *hcl.File
 	var diags hcl.Diagnostics
 	if strings.EqualFold(filepath.Ext(name), ".json") {
 		f, diags = p.ParseJSON(src, name)
 	} else {
+		if body := parseHCL1(name, src); body != nil {
+			d.src[name] = src
+			return body
+		}
 		f, diags = p.ParseHCL(src, name)
 	}
 	d.addDiags(diags, "")

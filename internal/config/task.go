@@ -249,16 +249,17 @@ func (d *decoder) inlineVariables(c *content, p string, vars map[string]string, 
 	t.ranges["variables"] = rng
 	for _, e := range entries {
 		f := join(p, "variables."+e.key)
-		v, diags := e.expr.Value(nil)
+		expr := asHCL2(e.expr) // values are HCL expression text
+		v, diags := expr.Value(nil)
 		if diags.HasErrors() {
-			d.errf(e.expr.Range(), f, "must be a literal value (no variables or function calls)")
+			d.errf(expr.Range(), f, "must be a literal value (no variables or function calls)")
 			continue
 		}
-		if !d.checkNoTemplate(v, e.expr.Range(), f) {
+		if !d.checkNoTemplate(v, expr.Range(), f) {
 			continue
 		}
-		vars[e.key] = d.exprText(e.expr, v)
-		t.ranges["variables."+e.key] = e.expr.Range()
+		vars[e.key] = d.exprText(expr, v)
+		t.ranges["variables."+e.key] = expr.Range()
 	}
 }
 
