@@ -692,3 +692,25 @@ func TestHandleMountsExtraRoutes(t *testing.T) {
 		t.Errorf("status %d headers %v", resp.StatusCode, resp.Header)
 	}
 }
+
+// /v1/health tells the truth: 503 with the reason when the daemon does not
+// work (a stuck controller, a dead watch), CTS's {} otherwise.
+func TestHealthReportsLiveness(t *testing.T) {
+	var mu sync.Mutex
+	var verdict error
+	h := newHarness(t, nil, func(o *Options) {
+		o.Health = func() error { mu.Lock(); defer mu.Unlock(); return verdict }
+	})
+	h.do("GET", "/v1/health", "").expect(t, 200)
+	mu.Lock()
+	verdict = errors.New("watch health/service/web has failed for 2m0s: connection refused")
+	mu.Unlock()
+	r := h.do("GET", "/v1/health", "").expect(t, 503)
+	if !strings.Contains(string(r.body), `"message":"unhealthy: watch health/service/web has failed`) {
+		t.Fatalf("body %s", r.body)
+	}
+	// The real controller of the harness is live.
+	if err := h.ctrl.Live(); err != nil {
+		t.Fatalf("controller: %v", err)
+	}
+}

@@ -83,7 +83,16 @@ func (s *Server) lookupAny(name string) (reconcile.TaskState, error) {
 // progress has not finished yet.
 const StatusDeleting = "deleting"
 
+// getHealth serves GET /v1/health: 200 with CTS's empty object while the
+// daemon works (a follower included), 503 with the reason otherwise (the
+// controller is not running or stuck, a watch has failed for minutes).
 func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Health != nil {
+		if err := s.opts.Health(); err != nil {
+			writeError(w, r, http.StatusServiceUnavailable, "unhealthy: "+err.Error())
+			return
+		}
+	}
 	writeJSON(w, http.StatusOK, struct{}{})
 }
 

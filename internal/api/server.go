@@ -72,6 +72,10 @@ type Options struct {
 	// Cluster, set with high availability, makes a follower refuse the
 	// task and status endpoints and serves /v1/status/cluster (cluster.go).
 	Cluster Cluster
+	// Health, when set, is GET /v1/health's verdict: nil is healthy (200
+	// and CTS's empty object), an error is 503 with the reason. It is the
+	// check Consul runs on ctsync's own registration.
+	Health func() error
 	// Redact, when set, hides secrets in what the API serves: run logs and
 	// the log tails and error messages of events (see runlog.go).
 	Redact func(string) string

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -32,6 +33,7 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 		BufferPeriod: a.cfg.BufferPeriod,
 		Redact:       a.obs.redactor.Redact,
 		Validate:     a.validateAPITask,
+		Health:       func() error { return errors.Join(a.ctrl.Live(), a.registry.Live()) },
 		// Access control (internal/api/security.go, docs/security.md).
 		Tokens:         a.cfg.APIAuth.Tokens,
 		Tasks:          a.cfg.APITasks,

@@ -125,6 +125,35 @@ type Controller struct {
 	// idle is closed (and replaced) each time a task stops running: a
 	// waiter (Delete) looks again. Guarded by mu.
 	idle chan struct{}
+
+	// Liveness (Live), guarded by mu: whether Run is running, and since
+	// when the note backlog and the run queue have waited without the note
+	// loop or a worker taking anything off them (zero: empty, or progress).
+	running    bool
+	notesSince time.Time
+	queueSince time.Time
+}
+
+// WedgedAfter is how long notifications or queued runs may wait with no
+// progress at all before Live reports the controller as stuck.
+const WedgedAfter = time.Minute
+
+// Live reports whether the controller works: Run is running, the note loop
+// takes notifications, and (when this instance leads) a worker takes queued
+// tasks while a run slot is free. A follower is live.
+func (c *Controller) Live() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.opts.Clock.Now()
+	switch {
+	case !c.running:
+		return errors.New("the controller is not running")
+	case !c.notesSince.IsZero() && now.Sub(c.notesSince) >= WedgedAfter:
+		return fmt.Errorf("the controller is stuck: %d notifications have waited %s", len(c.notes), now.Sub(c.notesSince).Round(time.Second))
+	case !c.standby && !c.queueSince.IsZero() && len(c.slots) < cap(c.slots) && now.Sub(c.queueSince) >= WedgedAfter:
+		return fmt.Errorf("the controller is stuck: %d tasks have waited %s to run with run slots free", len(c.queue), now.Sub(c.queueSince).Round(time.Second))
+	}
+	return nil
 }
 
 // idleLocked wakes whoever waits for a task to stop running. c.mu is held.
@@ -218,6 +247,9 @@ func (c *Controller) Notify(subscriber, key string) {
 	if _, waiting := c.noted[n]; !waiting {
 		c.noted[n] = struct{}{}
 		c.notes = append(c.notes, n)
+		if c.notesSince.IsZero() {
+			c.notesSince = c.opts.Clock.Now()
+		}
 	}
 	c.mu.Unlock()
 	signal(c.noteKick)
@@ -281,6 +313,10 @@ func (c *Controller) noteLoop(ctx context.Context) {
 			n := c.notes[0]
 			c.notes = c.notes[1:]
 			delete(c.noted, n)
+			c.notesSince = time.Time{}
+			if len(c.notes) > 0 {
+				c.notesSince = c.opts.Clock.Now() // progress
+			}
 			e, throwaway := c.tasks[n.task], false
 			if e == nil {
 				e, throwaway = c.inspecting[n.task], true
@@ -446,10 +482,22 @@ func (c *Controller) enqueueLocked(e *entry) {
 	}
 	e.queued = true
 	c.queue = append(c.queue, e.spec.Name)
+	if c.queueSince.IsZero() {
+		c.queueSince = c.opts.Clock.Now()
+	}
 	if c.opts.Metrics != nil {
 		c.opts.Metrics.QueueDepth(len(c.queue))
 	}
 	signal(c.kick)
+}
+
+// unqueueLocked takes a task off the run queue (it was disabled or is being
+// deleted). c.mu is held.
+func (c *Controller) unqueueLocked(name string) {
+	c.queue = slices.DeleteFunc(c.queue, func(n string) bool { return n == name })
+	if len(c.queue) == 0 {
+		c.queueSince = time.Time{}
+	}
 }
 
 // Run is the daemon: it subscribes every task, runs each enabled task once
@@ -460,6 +508,7 @@ func (c *Controller) enqueueLocked(e *entry) {
 func (c *Controller) Run(ctx, runCtx context.Context) error {
 	c.mu.Lock()
 	c.started = true
+	c.running = true
 	c.runCtx = runCtx
 	var names []string
 	for name, e := range c.tasks {
@@ -490,6 +539,7 @@ func (c *Controller) Run(ctx, runCtx context.Context) error {
 	<-ctx.Done()
 	c.mu.Lock()
 	c.closing = true
+	c.running = false
 	c.mu.Unlock()
 	wg.Wait()
 	c.apiRuns.Wait() // a graceful hand-over waits for these too
@@ -582,6 +632,10 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 		}
 		name := c.queue[0]
 		c.queue = c.queue[1:]
+		c.queueSince = time.Time{}
+		if len(c.queue) > 0 {
+			c.queueSince = c.opts.Clock.Now() // progress
+		}
 		if len(c.queue) > 0 {
 			signal(c.kick) // more work: wake another worker
 		}

@@ -213,7 +213,7 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	signal(c.driftKick) // drift checks follow the flag
 	if !enabled {
 		if e.queued { // standby only (above)
-			c.queue = slices.DeleteFunc(c.queue, func(n string) bool { return n == name })
+			c.unqueueLocked(name)
 			e.queued = false
 		}
 		if e.timer != nil {
@@ -312,7 +312,7 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 		if !e.running {
 			e.running = true
 			if e.queued {
-				c.queue = slices.DeleteFunc(c.queue, func(n string) bool { return n == name })
+				c.unqueueLocked(name)
 				e.queued = false
 			}
 			c.mu.Unlock()

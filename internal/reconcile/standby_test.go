@@ -3,9 +3,11 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -52,5 +54,38 @@ func TestStandbyScheduleDoesNotSpin(t *testing.T) {
 	}
 	if h.rec.count("cron") != 0 {
 		t.Fatal("a follower ran a schedule task")
+	}
+}
+
+// Live: not before Run; a queued task that no worker takes while run slots
+// are free makes the controller not live after WedgedAfter (fake clock); a
+// follower with queued tasks is live.
+func TestLiveness(t *testing.T) {
+	clk := reconciletest.NewClock()
+	c := New(Options{Watcher: newFakeWatcher(), Clock: clk}, []task.Spec{servicesTask("a", "web")})
+	if c.Live() == nil {
+		t.Fatal("live before Run")
+	}
+	// Running, but with no workers: what a wedged worker pool looks like.
+	c.mu.Lock()
+	c.running, c.started = true, true
+	c.enqueueLocked(c.tasks["a"])
+	c.mu.Unlock()
+	if err := c.Live(); err != nil {
+		t.Fatalf("live at once: %v", err)
+	}
+	clk.Advance(WedgedAfter)
+	if err := c.Live(); err == nil || !strings.Contains(err.Error(), "stuck") {
+		t.Fatalf("Live after %s with a task queued and no worker: %v", WedgedAfter, err)
+	}
+	c.SetActive(false) // a follower queues and runs nothing: fine
+	if err := c.Live(); err != nil {
+		t.Fatalf("follower: %v", err)
+	}
+	// Notifications that the note loop never takes.
+	c.Notify("a", healthKey("web"))
+	clk.Advance(WedgedAfter)
+	if err := c.Live(); err == nil || !strings.Contains(err.Error(), "notifications") {
+		t.Fatalf("Live with a stuck note loop: %v", err)
 	}
 }

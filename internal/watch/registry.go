@@ -36,6 +36,7 @@ type Registry struct {
 
 	// Retry timing of views after a Consul error; tests shorten it.
 	backoffBase, backoffCap time.Duration
+	deadAfter               time.Duration // see Live; tests shorten it
 
 	mu      sync.Mutex
 	views   map[string]*view
@@ -77,6 +78,10 @@ type view struct {
 	// refused is Consul's answer when it refuses the query for good (see
 	// Refused); nil after any successful read.
 	refused error
+	// failingSince is when the view's reads started failing (zero while
+	// they succeed), lastErr the latest failure: see Live.
+	failingSince time.Time
+	lastErr      error
 }
 
 // Digest identifies a view's value: equal values have equal digests. It is
@@ -164,6 +169,7 @@ func NewRegistry(client *consul.Client, logger *slog.Logger, notify func(subscri
 		notify:      notify,
 		backoffBase: consul.DefaultBackoffBase,
 		backoffCap:  consul.DefaultBackoffCap,
+		deadAfter:   DeadWatchAfter,
 		views:       map[string]*view{},
 		subs:        map[string]map[string]struct{}{},
 	}
@@ -308,6 +314,37 @@ func (r *Registry) Get(key string) (value any, index uint64, ok bool) {
 	return v.value, v.index, v.ready
 }
 
+// DeadWatchAfter is how long a view's reads may fail in a row before Live
+// reports the watch as dead.
+const DeadWatchAfter = 2 * time.Minute
+
+// Live reports whether the registry is watching: it runs, and no view's
+// reads have failed for DeadWatchAfter or longer (Consul unreachable, or
+// refusing a query). The error names the first such view and its error.
+func (r *Registry) Live() error {
+	r.mu.Lock()
+	running := r.runCtx != nil && !r.stopped
+	views := make([]*view, 0, len(r.views))
+	for _, v := range r.views {
+		views = append(views, v)
+	}
+	r.mu.Unlock()
+	if !running {
+		return errors.New("the watch registry is not running")
+	}
+	slices.SortFunc(views, func(a, b *view) int { return strings.Compare(a.key, b.key) })
+	now := time.Now()
+	for _, v := range views {
+		v.mu.RLock()
+		since, err := v.failingSince, v.lastErr
+		v.mu.RUnlock()
+		if !since.IsZero() && now.Sub(since) >= r.deadAfter {
+			return fmt.Errorf("watch %s has failed for %s: %v", v.key, now.Sub(since).Round(time.Second), err)
+		}
+	}
+	return nil
+}
+
 // RefusedError returns Consul's answer when the latest read of the view for
 // key was refused for good (see Refused), else nil. The view keeps
 // retrying: a daemon converges once the cause is fixed.
@@ -404,14 +441,19 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 		if err != nil {
 			r.fetchErrors.Add(1)
 			failures++
+			v.mu.Lock()
+			if v.failingSince.IsZero() {
+				v.failingSince = time.Now()
+			}
+			v.lastErr = err
+			first := false
 			if Refused(err) {
-				v.mu.Lock()
-				first := v.refused == nil
+				first = v.refused == nil
 				v.refused = err
-				v.mu.Unlock()
-				if first {
-					r.notifyAll(ctx, v) // a waiter (-once, task create) fails fast
-				}
+			}
+			v.mu.Unlock()
+			if first {
+				r.notifyAll(ctx, v) // a waiter (-once, task create) fails fast
 			}
 			delay := bo.Next()
 			// One line per backoff step at most: the first failure, then
@@ -433,6 +475,9 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 			r.logger.Info("consul query recovered", "key", v.key, "failures", failures)
 			failures = 0
 			bo.Reset()
+			v.mu.Lock()
+			v.failingSince, v.lastErr = time.Time{}, nil
+			v.mu.Unlock()
 		}
 		if index == 0 {
 			index = 1 // Consul's advice: never block on index 0
@@ -472,6 +517,7 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 		v.index = index
 		v.ready = true
 		v.refused = nil
+		v.failingSince, v.lastErr = time.Time{}, nil
 		v.mu.Unlock()
 		if changed {
 			r.notifyAll(ctx, v)

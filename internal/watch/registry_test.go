@@ -356,3 +356,53 @@ func TestUnchangedIndexAnsweredAtOnceDoesNotSpin(t *testing.T) {
 		t.Fatalf("notifications = %d", rec.count())
 	}
 }
+
+// Live: not before Run; a view whose reads keep failing past the dead-watch
+// bound makes the registry not live, naming it; a success heals it; a
+// refused query is reported as such (RefusedError).
+func TestLiveness(t *testing.T) {
+	f := newFakeConsul(t)
+	rec := newRecorder()
+	r := fastRegistry(f.client(), nil, rec)
+	r.deadAfter = 30 * time.Millisecond
+	if err := r.Live(); err == nil {
+		t.Fatal("live before Run")
+	}
+	r.Subscribe("t", HealthService("web", ServiceOptions{}))
+	runRegistry(t, r)
+	f.reply(healthWeb, 2, []*api.ServiceEntry{})
+	rec.waitCount(t, 1)
+	if err := r.Live(); err != nil {
+		t.Fatalf("live after a good read: %v", err)
+	}
+	start := time.Now()
+	for time.Since(start) < 40*time.Millisecond || r.Live() == nil {
+		f.fail(healthWeb, 503) // keeps failing
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("never reported dead")
+		}
+	}
+	if err := r.Live(); err == nil || !strings.Contains(err.Error(), "health/service/web") {
+		t.Fatalf("Live = %v", err)
+	}
+	if r.RefusedError(HealthService("web", ServiceOptions{}).Key()) != nil {
+		t.Fatal("a 503 is not a refusal")
+	}
+	f.fail(healthWeb, 400)
+	testutilEventually(t, func() bool { return r.RefusedError(HealthService("web", ServiceOptions{}).Key()) != nil })
+	f.reply(healthWeb, 3, []*api.ServiceEntry{{Service: &api.AgentService{ID: "w1", Service: "web"}, Node: &api.Node{Node: "n"}}})
+	testutilEventually(t, func() bool {
+		return r.Live() == nil && r.RefusedError(HealthService("web", ServiceOptions{}).Key()) == nil
+	})
+}
+
+func testutilEventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
