@@ -36,11 +36,16 @@ type haInstance struct {
 	procs []*proc
 	kills []time.Time // when a process of it was killed (SIGKILL)
 	extra string      // more high_availability settings
+	mod   string      // the task's fixture module (default services_file)
 }
 
 func (in *haInstance) proc() *proc { return in.procs[len(in.procs)-1] }
 
 func haConfig(in *haInstance, webVarFile string) string {
+	mod := in.mod
+	if mod == "" {
+		mod = "services_file"
+	}
 	return fmt.Sprintf(`log_level = "DEBUG"
 id = %q
 port = %d
@@ -75,12 +80,13 @@ task {
     names = ["web"]
   }
 }
-`, in.id, in.port, filepath.Join(in.work, "sync-tasks"), in.proxy.Addr, haTTL.String(), in.extra, module("services_file"), webVarFile)
+`, in.id, in.port, filepath.Join(in.work, "sync-tasks"), in.proxy.Addr, haTTL.String(), in.extra, module(mod), webVarFile)
 }
 
 func (in *haInstance) start(t *testing.T, flags ...string) *proc {
 	t.Helper()
-	p := startCtsync(t, in.work, append([]string{"start", "-config-file", in.cfg}, flags...)...)
+	// CTSYNC_E2E_ID tells the heartbeat fixture module who runs it.
+	p := startCtsyncEnv(t, in.work, []string{"CTSYNC_E2E_ID=" + in.id}, append([]string{"start", "-config-file", in.cfg}, flags...)...)
 	in.procs = append(in.procs, p)
 	return p
 }
