@@ -8,6 +8,12 @@
 #                                   `make test` needs it; building it takes
 #                                   ~4-7 minutes once, then it is cached)
 #   TOOLS_NGINX=1 scripts/tools.sh  also nginx (Debian package; for the demo)
+#   TOOLS_OTF=0 scripts/tools.sh  without OTF (an open-source implementation of
+#                                   the HCP Terraform / TFE API, built from the
+#                                   module proxy, ~4 minutes once) and PostgreSQL
+#                                   (Debian package, which OTF needs); the
+#                                   terraform-cloud driver's end-to-end tests
+#                                   (e2e/tfc_test.go) run against them
 #   TOOLS_CHROMIUM=0 scripts/tools.sh   without Chromium (Debian package, ~1 minute
 #                                   once; the dashboard test e2e/ui_test.go drives
 #                                   it headless and skips itself without it)
@@ -32,6 +38,7 @@ TERRAFORM_VERSION=1.5.7
 TOFU_VERSION=1.12.6
 LOCAL_PROVIDER_VERSION=1.4.0
 TIME_PROVIDER_VERSION=0.14.2
+OTF_VERSION=0.1.0
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -76,6 +83,32 @@ build_tofu() {
   cd "$ROOT"
 }
 
+# OTF (github.com/leg100/otf) implements the TFE API that the terraform-cloud
+# driver speaks. Only v0.1.0 is on the module proxy; two of its dependencies
+# moved, so they are replaced by the forks it was built with, and its own
+# go.sum pins the rest.
+build_otfd() {
+  local d="$BUILD/otfd"
+  rm -rf "$d"; mkdir -p "$d"; cd "$d"
+  log "otfd: building OTF v$OTF_VERSION from the module proxy (~4 minutes)"
+  go mod init otfwrap >/dev/null 2>&1
+  go mod edit -replace github.com/r3labs/sse/v2=github.com/leg100/sse/v2@v2.0.0-20220910081853-79ffbd7c2fad
+  go mod edit -replace github.com/jaschaephraim/lrserver=github.com/sowiner/lrserver@v0.0.0-20230123160823-795409868576
+  GONOSUMDB=github.com/leg100/otf go get "github.com/leg100/otf@v$OTF_VERSION" >/dev/null 2>&1
+  cat "$(go env GOMODCACHE)/github.com/leg100/otf@v$OTF_VERSION/go.sum" >> go.sum
+  printf '\ntool github.com/leg100/otf/cmd/otfd\n' >> go.mod
+  GONOSUMDB=github.com/leg100/otf go mod tidy >/dev/null 2>&1
+  go build -trimpath -ldflags "-s -w" -o "$BIN/otfd.tmp" github.com/leg100/otf/cmd/otfd
+  mv "$BIN/otfd.tmp" "$BIN/otfd"
+  cd "$ROOT"
+}
+
+# PostgreSQL's server binaries (initdb, pg_ctl, postgres) for OTF, from Debian.
+have_postgres() {
+  command -v initdb >/dev/null && return 0
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
+}
+
 # provider NAME MODULE VERSION
 provider() {
   local name=$1 mod=$2 ver=$3 file="terraform-provider-${1}_v${3}"
@@ -92,6 +125,14 @@ provider() {
 have consul || build_consul
 have terraform || build_terraform
 if [ "${TOOLS_TOFU:-1}" = 1 ]; then have tofu || build_tofu; fi
+if [ "${TOOLS_OTF:-1}" = 1 ]; then
+  [ -x "$BIN/otfd" ] || build_otfd
+  if ! have_postgres; then
+    log "postgresql: installing the Debian package (for OTF)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  fi
+fi
 provider local github.com/terraform-providers/terraform-provider-local "$LOCAL_PROVIDER_VERSION"
 provider time github.com/hashicorp/terraform-provider-time "$TIME_PROVIDER_VERSION"
 
