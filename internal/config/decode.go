@@ -32,6 +32,7 @@ type rawConfig struct {
 	retry                               rawRetry    // retry.go
 	clientType                          opt[string] // client.go
 	security                            rawSecurity // api_auth, api_tasks, api_http (security.go)
+	tfc                                 rawTFC      // driver "terraform-cloud" (tfc.go)
 }
 
 type rawBuffer struct {
@@ -149,7 +150,7 @@ func (d *decoder) decodeFile(body hcl.Body, r *rawConfig) {
 			seenTF = true
 			d.driver(b, &r.driver)
 		case "terraform-cloud":
-			d.errf(b.DefRange, `driver "terraform-cloud"`, `the "terraform-cloud" driver `+enterpriseMsg+`; use driver "terraform"`)
+			d.tfcBlock(b, &r.tfc) // tfc.go
 		default:
 			d.errf(labelRange(b, 0), blockPath("", b), `unsupported driver %q: the only driver is "terraform"`, b.Labels[0])
 		}

@@ -133,7 +133,7 @@ func TestLoadErrors(t *testing.T) {
 			{"b.hcl", lines(`driver "terraform" {`, `  backend "s3" {`, "  }", "}")},
 		}, "b.hcl", 2, `driver "terraform".backend "s3"`, `only one backend can be configured; backend "local" is already configured at `},
 		{"driver working_dir", hclFile(lines(`driver "terraform" {`, `  working_dir = "x"`, "}")), "c.hcl", 2, `driver "terraform".working_dir`, "removed in CTS 0.5"},
-		{"terraform-cloud driver", hclFile(lines(`port = 1`, `driver "terraform-cloud" {`, "}")), "c.hcl", 2, `driver "terraform-cloud"`, "CTS Enterprise feature and is not supported"},
+		{"terraform-cloud driver", hclFile(lines(`port = 1`, `driver "terraform-cloud" {`, "}")), "c.hcl", 2, `driver "terraform-cloud".organization`, "is required (or set TFC_ORGANIZATION)"},
 		{"unknown driver", hclFile(lines(`driver "pulumi" {`, "}")), "c.hcl", 1, `driver "pulumi"`, "unsupported driver"},
 		{"two terraform drivers", hclFile(lines(`driver "terraform" {`, "}", `driver "terraform" {`, "}")), "c.hcl", 3, `driver "terraform"`, "only one 'driver' block can be configured"},
 		{"bad required_providers entry", hclFile(lines(`driver "terraform" {`, `  required_providers {`, `    aws = { sauce = "x" }`, "  }", "}")), "c.hcl", 3, `driver "terraform".required_providers.aws.sauce`, "unknown field"},
@@ -154,8 +154,8 @@ func TestLoadErrors(t *testing.T) {
 		{"client_type unknown", hclFile(lines(`port = 1`, `client_type = "printer"`)), "c.hcl", 2, "client_type", `is not a client type`},
 		{"json vault", []srcSpec{{"c.json", lines(`{`, `  "vault": {"address": "x"}`, `}`)}}, "c.json", 2, "vault", `"vault" is not supported yet`},
 		{"provider block", hclFile(lines(`provider "aws" {`, "}")), "c.hcl", 1, "provider", "use terraform_provider"},
-		{"task terraform_version", hclFile(lines(okTask(`  terraform_version = "1.0.0"`)...)), "c.hcl", 4, `task "web".terraform_version`, "CTS Enterprise feature"},
-		{"task terraform_cloud_workspace", hclFile(lines(okTask(`  terraform_cloud_workspace {`, `  }`)...)), "c.hcl", 4, `task "web".terraform_cloud_workspace`, "CTS Enterprise feature"},
+		{"task terraform_version", hclFile(lines(okTask(`  terraform_version = "1.0.0"`)...)), "c.hcl", 4, `task "web".terraform_version`, `needs driver "terraform-cloud"`},
+		{"task terraform_cloud_workspace", hclFile(lines(okTask(`  terraform_cloud_workspace {`, `  }`)...)), "c.hcl", 4, `task "web".terraform_cloud_workspace`, `needs driver "terraform-cloud"`},
 
 		// deprecated services list and service blocks
 		{"services list and condition services", hclFile(lines(okTask(`  services = ["web"]`)...)), "c.hcl", 4, `task "web".services`, `cannot be used together with condition "services"`},

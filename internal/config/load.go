@@ -235,6 +235,8 @@ func (d *decoder) finish(r *rawConfig) *Config {
 
 	cfg.Consul = consulConfig(&r.consul)
 	d.finishHA(r, cfg) // high_availability and the API's tls block (ha.go)
+	// driver "terraform-cloud" (tfc.go)
+	d.finishTFC(r, cfg)
 
 	cfg.Driver = TerraformDriver{
 		Path:              r.driver.path.V,

@@ -235,6 +235,9 @@ func (c *Config) Secrets() []string {
 	}
 	add(c.Consul.Token)
 	add(c.Consul.Auth.Password)
+	if c.TFC != nil {
+		add(c.TFC.Token) // tfc.go
+	}
 	var body func(b *ProviderBody)
 	body = func(b *ProviderBody) {
 		for _, v := range b.Attrs {

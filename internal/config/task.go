@@ -49,12 +49,10 @@ var taskKeys = []key{
 	{name: "module_input", kind: kBlock, labels: 1, label: "type"},
 	{name: "source_input", kind: kBlock, labels: 1, label: "type"},
 	{name: "drift_detection", kind: kBlock},
+	{name: "terraform_version"}, {name: "terraform_cloud_workspace", kind: kBlock}, // tfc.go
 }
 
-var taskRejects = map[string]string{
-	"terraform_version":         `"terraform_version" ` + enterpriseMsg + " (it belongs to the terraform-cloud driver)",
-	"terraform_cloud_workspace": `"terraform_cloud_workspace" ` + enterpriseMsg + " (it belongs to the terraform-cloud driver)",
-}
+var taskRejects = map[string]string{}
 
 // conditionTypes are the valid condition labels, in HCL spelling.
 var conditionTypes = []string{"services", "catalog-services", "consul-kv", "schedule"}
@@ -234,6 +232,7 @@ func (d *decoder) task(b *hcl.Block) *rawTask {
 		d.moduleInput(ib, t)
 	}
 	d.driftDetection(c, p, t)
+	d.tfcWorkspace(c, p, t) // tfc.go
 
 	t.failed = len(d.errs) > errsBefore
 	return t

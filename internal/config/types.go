@@ -41,6 +41,7 @@ type Config struct {
 	HA        *HA
 	Consul    Consul
 	Driver    TerraformDriver
+	TFC       *TFCDriver // driver "terraform-cloud" (tfc.go); nil: tasks run locally
 	Providers []Provider
 	Tasks     []task.Spec
 	// Notifications are the notification blocks (ctsync extension).

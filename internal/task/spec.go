@@ -37,6 +37,9 @@ type Spec struct {
 	// DriftDetection plans the task periodically to find changes made
 	// outside Terraform (ctsync extension); nil means off.
 	DriftDetection *DriftDetection `json:"drift_detection,omitempty"`
+	// TFCWorkspace is the terraform_cloud_workspace block (terraform-cloud
+	// driver only, tfc.go); nil: the server's defaults.
+	TFCWorkspace *TFCWorkspace `json:"terraform_cloud_workspace,omitempty"`
 }
 
 // DriftDetection configures periodic drift checks: a plan that has changes
