@@ -632,15 +632,20 @@ func TestRenderTemplates(t *testing.T) {
 		}
 	}
 	for in, want := range map[string]string{
-		`{{ with secret "a" }}{{ .Data }}{{ end }}`:  "Vault is not supported yet",
-		`{{ secret "a" }}`:                           "Vault is not supported yet",
-		`{{ env X }}`:                                "template action 1 is not supported",
+		`{{ with secret "a" }}{{ .Data }}{{ end }}`: "missing Vault configuration",
+		`{{ secret "a" }}`:                          `write a Vault secret as {{ with secret "path" }}`,
+		`{{ with secret }}{{ end }}`:                "needs a quoted Vault path",
+		`{{ with secret "a" "novalue" }}{{ end }}`:  `must be "key=value"`,
+		`{{ with secret "a" }}{{ else }}{{ end }}`:  "{{ else }} is not supported",
+		`{{ end }}`: "{{ end }} without a {{ with secret }}",
+		`{{ with secret "a" }}{{ with secret "b" }}`: "cannot be nested",
+		`{{ env X }}`: "template action 1 is not supported",
 		`a {{ env "A" }} {{ keyOrDefault "k" "d" }}`: "template action 2 is not supported",
-		`{{ key "a@" }}`:                             "needs a datacenter",
-		`{{ key "" }}`:                               "needs a KV path",
-		`{{ env "" }}`:                               "needs a variable name",
-		`{{ env "A" }} {{`:                           "unterminated",
-		`{{ env "A`:                                  "unterminated",
+		`{{ key "a@" }}`:   "needs a datacenter",
+		`{{ key "" }}`:     "needs a KV path",
+		`{{ env "" }}`:     "needs a variable name",
+		`{{ env "A" }} {{`: "unterminated",
+		`{{ env "A`:        "unterminated",
 	} {
 		_, err := render(in, key)
 		if err == nil || !strings.Contains(err.Error(), want) {

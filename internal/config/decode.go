@@ -32,6 +32,7 @@ type rawConfig struct {
 	retry                               rawRetry    // retry.go
 	clientType                          opt[string] // client.go
 	security                            rawSecurity // api_auth, api_tasks, api_http (security.go)
+	ext                                 rawExt      // vault, syslog (vault.go, syslog.go)
 	tfc                                 rawTFC      // driver "terraform-cloud" (tfc.go)
 }
 
@@ -79,13 +80,12 @@ var topKeys = []key{
 	{name: "notification", kind: kBlock, labels: 1, label: "type"},
 	{name: "retry", kind: kBlock},                                                                         // retry.go
 	{name: "api_auth", kind: kBlock}, {name: "api_tasks", kind: kBlock}, {name: "api_http", kind: kBlock}, // security.go
+	{name: "vault", kind: kBlock}, {name: "syslog", kind: kBlock}, // vault.go, syslog.go
 }
 
 const enterpriseMsg = "is a CTS Enterprise feature and is not supported"
 
 var topRejects = map[string]string{
-	"vault":        `"vault" is not supported yet`,
-	"syslog":       `"syslog" is not supported yet`,
 	"license":      `"license" ` + enterpriseMsg + ": ctsync needs no license",
 	"license_path": `"license_path" ` + enterpriseMsg + ": ctsync needs no license",
 	"provider":     `unknown block "provider": use terraform_provider "<name>" { ... } to configure Terraform providers`,
@@ -177,6 +177,7 @@ func (d *decoder) decodeFile(body hcl.Body, r *rawConfig) {
 		d.retryBlock(b, &r.retry)
 	}
 	d.security(c, &r.security) // security.go
+	d.decodeExt(c, &r.ext)     // vault.go, syslog.go
 }
 
 func labelRange(b *hcl.Block, i int) hcl.Range {

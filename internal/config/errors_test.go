@@ -145,14 +145,16 @@ func TestLoadErrors(t *testing.T) {
 
 		// not supported (yet)
 		{"api tls without key", hclFile(lines("tls {", `  cert = "x"`, "}")), "c.hcl", 1, "tls.key", "is required when TLS is enabled"},
-		{"vault", hclFile(lines(`port = 1`, "vault {", "}")), "c.hcl", 2, "vault", `"vault" is not supported yet`},
-		{"syslog", hclFile(lines("syslog {", "}")), "c.hcl", 1, "syslog", `"syslog" is not supported yet`},
+		{"vault unknown field", hclFile(lines(`port = 1`, "vault {", `  adress = "x"`, "}")), "c.hcl", 3, "vault.adress", `did you mean "address"?`},
+		{"vault lease duration", hclFile(lines("vault {", `  default_lease_duration = "10ms"`, "}")), "c.hcl", 2, "vault.default_lease_duration", "at least 1s"},
+		{"two vault blocks", hclFile(lines("vault {", "}", "vault {", "}")), "c.hcl", 3, "vault", "only one 'vault' block can be configured"},
+		{"syslog facility", hclFile(lines("syslog {", `  facility = "local9"`, "}")), "c.hcl", 2, "syslog.facility", `"LOCAL9" is not a syslog facility`},
 		{"high_availability without cluster name", hclFile(lines("high_availability {", "  cluster {", "  }", "}")), "c.hcl", 1, "high_availability.cluster.name", "is required"},
 		{"license", hclFile(lines("license {", "}")), "c.hcl", 1, "license", "CTS Enterprise feature and is not supported"},
 		{"license_path", hclFile(lines(`license_path = "/x"`)), "c.hcl", 1, "license_path", "CTS Enterprise feature and is not supported"},
 		{"client_type test", hclFile(lines(`client_type = "test"`)), "c.hcl", 1, "client_type", `use "development"`},
 		{"client_type unknown", hclFile(lines(`port = 1`, `client_type = "printer"`)), "c.hcl", 2, "client_type", `is not a client type`},
-		{"json vault", []srcSpec{{"c.json", lines(`{`, `  "vault": {"address": "x"}`, `}`)}}, "c.json", 2, "vault", `"vault" is not supported yet`},
+		{"json vault", []srcSpec{{"c.json", lines(`{`, `  "vault": {"renew_token": "maybe"}`, `}`)}}, "c.json", 2, "vault.renew_token", `must be a bool`},
 		{"provider block", hclFile(lines(`provider "aws" {`, "}")), "c.hcl", 1, "provider", "use terraform_provider"},
 		{"task terraform_version", hclFile(lines(okTask(`  terraform_version = "1.0.0"`)...)), "c.hcl", 4, `task "web".terraform_version`, `needs driver "terraform-cloud"`},
 		{"task terraform_cloud_workspace", hclFile(lines(okTask(`  terraform_cloud_workspace {`, `  }`)...)), "c.hcl", 4, `task "web".terraform_cloud_workspace`, `needs driver "terraform-cloud"`},
@@ -199,8 +201,11 @@ func TestLoadErrors(t *testing.T) {
 
 		// providers
 		{"unsupported template function", hclFile(lines(`terraform_provider "aws" {`, `  token = "{{ keyOrDefault \"secret/aws\" \"x\" }}"`, "}")), "c.hcl", 2, `terraform_provider "aws".token`, "template action 1 is not supported"},
-		{"vault in task_env", hclFile(lines(`terraform_provider "aws" {`, `  task_env {`, `    TOKEN = "{{ with secret \"x\" }}{{ .Data.t }}{{ end }}"`, "  }", "}")), "c.hcl", 3, `terraform_provider "aws".task_env.TOKEN`, "Vault is not supported yet"},
-		{"vault in provider argument", hclFile(lines(`terraform_provider "aws" {`, `  region = "eu"`, `  secret_key = "{{ with secret \"aws/creds\" }}{{ .Data.data.key }}{{ end }}"`, "}")), "c.hcl", 3, `terraform_provider "aws".secret_key`, "Vault is not supported yet"},
+		{"vault in task_env without vault", hclFile(lines(`terraform_provider "aws" {`, `  task_env {`, `    TOKEN = "{{ with secret \"x\" }}{{ .Data.t }}{{ end }}"`, "  }", "}")), "c.hcl", 1, `terraform_provider "aws"`, "detected dynamic configuration using Vault: missing Vault configuration"},
+		{"vault in provider argument without vault", hclFile(lines(`terraform_provider "aws" {`, `  region = "eu"`, `  secret_key = "{{ with secret \"aws/creds\" }}{{ .Data.data.key }}{{ end }}"`, "}")), "c.hcl", 1, `terraform_provider "aws"`, "detected dynamic configuration using Vault: missing Vault configuration"},
+		{"vault disabled", hclFile(lines(`vault {`, `  address = "http://v:8200"`, `  enabled = false`, `}`, `terraform_provider "aws" {`, `  k = "{{ with secret \"a/b\" }}{{ .Data.k }}{{ end }}"`, "}")), "c.hcl", 5, `terraform_provider "aws"`, "missing Vault configuration"},
+		{"secret without end", hclFile(lines(`vault {`, `  address = "http://v:8200"`, `}`, `terraform_provider "aws" {`, `  k = "{{ with secret \"a/b\" }}{{ .Data.k }}"`, "}")), "c.hcl", 5, `terraform_provider "aws".k`, "without its {{ end }}"},
+		{"field outside with", hclFile(lines(`terraform_provider "aws" {`, `  k = "{{ .Data.k }}"`, "}")), "c.hcl", 2, `terraform_provider "aws".k`, "only be used inside {{ with secret"},
 		{"bad key datacenter nested", hclFile(lines(`terraform_provider "aws" {`, `  assume_role {`, `    role = "{{ key \"r@\" }}"`, "  }", "}")), "c.hcl", 3, `terraform_provider "aws".assume_role.role`, "needs a datacenter"},
 		{"unterminated template in list", hclFile(lines(`terraform_provider "aws" {`, `  zones = ["a", "{{ env \"Z\""]`, "}")), "c.hcl", 2, `terraform_provider "aws".zones`, "unterminated template action"},
 		{"duplicate provider", hclFile(lines(`terraform_provider "aws" {`, `  alias = "east"`, "}", `terraform_provider "aws" {`, `  alias = "east"`, "}")), "c.hcl", 4, `terraform_provider "aws"`, "duplicate provider configuration: aws.east"},

@@ -44,6 +44,9 @@ type Config struct {
 	TFC       *TFCDriver // driver "terraform-cloud" (tfc.go); nil: tasks run locally
 	Providers []Provider
 	Tasks     []task.Spec
+	// Vault and Syslog are the vault and syslog blocks (vault.go, syslog.go).
+	Vault  Vault
+	Syslog Syslog
 	// Notifications are the notification blocks (ctsync extension).
 	Notifications []Notification
 	// Files lists the configuration files that were read, in order.
@@ -168,6 +171,11 @@ type Provider struct {
 	pending bool
 	// taskEnvRng is where each task_env value with a template was written.
 	taskEnvRng map[string]hcl.Range
+	// tmpl is the block as written, kept once a block with
+	// {{ with secret }} is resolved, to resolve it again when a secret
+	// changes; secrets are the SecretKey of each secret it read.
+	tmpl    *Provider
+	secrets []string
 }
 
 // Ref returns how tasks refer to this provider: "name" or "name.alias".
