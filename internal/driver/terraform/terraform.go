@@ -1,9 +1,10 @@
 // Package terraform is the Terraform/OpenTofu driver. For one task it writes
 // a generated root module into the task's working directory (main.tf,
-// variables.tf, variables.module.tf) and passes every value through JSON
-// files that Terraform loads itself (terraform.tfvars.json,
-// providers.auto.tfvars.json, variables.auto.tfvars.json), so no data from
-// Consul or the configuration is ever parsed as HCL. It runs the commands
+// variables.tf, variables.module.tf) and passes every value through files
+// that Terraform loads itself: the Consul data in terraform.tfvars (CTS's
+// layout, every value written by hclwrite, escaped, so no data from Consul
+// is ever an HCL expression), provider arguments and task variables in
+// providers.auto.tfvars.json and variables.auto.tfvars.json. It runs the commands
 // with terraform-exec in a workspace named after the task.
 package terraform
 
@@ -12,6 +13,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -156,8 +158,20 @@ func New(opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
 	}
 	if opts.Driver.PersistLog {
+		// Terraform's TRACE log holds every value it handles, provider
+		// secrets included: it is created for the daemon's user only
+		// (Terraform appends to an existing file and keeps its mode).
+		logPath := filepath.Join(workDir, tfLogFile)
+		f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("task %q: %s: %w", opts.Spec.Name, tfLogFile, err)
+		}
+		f.Close()
+		if err := os.Chmod(logPath, 0o600); err != nil {
+			return nil, fmt.Errorf("task %q: %s: %w", opts.Spec.Name, tfLogFile, err)
+		}
 		// SetLogPath also sets TF_LOG=TRACE; both are refused by SetEnv.
-		if err := tf.SetLogPath(filepath.Join(workDir, tfLogFile)); err != nil {
+		if err := tf.SetLogPath(logPath); err != nil {
 			return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
 		}
 	}
@@ -416,14 +430,16 @@ func (d *Driver) writeRootModule() ([]byte, error) {
 		}
 	}
 	d.removeCTSFiles()
+	d.takeOverInputs()
 	return h.Sum(nil), nil
 }
 
 // ctsFiles are the files Consul-Terraform-Sync generates in a task's
 // directory that Terraform would also load. In a working directory taken
 // over from CTS they would feed stale values (and old provider secrets)
-// next to ctsync's JSON files.
-var ctsFiles = []string{"terraform.tfvars", "terraform.tfvars.tmpl", "providers.auto.tfvars", "variables.auto.tfvars"}
+// next to ctsync's JSON files. CTS's terraform.tfvars is handled by
+// takeOverInputs: ctsync writes that file itself.
+var ctsFiles = []string{"terraform.tfvars.tmpl", "providers.auto.tfvars", "variables.auto.tfvars"}
 
 // removeCTSFiles deletes the CTS-generated files, recognised by the header
 // CTS writes; a file of that name without it is left alone with a warning,
@@ -448,6 +464,115 @@ func (d *Driver) removeCTSFiles() {
 		}
 		d.log.Info("removed a file Consul-Terraform-Sync generated", "file", p)
 	}
+}
+
+// Who wrote a file found at the inputs path.
+const (
+	ownerNone   = iota // no such file
+	ownerCtsync        // ctsync (its preamble)
+	ownerCTS           // Consul-Terraform-Sync (its header)
+	ownerOther         // someone else: the operator's file
+)
+
+// inputsFileOwner says who wrote the file at p, from its first line.
+func inputsFileOwner(p string) int {
+	f, err := os.Open(p)
+	if err != nil {
+		return ownerNone
+	}
+	head := make([]byte, 256)
+	n, _ := io.ReadFull(f, head)
+	f.Close()
+	first, _, _ := strings.Cut(string(head[:n]), "\n")
+	switch {
+	case strings.HasPrefix(first, "# "+inputsPreamble[0]):
+		return ownerCtsync
+	case strings.HasPrefix(first, "#") && strings.Contains(strings.ToLower(first), "consul-terraform-sync"):
+		return ownerCTS
+	}
+	return ownerOther
+}
+
+// takeOverInputs makes terraform.tfvars the one inputs file Terraform reads
+// in the task's directory. CTS's terraform.tfvars (its header) is removed:
+// the next run writes ctsync's in its place. The terraform.tfvars.json that
+// earlier ctsync versions wrote (an object of nothing but services,
+// catalog_services and consul_kv) is removed, or Terraform would load it
+// after terraform.tfvars and its stale values would win. A file at either
+// path that neither wrote is the operator's: it is renamed aside (to
+// <name>.ctsync-moved, never overwriting anything) with a warning, not
+// clobbered; the module's variables are all ctsync's to set.
+func (d *Driver) takeOverInputs() {
+	p := filepath.Join(d.workDir, fileInputs)
+	switch inputsFileOwner(p) {
+	case ownerCTS:
+		if err := os.Remove(p); err != nil {
+			d.log.Warn("cannot remove a file Consul-Terraform-Sync generated", "file", p, "error", err)
+		} else {
+			d.log.Info("removed a file Consul-Terraform-Sync generated; ctsync writes it before the next run", "file", p)
+		}
+	case ownerOther:
+		d.moveAside(p)
+	}
+	old := filepath.Join(d.workDir, fileOldInputs)
+	if !fileExists(old) {
+		return
+	}
+	if !isOldInputs(old) {
+		d.moveAside(old)
+		return
+	}
+	if err := os.Remove(old); err != nil {
+		d.log.Warn("cannot remove the inputs file of an earlier ctsync version; Terraform will load it after "+fileInputs, "file", old, "error", err)
+		return
+	}
+	d.log.Info("removed the inputs file of an earlier ctsync version; the inputs are now in "+fileInputs, "file", old)
+}
+
+// isOldInputs reports whether p is a terraform.tfvars.json that ctsync
+// wrote: a JSON object with a services key and no key but the three input
+// variables.
+func isOldInputs(p string) bool {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return false
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(b, &obj) != nil {
+		return false
+	}
+	if _, ok := obj["services"]; !ok {
+		return false
+	}
+	for k := range obj {
+		if k != "services" && k != "catalog_services" && k != "consul_kv" {
+			return false
+		}
+	}
+	return true
+}
+
+// moveAside renames an operator's file out of the way of ctsync's inputs
+// file, to the first free name of <name>.ctsync-moved, <name>.ctsync-moved.1,
+// ..., and says so at WARN. If it cannot, the file stays and the warning
+// says Terraform will load it.
+func (d *Driver) moveAside(p string) {
+	for i := 0; i < 100; i++ {
+		dst := p + ".ctsync-moved"
+		if i > 0 {
+			dst += "." + strconv.Itoa(i)
+		}
+		if _, err := os.Lstat(dst); !os.IsNotExist(err) {
+			continue
+		}
+		if err := os.Rename(p, dst); err != nil {
+			break
+		}
+		d.log.Warn("a file that ctsync did not write was in the way of the task's inputs file; moved aside, not deleted "+
+			"(Terraform must read one inputs file, ctsync's "+fileInputs+")", "file", p, "moved_to", dst)
+		return
+	}
+	d.log.Warn("a file that ctsync did not write is in the way of the task's inputs file and cannot be moved; remove it", "file", p)
 }
 
 // Forget removes what the task leaves behind once its infrastructure is
@@ -550,9 +675,9 @@ func (d *Driver) fail(op string, err error) error {
 	return &driver.Error{Op: op, Summary: sum, Err: err, Terminal: terminal}
 }
 
-// writeInputs writes terraform.tfvars.json atomically.
+// writeInputs writes terraform.tfvars atomically.
 func (d *Driver) writeInputs(in *task.Inputs) error {
-	data, err := d.mod.inputsJSON(in)
+	data, err := d.mod.inputsTFVars(in)
 	if err != nil {
 		return fmt.Errorf("encoding inputs: %w", err)
 	}

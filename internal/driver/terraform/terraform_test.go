@@ -264,6 +264,9 @@ func TestRunLogsAndForwarding(t *testing.T) {
 	if strings.Count(string(b), "Plan: 1 to add") != 1 {
 		t.Fatalf("the plan is logged more than once:\n%s", b)
 	}
+	if st, err := os.Stat(filepath.Join(d.WorkDir(), tfLogFile)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("terraform.log must be private (it holds every value Terraform handles): %v %v", st, err)
+	}
 	if st, err := os.Stat(filepath.Join(d.WorkDir(), tfLogFile)); err != nil || st.Size() == 0 {
 		t.Fatalf("persist_log: terraform.log missing or empty (%v)", err)
 	}
