@@ -11,17 +11,21 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/hashicorp/terraform-exec/tfexec"
+	ctyjson "github.com/zclconf/go-cty/cty/json"
 
 	"github.com/ctsync/ctsync/internal/task"
 )
 
 // hostile are strings that would break or inject into HCL if they were ever
-// written into a .tf file: quotes, interpolation and template directives,
-// heredoc markers, backslashes, line breaks, control characters, unicode.
+// written into a .tf or .tfvars file unescaped: quotes, interpolation and
+// template directives, a function call, heredoc markers, backslashes, line
+// breaks, control characters, unicode, and keywords that change the meaning
+// of a bare object key ("for" starts a for expression).
 var hostile = []string{
 	`plain`,
 	`quote " inside`,
 	`${var.secret}`,
+	`${file("/etc/passwd")}`,
 	`$${already_escaped}`,
 	`%{ if true }directive%{ endif }`,
 	`back\slash \\ and \n as text`,
@@ -31,6 +35,8 @@ var hostile = []string{
 	"ünïcödé 日本語 🚀 \u2028 \u2029 \u00a0",
 	"control \x01\x1f chars",
 	`<script>&amp;</script>`,
+	`for`,
+	`null`,
 	``,
 }
 
@@ -60,7 +66,7 @@ func hostileInputs() *task.Inputs {
 // hostileOptions is a task whose every configurable string is hostile too.
 func hostileOptions(t *testing.T, dir, bin string) Options {
 	o := localTask(t, dir, "hostile", bin)
-	o.Spec.Description = hostile[7] + hostile[6]
+	o.Spec.Description = hostile[8] + hostile[7] // resource injection, line breaks
 	o.Spec.Variables = map[string]string{"note": `"quote \" $${x} %%{y} back\\slash\nnewline ünï"`}
 	o.Spec.ModuleInput.ConsulKV = nil
 	o.Spec.Condition.ConsulKV = nil
@@ -93,9 +99,11 @@ output "all_json" {
 }
 `
 
-// The inputs file is JSON that decodes to exactly the inputs given, and the
-// generated .tf files never depend on the inputs.
-func TestHostileInputsRoundTripJSON(t *testing.T) {
+// The inputs file, read as Terraform reads a .tfvars file (HCL native
+// syntax, no evaluation context: a template or function call would be an
+// error), holds exactly the inputs given, and the generated .tf files never
+// depend on the inputs.
+func TestHostileInputsRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	o := hostileOptions(t, dir, "/nonexistent/terraform")
 	o.Spec.ModuleInput.ConsulKV = &task.ConsulKVSelector{Path: "path/", Recurse: true}
@@ -112,8 +120,32 @@ func TestHostileInputsRoundTripJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	file, diags := hclsyntax.ParseConfig(b, fileInputs, hcl.InitialPos)
+	if diags.HasErrors() {
+		t.Fatalf("%s\n%s", diags, b)
+	}
+	attrs, diags := file.Body.JustAttributes()
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	obj := map[string]json.RawMessage{}
+	for name, attr := range attrs {
+		v, diags := attr.Expr.Value(nil)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %s", name, diags)
+		}
+		raw, err := ctyjson.SimpleJSONValue{Value: v}.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj[name] = raw
+	}
+	if !reflect.DeepEqual(sortedKeys(obj), []string{"consul_kv", "services"}) {
+		t.Fatalf("variables %v, want consul_kv and services", sortedKeys(obj))
+	}
+	asJSON, _ := json.Marshal(obj)
 	var got task.Inputs
-	dec := json.NewDecoder(bytes.NewReader(b))
+	dec := json.NewDecoder(bytes.NewReader(asJSON))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&got); err != nil {
 		t.Fatal(err)

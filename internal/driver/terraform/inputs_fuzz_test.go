@@ -1,6 +1,7 @@
 package terraform
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -9,32 +10,36 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
-	hcljson "github.com/hashicorp/hcl/v2/json"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/hashicorp/hcl/v2/hclwrite"
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 
 	"github.com/ctsync/ctsync/internal/task"
 )
 
-// FuzzInputsJSON writes arbitrary Consul data as terraform.tfvars.json and
-// reads it back the way Terraform reads a .tfvars.json file (HCL's JSON
-// syntax, attributes evaluated without an evaluation context, so strings
-// are literals, never templates). Properties:
-//   - nothing panics and the file is always valid JSON;
-//   - Terraform's reading equals a plain JSON reading: no "${...}",
-//     "%{...}", "{{ }}", backslash or quote in any string or key is
-//     interpreted. The one difference: Terraform (cty) normalises every
-//     string, keys included, to Unicode normal form C, so text in another
-//     form (e.g. "e" + U+0301) reaches a module composed ("é");
+// FuzzInputsTFVars writes arbitrary Consul data as terraform.tfvars and
+// reads it back the way Terraform reads a .tfvars file (HCL native syntax,
+// attributes evaluated without an evaluation context, so a template or a
+// function call would be an error, never evaluated). Properties:
+//   - nothing panics and the file always parses, with exactly the
+//     variables the module declares and nothing else;
+//   - Terraform's reading equals a plain JSON encoding of the same inputs:
+//     no "${...}", "%{...}", "{{ }}", "for", keyword, backslash or quote in
+//     any string or key is interpreted. The one difference: Terraform (cty)
+//     normalises every string, keys included, to Unicode normal form C, so
+//     text in another form (e.g. "e" + U+0301) reaches a module composed;
 //   - every string reaches Terraform exactly when it is valid UTF-8, and
-//     as JSON's U+FFFD replacement otherwise;
+//     as U+FFFD replacements otherwise (as JSON would write it);
 //   - two keys of one map that Terraform would see as one (equal once
 //     invalid UTF-8 becomes U+FFFD and text is in normal form C) are
 //     refused by the driver with an error naming both, never written.
-func FuzzInputsJSON(f *testing.F) {
+func FuzzInputsTFVars(f *testing.F) {
 	f.Add("web-1", "web", "tag", "k", "v", "cfg/key", "value", 8080)
 	f.Add(`${file("/etc/passwd")}`, "%{ if true }x%{ endif }", `{{ key "x" }}`, "${k}", `"\`, "$${x}", "\x00\xff", -1)
 	f.Add("", "", "", "", "", "", "", 0)
 	f.Add("\u2028\u2029", "<script>", "&amp;", "\ufeff", "\r\n", "\\u0041", strings.Repeat("€", 1000), 1<<53+1)
+	f.Add("for", "null", "true", "for", "if", "for x in y", "$$${x}", 1)
 	m := &rootModule{catalogServices: true, consulKV: true}
 	f.Fuzz(func(t *testing.T, id, name, tag, key, val, kvKey, kvVal string, port int) {
 		in := &task.Inputs{
@@ -47,34 +52,33 @@ func FuzzInputsJSON(f *testing.F) {
 			CatalogServices: map[string][]string{name: {tag}, kvKey: nil},
 			ConsulKV:        map[string]string{kvKey: kvVal, key: val},
 		}
-		data, err := m.inputsJSON(in)
+		data, err := m.inputsTFVars(in)
 		if err != nil {
 			// Refused: two keys of one map would reach Terraform as one.
 			// That must really be the case, in some map of the inputs.
 			if !strings.Contains(err.Error(), "are the same key once written for Terraform") || !inputsCollide(in) {
-				t.Fatalf("inputsJSON: %v", err)
+				t.Fatalf("inputsTFVars: %v", err)
 			}
 			return
 		}
-		var plain map[string]any
-		if err := json.Unmarshal(data, &plain); err != nil {
-			t.Fatalf("not valid JSON: %v\n%s", err, data)
+		plain := plainInputs(t, in)
+		if formatted := hclwrite.Format(data); !bytes.Equal(formatted, data) {
+			t.Fatalf("the file is not laid out as hclwrite.Format lays it out:\n--- written ---\n%s\n--- formatted ---\n%s", data, formatted)
 		}
 
 		// Terraform's reading of the file.
-		file, diags := hcljson.Parse(data, fileInputs)
+		file, diags := hclsyntax.ParseConfig(data, fileInputs, hcl.InitialPos)
 		if diags.HasErrors() {
-			t.Fatalf("HCL JSON parser rejects the file: %s\n%s", diags.Error(), data)
+			t.Fatalf("HCL parser rejects the file: %s\n%s", diags.Error(), data)
 		}
 		attrs, diags := file.Body.JustAttributes()
 		if diags.HasErrors() {
-			t.Fatalf("attributes: %s", diags.Error())
+			t.Fatalf("attributes: %s\n%s", diags.Error(), data)
 		}
 		for name, attr := range attrs {
 			v, diags := attr.Expr.Value(nil)
 			if diags.HasErrors() {
-				// Colliding keys are refused before Terraform sees them.
-				t.Fatalf("evaluating %s: %s", name, diags.Error())
+				t.Fatalf("evaluating %s: %s\n%s", name, diags.Error(), data)
 			}
 			b, err := ctyjson.SimpleJSONValue{Value: v}.MarshalJSON()
 			if err != nil {
@@ -84,43 +88,50 @@ func FuzzInputsJSON(f *testing.F) {
 			if err := json.Unmarshal(b, &tf); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
-			// Terraform (cty) keeps every string in Unicode normal form C:
-			// the one change it makes.
+			// Every string and key arrives as written (invalid UTF-8 as
+			// U+FFFD), nil collections as empty ones; Terraform (cty) keeps
+			// every string in Unicode normal form C: the one change it makes.
 			if !reflect.DeepEqual(tf, nfcAll(plain[name])) {
-				t.Fatalf("Terraform reads %s differently from JSON:\n terraform %v\n json      %v", name, tf, plain[name])
+				t.Fatalf("Terraform reads %s differently from the inputs:\n terraform %v\n inputs    %v\n%s", name, tf, plain[name], data)
 			}
 		}
 		if len(attrs) != 3 {
 			t.Fatalf("%d variables, want services, catalog_services, consul_kv", len(attrs))
 		}
-
-		// Every string arrives as written (or as JSON's replacement).
-		kv, _ := plain["consul_kv"].(map[string]any)
-		if key != kvKey && jsonText(key) != jsonText(kvKey) {
-			if got := kv[jsonText(kvKey)]; got != jsonText(kvVal) {
-				t.Fatalf("consul_kv[%q] = %q, want %q", kvKey, got, jsonText(kvVal))
-			}
-			if got := kv[jsonText(key)]; got != jsonText(val) {
-				t.Fatalf("consul_kv[%q] = %q, want %q", key, got, jsonText(val))
-			}
-		}
-		svcs, _ := plain["services"].(map[string]any)
-		s, _ := svcs[jsonText(id+"."+name)].(map[string]any)
-		if id+"."+name != "nil-maps" && jsonText(id+"."+name) != "nil-maps" {
-			if s == nil || s["id"] != jsonText(id) || s["name"] != jsonText(name) || s["address"] != jsonText(val) {
-				t.Fatalf("service entry changed: %v", s)
-			}
-			if meta, _ := s["meta"].(map[string]any); meta[jsonText(key)] != jsonText(val) {
-				t.Fatalf("meta changed: %v", meta)
-			}
-		}
-		nilMaps, _ := svcs["nil-maps"].(map[string]any)
-		for _, f := range []string{"meta", "tags", "node_meta", "node_tagged_addresses", "cts_user_defined_meta"} {
-			if nilMaps[f] == nil && jsonText(id+"."+name) != "nil-maps" {
-				t.Fatalf("%s written as null, not empty", f)
-			}
-		}
 	})
+}
+
+// plainInputs is the inputs as a plain JSON encoding reads them: nil maps
+// and lists are empty, invalid UTF-8 is U+FFFD.
+func plainInputs(t *testing.T, in *task.Inputs) map[string]any {
+	t.Helper()
+	services := map[string]task.Service{}
+	for k, s := range in.Services {
+		s.Meta = nonNilMap(s.Meta)
+		s.NodeTaggedAddresses = nonNilMap(s.NodeTaggedAddresses)
+		s.NodeMeta = nonNilMap(s.NodeMeta)
+		s.CTSUserDefinedMeta = nonNilMap(s.CTSUserDefinedMeta)
+		if s.Tags == nil {
+			s.Tags = []string{}
+		}
+		services[k] = s
+	}
+	cs := map[string][]string{}
+	for k, tags := range in.CatalogServices {
+		if tags == nil {
+			tags = []string{}
+		}
+		cs[k] = tags
+	}
+	b, err := json.Marshal(map[string]any{"services": services, "catalog_services": cs, "consul_kv": nonNilMap(in.ConsulKV)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain map[string]any
+	if err := json.Unmarshal(b, &plain); err != nil {
+		t.Fatal(err)
+	}
+	return plain
 }
 
 // jsonText is what JSON makes of a string: invalid UTF-8 bytes become

@@ -18,7 +18,7 @@ const stubTerraform = `#!/bin/sh
 case "$1" in
 version) echo '{"terraform_version":"1.11.4","platform":"linux_amd64","provider_selections":{}}' ;;
 apply)
-  if grep -q fail terraform.tfvars.json; then
+  if grep -q fail terraform.tfvars; then
     printf 'Error: boom\n\nthe stub failed\n' >&2
     exit 1
   fi
