@@ -73,6 +73,9 @@ type Result struct {
 	LogPath string
 	// Duration is the wall time of the run.
 	Duration time.Duration
+	// RunURL is the page of the remote run in HCP Terraform / Terraform
+	// Enterprise (terraform-cloud driver); empty for a local run.
+	RunURL string
 }
 
 // ErrStateLocked is wrapped by the error of a run that failed because the
