@@ -45,8 +45,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	tfe "github.com/hashicorp/go-tfe"
 	"github.com/hashicorp/go-cleanhttp"
+	tfe "github.com/hashicorp/go-tfe"
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
