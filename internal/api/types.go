@@ -105,6 +105,8 @@ type TaskResponse struct {
 type RunResult struct {
 	Plan           string `json:"plan"`
 	ChangesPresent bool   `json:"changes_present"`
+	// TFCRunURL is the remote plan's page (terraform-cloud driver).
+	TFCRunURL string `json:"tfc_run_url,omitempty"`
 }
 
 // TasksResponse is the body of GET /v1/tasks.

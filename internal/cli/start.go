@@ -19,6 +19,7 @@ import (
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/driver/dev"
 	"github.com/ctsync/ctsync/internal/driver/terraform"
+	"github.com/ctsync/ctsync/internal/driver/tfc"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
@@ -98,7 +99,7 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 	var bin string
 	if cfg.ClientType == config.ClientDevelopment {
 		logger.Warn("development client: no Terraform runs; each run is logged with its inputs, and nothing is changed")
-	} else {
+	} else if cfg.TFC == nil { // the terraform-cloud driver runs Terraform remotely (tfc.go)
 		b, ver, err := terraform.FindBinary(cfg.Driver.Path)
 		if err != nil {
 			logger.Error("terraform driver", "error", err)
@@ -256,12 +257,18 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		if cfg.ClientType == config.ClientDevelopment {
 			return dev.New(spec, logger.With("component", "driver")), nil
 		}
+		if cfg.TFC != nil {
+			return tfc.New(tfcOptions(cfg, o)) // tfc.go
+		}
 		return terraform.New(o)
 	}
 	desired := func(ctx context.Context, spec task.Spec) (map[string]string, error) {
 		o, err := driverOptions(spec)
 		if err != nil {
 			return nil, nil // the run reports it (the driver cannot be built)
+		}
+		if cfg.TFC != nil {
+			return tfc.DesiredState(ctx, tfcOptions(cfg, o)) // tfc.go
 		}
 		return terraform.DesiredState(ctx, o)
 	}

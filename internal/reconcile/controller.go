@@ -828,7 +828,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	terminal := driver.IsTerminal(err)
 	ev := store.Event{ID: runID, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: end,
 		Kind: kind, Trigger: trigger, InputsHash: want.Fingerprint, Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: c.redact(tail(res.LogPath, 4096)), Terminal: terminal}
+		LogTail: c.redact(tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL}
 	if res.Add+res.Change+res.Destroy > 0 || err == nil {
 		ev.Plan = &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
 	}

@@ -102,6 +102,7 @@ func (c *Controller) stateLocked(e *entry) TaskState {
 type PlanResult struct {
 	Plan           string
 	ChangesPresent bool
+	TFCRunURL      string // the remote run (terraform-cloud driver)
 }
 
 // Create adds a task. With runNow it applies the task before returning and
@@ -181,7 +182,7 @@ func (c *Controller) plan(ctx context.Context, e *entry, s *task.Spec) (PlanResu
 	if err != nil {
 		return PlanResult{}, err
 	}
-	return PlanResult{Plan: res.Output, ChangesPresent: res.Changes}, nil
+	return PlanResult{Plan: res.Output, ChangesPresent: res.Changes, TFCRunURL: res.RunURL}, nil
 }
 
 // SetEnabled enables or disables a task. mode "" only changes the flag;

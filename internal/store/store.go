@@ -41,6 +41,8 @@ type Event struct {
 	LogTail string `json:"log_tail,omitempty"`
 	// LogPath is the run's full log file on the instance that ran it.
 	LogPath string `json:"-"`
+	// TFCRunURL is the remote run's page (terraform-cloud driver).
+	TFCRunURL string `json:"tfc_run_url,omitempty"`
 }
 
 // EventError is the CTS error object of an event.
