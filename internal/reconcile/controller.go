@@ -138,16 +138,18 @@ type Controller struct {
 // progress at all before Live reports the controller as stuck.
 const WedgedAfter = time.Minute
 
-// Live reports whether the controller works: Run is running, the note loop
-// takes notifications, and (when this instance leads) a worker takes queued
-// tasks while a run slot is free. A follower is live.
+// Live reports whether the controller works: the note loop takes
+// notifications, and (when this instance leads) a worker takes queued tasks
+// while a run slot is free. A follower is live, and so is a controller that
+// has not started yet (the daemon waits for Consul); one whose Run has
+// returned is not.
 func (c *Controller) Live() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.opts.Clock.Now()
 	switch {
-	case !c.running:
-		return errors.New("the controller is not running")
+	case c.started && !c.running:
+		return errors.New("the controller has stopped")
 	case !c.notesSince.IsZero() && now.Sub(c.notesSince) >= WedgedAfter:
 		return fmt.Errorf("the controller is stuck: %d notifications have waited %s", len(c.notes), now.Sub(c.notesSince).Round(time.Second))
 	case !c.standby && !c.queueSince.IsZero() && len(c.slots) < cap(c.slots) && now.Sub(c.queueSince) >= WedgedAfter:

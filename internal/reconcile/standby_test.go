@@ -57,14 +57,14 @@ func TestStandbyScheduleDoesNotSpin(t *testing.T) {
 	}
 }
 
-// Live: not before Run; a queued task that no worker takes while run slots
+// Live: before Run (the daemon waits for Consul); a queued task that no worker takes while run slots
 // are free makes the controller not live after WedgedAfter (fake clock); a
 // follower with queued tasks is live.
 func TestLiveness(t *testing.T) {
 	clk := reconciletest.NewClock()
 	c := New(Options{Watcher: newFakeWatcher(), Clock: clk}, []task.Spec{servicesTask("a", "web")})
-	if c.Live() == nil {
-		t.Fatal("live before Run")
+	if err := c.Live(); err != nil {
+		t.Fatalf("not live before Run (the daemon waits for Consul then): %v", err)
 	}
 	// Running, but with no workers: what a wedged worker pool looks like.
 	c.mu.Lock()

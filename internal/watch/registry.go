@@ -318,19 +318,20 @@ func (r *Registry) Get(key string) (value any, index uint64, ok bool) {
 // reports the watch as dead.
 const DeadWatchAfter = 2 * time.Minute
 
-// Live reports whether the registry is watching: it runs, and no view's
-// reads have failed for DeadWatchAfter or longer (Consul unreachable, or
-// refusing a query). The error names the first such view and its error.
+// Live reports whether the registry is watching: it has not stopped, and
+// no view's reads have failed for DeadWatchAfter or longer (Consul
+// unreachable, or refusing a query). Before Run (the daemon waits for
+// Consul) it is live. The error names the first failing view and its error.
 func (r *Registry) Live() error {
 	r.mu.Lock()
-	running := r.runCtx != nil && !r.stopped
+	stopped := r.stopped
 	views := make([]*view, 0, len(r.views))
 	for _, v := range r.views {
 		views = append(views, v)
 	}
 	r.mu.Unlock()
-	if !running {
-		return errors.New("the watch registry is not running")
+	if stopped {
+		return errors.New("the watch registry has stopped")
 	}
 	slices.SortFunc(views, func(a, b *view) int { return strings.Compare(a.key, b.key) })
 	now := time.Now()
