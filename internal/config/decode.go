@@ -359,6 +359,12 @@ func (d *decoder) requiredProviders(c *content, path string, r *rawDriver) {
 			continue
 		}
 		var rp RequiredProvider
+		if ty := v.Type(); (ty.IsTupleType() || ty.IsListType()) && v.LengthInt() == 1 {
+			// HCL 1 (and JSON) write `name { ... }` as a list of one object.
+			if e := v.Index(cty.NumberIntVal(0)); e.Type().IsObjectType() || e.Type().IsMapType() {
+				v = e
+			}
+		}
 		ty := v.Type()
 		switch {
 		case ty == cty.String:

@@ -34,11 +34,13 @@ func parseHCL1(name string, src []byte) (body *h1Body) {
 			body = nil
 		}
 	}()
-	f, err := hcl1.ParseBytes(src)
-	if err != nil || f == nil {
+	// Decoding into an ast.Node hands back the syntax tree of the same
+	// parse CTS's hcl.Decode does (a repeated argument is not an error).
+	var root ast.Node
+	if err := hcl1.Decode(&root, string(src)); err != nil || root == nil {
 		return nil
 	}
-	list, ok := f.Node.(*ast.ObjectList)
+	list, ok := root.(*ast.ObjectList)
 	if !ok {
 		return nil
 	}

@@ -1,0 +1,2 @@
+# refused: port
+port = 09

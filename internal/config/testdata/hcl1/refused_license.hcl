@@ -1,0 +1,5 @@
+# refused: license
+license {
+  path = "..."
+  auto_retrieval { enabled = true }
+}

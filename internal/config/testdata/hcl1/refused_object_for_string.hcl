@@ -1,0 +1,2 @@
+# refused: must be a string
+task = [{ name = "web", module = { path = "./m" }, condition = { services = { names = ["x"] } } }]

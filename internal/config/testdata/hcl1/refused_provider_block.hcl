@@ -1,0 +1,2 @@
+# refused: terraform_provider
+provider "aws" { region = "x" }

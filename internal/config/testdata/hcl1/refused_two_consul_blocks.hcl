@@ -1,0 +1,2 @@
+# refused: only one 'consul' block
+consul = [{ address = "a" }, { address = "b" }]

@@ -1,0 +1,3 @@
+# refused: did you mean "working_dir"
+buffer_period { enabled = true, min = "5s" }
+worknig_dir = "x"
