@@ -147,15 +147,16 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 			return ExitError
 		}
 	}
-	if err := config.ResolveProviders(ctx, cfg, config.ConsulKV(client.Client)); err != nil {
-		fmt.Fprintf(stderr, "configuration error: %v\n", err)
-		return ExitConfig
+	// {{ key }} and {{ with secret }} values (secrets.go).
+	live, code := resolveProviders(ctx, cfg, client, logger, f.once || f.inspect, wait, stderr)
+	if code != ExitOK {
+		return code
 	}
 
 	if f.once || f.inspect {
 		cfg.HA = nil // -once and -inspect run alone, outside the cluster (ha.go)
 	}
-	app, err := newApp(cfg, client, bin, logger)
+	app, err := newApp(cfg, client, bin, logger, live)
 	if err != nil {
 		logger.Error("start-up failed", "error", err)
 		return ExitConfig
@@ -177,9 +178,10 @@ type app struct {
 	registry *watch.Registry
 	ctrl     *reconcile.Controller
 	store    store.Store
-	onceWait time.Duration // -once/-inspect: bound of each wait for Consul
-	obs      observe       // metrics, dashboard, notifications (observe.go)
-	ha       *haWiring     // high availability (ha.go); nil without
+	onceWait time.Duration  // -once/-inspect: bound of each wait for Consul
+	obs      observe        // metrics, dashboard, notifications (observe.go)
+	ha       *haWiring      // high availability (ha.go); nil without
+	secrets  *liveProviders // provider values, kept fresh from Vault (secrets.go)
 }
 
 // needsConsulKV reports whether start-up must read Consul KV: a
@@ -193,7 +195,7 @@ func needsConsulKV(cfg *config.Config) bool {
 	return false
 }
 
-func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.Logger) (*app, error) {
+func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.Logger, live *liveProviders) (*app, error) {
 	workDir, err := filepath.Abs(cfg.WorkingDir)
 	if err != nil {
 		return nil, fmt.Errorf("working_dir: %w", err)
@@ -209,9 +211,8 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	a.registry = watch.NewRegistry(client, logger.With("component", "watch"), func(sub, key string) {
 		a.ctrl.Notify(sub, key)
 	})
-	providers := map[string]config.Provider{}
-	for _, p := range cfg.Providers {
-		providers[p.Ref()] = p
+	if live == nil {
+		live = newLiveProviders(cfg, logger)
 	}
 	// stopTimeout bounds how long an interrupted Terraform may take to
 	// stop before it and its children are killed: under high availability
@@ -231,9 +232,9 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		spec.Module = localModuleSource(spec.Module, dir)
 		var used []config.Provider
 		for _, ref := range spec.Providers {
-			p, ok := providers[ref]
-			if !ok {
-				return terraform.Options{}, fmt.Errorf("provider %q is not configured", ref)
+			p, err := live.get(ref) // secrets.go
+			if err != nil {
+				return terraform.Options{}, err
 			}
 			used = append(used, p)
 		}
@@ -264,6 +265,9 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	}
 	desired := func(ctx context.Context, spec task.Spec) (map[string]string, error) {
 		o, err := driverOptions(spec)
+		if errors.Is(err, errWaitingForVault) {
+			return nil, err // the task waits, and its status says why (secrets.go)
+		}
 		if err != nil {
 			return nil, nil // the run reports it (the driver cannot be built)
 		}
@@ -272,6 +276,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		}
 		return terraform.DesiredState(ctx, o)
 	}
+	factory = live.wrapFactory(factory)                // secrets.go: rebuilt when Vault values change
 	if factory, err = a.setupHA(factory); err != nil { // ha.go
 		return nil, err
 	}
@@ -293,6 +298,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		RetryMax:    cfg.Retry.MaxDelay,
 		MaxRetries:  cfg.Retry.MaxRetries,
 	}, cfg.Tasks)
+	a.setupSecrets(live) // secrets.go
 	return a, nil
 }
 
@@ -398,7 +404,8 @@ func (a *app) runDaemon(ctx context.Context) int {
 
 	ctrlDone := make(chan error, 1)
 	go func() { ctrlDone <- a.ctrl.Run(ctx, runCtx) }()
-	stopHA := a.runHA(ctx) // ha.go; no-op without high availability
+	stopHA := a.runHA(ctx)    // ha.go; no-op without high availability
+	defer a.runSecrets(ctx)() // secrets.go; no-op without Vault
 	defer a.runObserve()()
 	a.log.Info("ctsync started", "tasks", len(a.cfg.Tasks), "working_dir", a.cfg.WorkingDir)
 

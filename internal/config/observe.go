@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -270,9 +272,15 @@ func (c *Config) Secrets() []string {
 const Redacted = "[redacted]"
 
 // Redactor replaces secret values with "[redacted]". The zero value and a
-// nil *Redactor change nothing.
+// nil *Redactor change nothing. Add extends it (a Vault secret that
+// rotates): every holder of the pointer sees the new secrets.
 type Redactor struct {
-	r *strings.Replacer
+	r  *strings.Replacer
+	mu sync.Mutex
+	// secrets are the ones given so far; next holds the replacer built
+	// by Add, which Redact uses when set.
+	secrets []string
+	next    atomic.Pointer[strings.Replacer]
 }
 
 // NewRedactor returns a Redactor for the given secrets (see
@@ -280,6 +288,39 @@ type Redactor struct {
 // or HCL string (quotes and backslashes escaped), the way Terraform prints
 // values.
 func NewRedactor(secrets []string) *Redactor {
+	red := &Redactor{secrets: slices.Clone(secrets)}
+	red.r = newReplacer(secrets)
+	return red
+}
+
+// Add makes r redact more secrets too (those it had stay redacted).
+func (r *Redactor) Add(secrets ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.secrets)
+	for _, s := range secrets {
+		if len(s) >= MinSecretLength && !slices.Contains(r.secrets, s) {
+			r.secrets = append(r.secrets, s)
+		}
+	}
+	if len(r.secrets) == n {
+		return
+	}
+	r.next.Store(newReplacer(r.secrets))
+}
+
+// replacer is the current replacer; nil when there is nothing to redact.
+func (r *Redactor) replacer() *strings.Replacer {
+	if r == nil {
+		return nil
+	}
+	if n := r.next.Load(); n != nil {
+		return n
+	}
+	return r.r
+}
+
+func newReplacer(secrets []string) *strings.Replacer {
 	var all []string
 	for _, s := range secrets {
 		if len(s) < MinSecretLength {
@@ -293,7 +334,7 @@ func NewRedactor(secrets []string) *Redactor {
 		}
 	}
 	if len(all) == 0 {
-		return &Redactor{}
+		return nil
 	}
 	// Longest first: a secret that contains another is replaced whole.
 	slices.SortFunc(all, func(a, b string) int {
@@ -307,13 +348,14 @@ func NewRedactor(secrets []string) *Redactor {
 	for _, s := range all {
 		pairs = append(pairs, s, Redacted)
 	}
-	return &Redactor{r: strings.NewReplacer(pairs...)}
+	return strings.NewReplacer(pairs...)
 }
 
 // Redact returns s with every secret replaced.
 func (r *Redactor) Redact(s string) string {
-	if r == nil || r.r == nil {
+	rep := r.replacer()
+	if rep == nil {
 		return s
 	}
-	return r.r.Replace(s)
+	return rep.Replace(s)
 }

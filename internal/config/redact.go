@@ -45,7 +45,7 @@ func (h *RedactingHandler) Enabled(ctx context.Context, l slog.Level) bool {
 // Handle implements slog.Handler.
 func (h *RedactingHandler) Handle(ctx context.Context, rec slog.Record) error {
 	red := h.r.Load()
-	if red == nil || red.r == nil {
+	if red.replacer() == nil {
 		return h.inner.Handle(ctx, rec)
 	}
 	out := slog.NewRecord(rec.Time, rec.Level, red.Redact(rec.Message), rec.PC)
@@ -59,7 +59,7 @@ func (h *RedactingHandler) Handle(ctx context.Context, rec slog.Record) error {
 // WithAttrs implements slog.Handler. The attributes are redacted with the
 // redactor set at this time (they are usually static labels).
 func (h *RedactingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	if red := h.r.Load(); red != nil && red.r != nil {
+	if red := h.r.Load(); red.replacer() != nil {
 		as := make([]slog.Attr, len(attrs))
 		for i, a := range attrs {
 			as[i] = redactAttr(red, a)

@@ -42,3 +42,20 @@ func TestRedactingHandler(t *testing.T) {
 		t.Error("found a redacting handler in a plain logger")
 	}
 }
+
+func TestRedactorAdd(t *testing.T) {
+	r := NewRedactor([]string{"first-secret"})
+	redact := r.Redact // holders keep the method value
+	r.Add("second-secret", "ab")
+	if got := redact("first-secret second-secret ab"); got != "[redacted] [redacted] ab" {
+		t.Errorf("got %q", got)
+	}
+	empty := NewRedactor(nil)
+	if empty.Redact("x-secret") != "x-secret" {
+		t.Error("an empty redactor changes nothing")
+	}
+	empty.Add("x-secret")
+	if empty.Redact("x-secret") != Redacted {
+		t.Error("Add to an empty redactor")
+	}
+}

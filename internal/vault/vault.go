@@ -63,7 +63,7 @@ type Manager struct {
 	onChange  func([]string)
 	tokenFile string
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards secrets, runCtx, onChange and the entries
 	secrets map[string]*entry
 	runCtx  context.Context // set by Run; nil before
 	wg      sync.WaitGroup
@@ -140,6 +140,13 @@ func New(o Options) (*Manager, error) {
 		client.SetToken(s.Auth.ClientToken)
 	}
 	return m, nil
+}
+
+// SetOnChange replaces the callback of Options.OnChange.
+func (m *Manager) SetOnChange(fn func(keys []string)) {
+	m.mu.Lock()
+	m.onChange = fn
+	m.mu.Unlock()
 }
 
 // Client returns the underlying Vault client.
@@ -270,11 +277,12 @@ func (m *Manager) watch(ctx context.Context, e *entry) {
 			m.mu.Lock()
 			changed := !reflect.DeepEqual(e.val.Data, fresh.Data)
 			e.raw, e.val = fresh, convert(fresh)
+			onChange := m.onChange
 			m.mu.Unlock()
 			if changed {
 				m.log.Info("vault secret changed", "path", e.path, "lease_duration", fresh.LeaseDuration)
-				if m.onChange != nil {
-					m.onChange([]string{e.key})
+				if onChange != nil {
+					onChange([]string{e.key})
 				}
 			} else {
 				m.log.Debug("vault secret read again, unchanged", "path", e.path)

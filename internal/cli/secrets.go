@@ -1,0 +1,369 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/consul"
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/vault"
+)
+
+// This file keeps the terraform_provider values that come from Vault
+// current, and hands them to the drivers.
+//
+// The interface with the rest of the daemon is small:
+//
+//   - liveProviders.get(ref) is what driverOptions uses to find a task's
+//     provider blocks (instead of a map built once): it returns the block
+//     with its current values, or an error wrapping errWaitingForVault
+//     while the block waits for an unreachable Vault (the desired-state
+//     function passes that error on, so the task's status says why it
+//     waits and it is retried with backoff);
+//   - liveProviders.driver(build) wraps a task's driver so that, when a
+//     secret changed since the driver was built, the next run builds it
+//     again (with the new values) before planning or applying: the
+//     controller's cached driver never holds stale values;
+//   - when values change, every task using the block is notified
+//     (Controller.Notify with trigger "vault"): its desired state, which
+//     hashes the provider values, differs, so it runs again; a task whose
+//     values did not change is not run (the fingerprint is the same);
+//   - each new value is added to the redactor before any task can use it.
+
+// errWaitingForVault marks a provider block that waits for Vault.
+var errWaitingForVault = errors.New("waiting for Vault")
+
+// vaultTrigger is the key tasks are notified with when a secret changed.
+const vaultTrigger = "vault"
+
+// liveProviders holds the resolved terraform_provider blocks.
+type liveProviders struct {
+	log   *slog.Logger
+	vault *vault.Manager // nil without a vault block
+	kv    config.KVGetter
+
+	mu      sync.RWMutex
+	byRef   map[string]config.Provider
+	waiting map[string]error // refs still waiting for Vault, and why
+	gen     atomic.Uint64    // bumped each time a block's values change
+
+	// Set by setupSecrets once the controller and redactor exist.
+	notify   func(refs []string)
+	redactor *config.Redactor
+}
+
+func newLiveProviders(cfg *config.Config, logger *slog.Logger) *liveProviders {
+	l := &liveProviders{log: logger.With("component", "vault"), byRef: map[string]config.Provider{}}
+	for _, p := range cfg.Providers {
+		l.byRef[p.Ref()] = p
+	}
+	return l
+}
+
+// resolveProviders resolves the {{ key }} and {{ with secret }} values of
+// the terraform_provider blocks at start-up. A Vault that cannot be reached
+// is waited for: with -once or -inspect up to wait, then it is an error;
+// the daemon starts anyway, and the blocks concerned wait (their tasks with
+// them) while it retries in the background. Problems that waiting does not
+// solve (a missing secret, permission denied) are configuration errors. code
+// is ExitOK to go on.
+func resolveProviders(ctx context.Context, cfg *config.Config, client *consul.Client, logger *slog.Logger,
+	once bool, wait time.Duration, stderr io.Writer) (l *liveProviders, code int) {
+	lookups := config.Lookups{KV: config.ConsulKV(client.Client)}
+	var m *vault.Manager
+	if cfg.Vault.Enabled {
+		var err error
+		m, err = vault.New(vault.Options{Config: cfg.Vault, Logger: logger.With("component", "vault")})
+		if err != nil {
+			fmt.Fprintf(stderr, "configuration error: %v\n", err)
+			return nil, ExitConfig
+		}
+		lookups.Secret = m.Read
+	}
+	waiting, err := config.ResolveProvidersWith(ctx, cfg, lookups)
+	if err != nil {
+		fmt.Fprintf(stderr, "configuration error: %v\n", err)
+		return nil, ExitConfig
+	}
+	if len(waiting) > 0 && once {
+		deadline := time.Now().Add(wait)
+		delay := time.Second
+		for len(waiting) > 0 {
+			for ref, why := range waiting {
+				logger.Warn("waiting for Vault to resolve a terraform_provider block", "provider", ref, "error", why, "retry_in", delay)
+			}
+			if time.Now().Add(delay).After(deadline) {
+				logger.Error("vault is not reachable: cannot resolve {{ with secret }} values of terraform_provider blocks",
+					"address", cfg.Vault.Address, "waited", wait)
+				return nil, ExitError
+			}
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ExitInterrupt
+			case <-t.C:
+			}
+			delay = min(2*delay, 30*time.Second)
+			if waiting, err = config.ResolveProvidersWith(ctx, cfg, lookups); err != nil {
+				fmt.Fprintf(stderr, "configuration error: %v\n", err)
+				return nil, ExitConfig
+			}
+		}
+	}
+	l = newLiveProviders(cfg, logger)
+	l.vault, l.kv = m, lookups.KV
+	l.waiting = waiting
+	for ref, why := range waiting {
+		logger.Warn("vault is not reachable: the tasks using this provider wait for it; retrying in the background",
+			"provider", ref, "error", why)
+	}
+	return l, ExitOK
+}
+
+// get returns the provider block ref with its current values.
+func (l *liveProviders) get(ref string) (config.Provider, error) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if why, ok := l.waiting[ref]; ok {
+		return config.Provider{}, fmt.Errorf("terraform_provider %q is %w: %v", ref, errWaitingForVault, why)
+	}
+	p, ok := l.byRef[ref]
+	if !ok {
+		return config.Provider{}, fmt.Errorf("provider %q is not configured", ref)
+	}
+	return p, nil
+}
+
+// setupSecrets connects the provider values to the controller (tasks to
+// notify) and to the redactor. It runs in newApp once both exist.
+func (a *app) setupSecrets(l *liveProviders) {
+	a.secrets = l
+	l.redactor = a.obs.redactor
+	l.notify = func(refs []string) {
+		for _, st := range a.ctrl.Tasks() {
+			if slices.ContainsFunc(st.Spec.Providers, func(r string) bool { return slices.Contains(refs, r) }) {
+				a.ctrl.Notify(st.Spec.Name, vaultTrigger)
+			}
+		}
+	}
+}
+
+// runSecrets keeps the Vault values fresh while the daemon runs: the
+// blocks waiting for Vault are resolved with backoff, and secrets that
+// change are resolved again. The returned function stops it.
+func (a *app) runSecrets(ctx context.Context) (stop func()) {
+	l := a.secrets
+	if l == nil || l.vault == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	l.vault.SetOnChange(l.secretsChanged)
+	wg.Go(func() { _ = l.vault.Run(ctx) })
+	wg.Go(func() { l.retryWaiting(ctx) })
+	return func() { cancel(); wg.Wait() }
+}
+
+// retryWaiting resolves the blocks left waiting for Vault at start-up.
+func (l *liveProviders) retryWaiting(ctx context.Context) {
+	delay := time.Second
+	for {
+		l.mu.RLock()
+		refs := make([]string, 0, len(l.waiting))
+		for ref := range l.waiting {
+			refs = append(refs, ref)
+		}
+		l.mu.RUnlock()
+		if len(refs) == 0 {
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		var done []string
+		for _, ref := range refs {
+			l.mu.RLock()
+			p := l.byRef[ref]
+			l.mu.RUnlock()
+			res, err := config.ResolveProvider(ctx, p, config.Lookups{KV: l.kv, Secret: l.vault.Read})
+			l.mu.Lock()
+			if err != nil {
+				l.waiting[ref] = err
+				l.mu.Unlock()
+				if errors.Is(err, config.ErrVaultUnavailable) {
+					l.log.Warn("still waiting for Vault", "provider", ref, "error", err, "retry_in", delay)
+				} else {
+					l.log.Error("terraform_provider cannot be resolved; retrying", "provider", ref, "error", err, "retry_in", delay)
+				}
+				continue
+			}
+			l.addSecrets(res)
+			l.byRef[ref] = res
+			delete(l.waiting, ref)
+			l.mu.Unlock()
+			l.log.Info("terraform_provider resolved: its tasks can run", "provider", ref)
+			done = append(done, ref)
+		}
+		if len(done) > 0 {
+			l.gen.Add(1)
+			if l.notify != nil {
+				l.notify(done)
+			}
+		}
+		delay = min(2*delay, time.Minute)
+	}
+}
+
+// secretsChanged is the Vault manager's callback: the blocks that read one
+// of the secrets are resolved again and their tasks notified.
+func (l *liveProviders) secretsChanged(keys []string) {
+	var changed []string
+	l.mu.RLock()
+	var refs []string
+	for ref, p := range l.byRef {
+		if _, waiting := l.waiting[ref]; waiting {
+			continue
+		}
+		if slices.ContainsFunc(p.SecretKeys(), func(k string) bool { return slices.Contains(keys, k) }) {
+			refs = append(refs, ref)
+		}
+	}
+	l.mu.RUnlock()
+	slices.Sort(refs)
+	for _, ref := range refs {
+		l.mu.RLock()
+		p := l.byRef[ref]
+		l.mu.RUnlock()
+		res, err := config.ResolveProvider(context.Background(), p, config.Lookups{KV: l.kv, Secret: l.vault.Read})
+		if err != nil {
+			l.log.Error("a Vault secret changed but the provider block cannot be resolved again; keeping its last values",
+				"provider", ref, "error", err)
+			continue
+		}
+		l.mu.Lock()
+		l.addSecrets(res)
+		l.byRef[ref] = res
+		l.mu.Unlock()
+		changed = append(changed, ref)
+	}
+	if len(changed) == 0 {
+		return
+	}
+	l.gen.Add(1)
+	l.log.Info("vault secrets changed: the tasks using these providers run again", "providers", changed)
+	if l.notify != nil {
+		l.notify(changed)
+	}
+}
+
+// addSecrets adds the block's values to the redactor. l.mu is held.
+func (l *liveProviders) addSecrets(p config.Provider) {
+	if l.redactor == nil {
+		return
+	}
+	one := &config.Config{Providers: []config.Provider{p}}
+	l.redactor.Add(one.Secrets()...)
+}
+
+// wrapFactory wraps each driver f builds (see driver).
+func (l *liveProviders) wrapFactory(f reconcile.DriverFactory) reconcile.DriverFactory {
+	return func(spec task.Spec) (driver.Driver, error) {
+		return l.driver(func() (driver.Driver, error) { return f(spec) })
+	}
+}
+
+// driver wraps the driver build makes so that it is built again when
+// provider values changed since (see liveDriver).
+func (l *liveProviders) driver(build func() (driver.Driver, error)) (driver.Driver, error) {
+	if l == nil || l.vault == nil {
+		return build()
+	}
+	gen := l.gen.Load()
+	d, err := build()
+	if err != nil {
+		return nil, err
+	}
+	return &liveDriver{l: l, build: build, inner: d, gen: gen}, nil
+}
+
+// liveDriver is a task's driver that follows provider value changes: before
+// each verb it checks the values' generation and, when it moved, builds and
+// initialises the driver again (init is skipped by the driver itself when
+// the module did not change; the provider values file is rewritten).
+type liveDriver struct {
+	l     *liveProviders
+	build func() (driver.Driver, error)
+	inner driver.Driver
+	gen   uint64
+}
+
+// fresh rebuilds the driver when needed; rebuilt is true when it was (and
+// initialised).
+func (d *liveDriver) fresh(ctx context.Context) (rebuilt bool, err error) {
+	g := d.l.gen.Load()
+	if g == d.gen {
+		return false, nil
+	}
+	nd, err := d.build()
+	if err != nil {
+		return false, &driver.Error{Op: "prepare", Summary: err.Error(), Err: err}
+	}
+	if err := nd.Init(ctx); err != nil {
+		return false, err
+	}
+	d.inner, d.gen = nd, g
+	return true, nil
+}
+
+func (d *liveDriver) Init(ctx context.Context) error {
+	rebuilt, err := d.fresh(ctx)
+	if err != nil || rebuilt {
+		return err
+	}
+	return d.inner.Init(ctx)
+}
+
+func (d *liveDriver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	if _, err := d.fresh(ctx); err != nil {
+		return driver.Result{}, err
+	}
+	return d.inner.Plan(ctx, run, in)
+}
+
+func (d *liveDriver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	if _, err := d.fresh(ctx); err != nil {
+		return driver.Result{}, err
+	}
+	return d.inner.Apply(ctx, run, in)
+}
+
+func (d *liveDriver) Destroy(ctx context.Context, run driver.Run) (driver.Result, error) {
+	if _, err := d.fresh(ctx); err != nil {
+		return driver.Result{}, err
+	}
+	return d.inner.Destroy(ctx, run)
+}
+
+// Forget passes on to the driver when it can forget its task's state
+// (reconcile and ha look for this method).
+func (d *liveDriver) Forget(ctx context.Context) error {
+	if f, ok := d.inner.(interface{ Forget(context.Context) error }); ok {
+		return f.Forget(ctx)
+	}
+	return nil
+}
