@@ -375,9 +375,10 @@ func (b *h1Body) block(typ *ast.ObjectKey, labels []*ast.ObjectKey, body *h1Body
 	return blk
 }
 
-// rawItems lists the body's arguments and block-style items without a
-// schema (provider arguments): an item written `name = value` is an
-// argument, `name "label"... { ... }` a block.
+// rawItems lists the body's arguments and nested blocks without a schema
+// (provider arguments). An object is a nested block whether it is written
+// `name { ... }` or `name = { ... }`: HCL 1 reads both the same, and CTS
+// writes both as a nested block of the provider.
 func (b *h1Body) rawItems() ([]*hcl.Attribute, []*hcl.Block) {
 	var attrs []*hcl.Attribute
 	var blocks []*hcl.Block
@@ -385,7 +386,7 @@ func (b *h1Body) rawItems() ([]*hcl.Attribute, []*hcl.Block) {
 	for _, n := range names {
 		var args []*ast.ObjectItem
 		for _, it := range groups[n] {
-			if o, isObj := it.Val.(*ast.ObjectType); isObj && !assigned(it) {
+			if o, isObj := it.Val.(*ast.ObjectType); isObj {
 				blocks = append(blocks, b.block(it.Keys[0], it.Keys[1:], b.objectBody(o)))
 				continue
 			}
