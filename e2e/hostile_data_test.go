@@ -1,12 +1,14 @@
 package e2e
 
 // Hostile catalog and KV data end to end: whatever Consul accepts reaches
-// the module byte for byte, through JSON, and nothing in it is ever
-// interpreted (HCL, Terraform templates, ctsync's own {{ }} templates,
-// shells, JSON structure). Two transformations happen on the way, neither
-// of them ctsync's choice: JSON turns bytes that are not valid UTF-8 into
-// U+FFFD, one per byte (KV values are raw bytes in Consul), and Terraform
-// keeps every string in Unicode normal form C.
+// the module byte for byte, through terraform.tfvars (HCL written by
+// hclwrite), and nothing in it is ever interpreted (HCL, Terraform
+// templates and functions, ctsync's own {{ }} templates, shells, JSON
+// structure). Two transformations happen on the way, neither of them
+// ctsync's choice: text for Terraform is UTF-8, so bytes that are not valid
+// UTF-8 become U+FFFD, one per byte (KV values are raw bytes in Consul), as
+// JSON would write them, and Terraform keeps every string in Unicode normal
+// form C.
 
 import (
 	"fmt"
@@ -87,6 +89,10 @@ func TestHostileCatalogAndKV(t *testing.T) {
 	for i, h := range hostileStrings {
 		web.Meta[fmt.Sprintf("k%d", i)] = h
 	}
+	// Keywords as map keys; "for" sorts first, and a bare "for" as the first
+	// key of an object would start a for expression.
+	web.Meta["for"] = "first key"
+	web.Meta["null"] = "null"
 	c.RegisterService(t, web, "passing")
 	// A service whose name is hostile, selected by a regexp.
 	odd := reg("odd-1", `hostile "${name}" %{x} \ 'q' {{ key "k" }}`, 8002)

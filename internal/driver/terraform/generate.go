@@ -890,13 +890,6 @@ func distinctKeys[V any](where string, m map[string]V) error {
 	return nil
 }
 
-func nonNilMap(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
-}
-
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

@@ -134,6 +134,13 @@ func plainInputs(t *testing.T, in *task.Inputs) map[string]any {
 	return plain
 }
 
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
 // jsonText is what JSON makes of a string: invalid UTF-8 bytes become
 // U+FFFD, one per byte.
 func jsonText(s string) string {
