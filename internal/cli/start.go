@@ -456,6 +456,7 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	if cfg.LogFormat == "json" {
 		h = slog.NewJSONHandler(w, opts)
 	}
+	h = withSyslog(cfg, h, opts) // syslog.go
 	// Every record passes the configuration's secrets through a redactor
 	// (set once the secrets are resolved, in setupObserve): Terraform
 	// output forwarded with log = true included.
