@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -61,13 +63,42 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	return ExitFlagParse
 }
 
+// Name is the program's name as invoked: the base name of os.Args[0],
+// "consul-terraform-sync" when ctsync is installed under CTS's name to
+// drop it in. Usage lines and -version use it.
+var Name = programName(os.Args)
+
+func programName(args []string) string {
+	if len(args) == 0 {
+		return "ctsync"
+	}
+	n := strings.TrimSuffix(filepath.Base(args[0]), ".exe")
+	if n == "" || n == "." || n == string(filepath.Separator) {
+		return "ctsync"
+	}
+	return n
+}
+
+// named writes the program's name as invoked into a usage text written
+// for "ctsync".
+func named(s string) string {
+	if Name == "ctsync" {
+		return s
+	}
+	s = strings.ReplaceAll(s, "Usage: ctsync ", "Usage: "+Name+" ")
+	return strings.ReplaceAll(s, "Run 'ctsync ", "Run '"+Name+" ")
+}
+
 func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "ctsync v%s (%s)\n", Version, Commit)
+	fmt.Fprintf(w, "%s v%s (%s)\n", Name, Version, Commit)
 	fmt.Fprintf(w, "Compatible with Terraform >= %s and OpenTofu >= 1.6.0\n", MinTerraform)
+	if Name != "ctsync" {
+		fmt.Fprintln(w, "This is ctsync, a drop-in successor to Consul-Terraform-Sync.")
+	}
 }
 
 func usage(w io.Writer) {
-	fmt.Fprint(w, `Usage: ctsync <command> [options]
+	fmt.Fprint(w, named(`Usage: ctsync <command> [options]
 
 Keeps network infrastructure in sync with the Consul catalog by running
 Terraform (or OpenTofu) modules.
@@ -79,7 +110,7 @@ Commands:
     version   Print the version
 
 Run 'ctsync <command> -h' for a command's options.
-`)
+`))
 }
 
 // stringsFlag is a repeatable string flag.

@@ -8,5 +8,6 @@ import (
 
 // TestMain fails the package's tests if any goroutine outlives them.
 func TestMain(m *testing.M) {
+	Name = "ctsync" // not the test binary's name
 	goleak.VerifyTestMain(m)
 }

@@ -105,11 +105,23 @@ func newClientCmd(name, usage string, stdout, stderr io.Writer) *clientCmd {
 	c.cfg, c.envErr = client.ConfigFromEnv()
 	c.cfg.RegisterFlags(c.fs)
 	c.fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, named(usage))
 		fmt.Fprintln(stderr, "\nOptions:")
-		c.fs.PrintDefaults()
+		printFlags(stderr, c.fs)
 	}
 	return c
+}
+
+// printFlags lists a command's flags with their defaults the way CTS does
+// ("-auto-approve [Default: false]"), each followed by its description.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		def := f.DefValue
+		if def == "" {
+			def = `""`
+		}
+		fmt.Fprintf(w, "\n  -%s [Default: %s]\n      %s\n", f.Name, def, f.Usage)
+	})
 }
 
 // parse parses args and checks the number of positional arguments; it
@@ -172,7 +184,7 @@ Run 'ctsync task <subcommand> -h' for a subcommand's options.
 // runTask handles `ctsync task <create|delete|enable|disable>`.
 func runTask(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, taskUsage)
+		fmt.Fprint(stderr, named(taskUsage))
 		return ExitRequiredFlags
 	}
 	switch args[0] {
@@ -185,13 +197,17 @@ func runTask(args []string, stdout, stderr io.Writer) int {
 	case "delete":
 		return taskDelete(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, taskUsage)
+		fmt.Fprint(stdout, named(taskUsage))
 		return ExitOK
 	}
 	fmt.Fprintf(stderr, "unknown task subcommand %q\n\n", args[0])
-	fmt.Fprint(stderr, taskUsage)
+	fmt.Fprint(stderr, named(taskUsage))
 	return ExitFlagParse
 }
+
+// ctsComplete is the line CTS ends a successful task command with
+// ("'web' enable complete!"); scripts look for it, so it comes last.
+const ctsComplete = "'%s' %s complete!\n"
 
 func printPlan(w io.Writer, plan string) {
 	plan = strings.TrimRight(plan, "\n")
@@ -233,6 +249,7 @@ are asked to approve them, and the task is then applied at once.
 			return c.errorf("unable to enable task '%s': %v", name, err)
 		}
 		fmt.Fprintf(stdout, "\n==> Task '%s' enabled: no changes to apply.\n", name)
+		fmt.Fprintf(stdout, ctsComplete, name, "enable")
 		return ExitOK
 	}
 	if !*autoApprove {
@@ -250,6 +267,7 @@ are asked to approve them, and the task is then applied at once.
 		return c.errorf("unable to enable task '%s': %v", name, err)
 	}
 	fmt.Fprintf(stdout, "==> Task '%s' enabled and applied.\n", name)
+	fmt.Fprintf(stdout, ctsComplete, name, "enable")
 	return ExitOK
 }
 
@@ -274,6 +292,7 @@ Disables a task: it stops running until it is enabled again.
 		return c.errorf("unable to disable task '%s': %v", name, err)
 	}
 	fmt.Fprintf(stdout, "==> Task '%s' disabled.\n", name)
+	fmt.Fprintf(stdout, ctsComplete, name, "disable")
 	return ExitOK
 }
 
@@ -335,6 +354,7 @@ is planned first; after approval it is created and applied at once.
 		return c.errorf("unable to create task '%s': %v", spec.Name, err)
 	}
 	fmt.Fprintf(stdout, "  Request ID: %s\n==> Task '%s' created and applied.\n", resp.RequestID, spec.Name)
+	fmt.Fprintf(stdout, ctsComplete, spec.Name, "create")
 	return ExitOK
 }
 
@@ -382,5 +402,6 @@ Deletes a task. A running task is deleted when its run ends. Without
 		return c.errorf("unable to delete task '%s': %v", name, err)
 	}
 	fmt.Fprintf(stdout, "==> Task '%s' marked for deletion; it is removed when it is not running.\n  Request ID: %s\n", name, id)
+	fmt.Fprintf(stdout, ctsComplete, name, "delete")
 	return ExitOK
 }

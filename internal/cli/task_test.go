@@ -593,3 +593,119 @@ func TestClientMutualTLS(t *testing.T) {
 		t.Fatalf("cert without key: %d %s", code, errOut)
 	}
 }
+
+// lastLine is the last non-empty line of out.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	return lines[len(lines)-1]
+}
+
+// TestTaskCommandsEndWithCTSLine: scripts written for CTS grep for its
+// closing line ("'NAME' enable complete!"); ctsync's own sentences come
+// before it, and a refused prompt prints CTS's "Cancelled ..." line only.
+func TestTaskCommandsEndWithCTSLine(t *testing.T) {
+	file := writeTaskFile(t)
+	for _, c := range []struct {
+		name    string
+		stdin   string
+		changes bool
+		args    []string
+		want    string
+	}{
+		{"enable applied", "yes\n", true, []string{"task", "enable", "a"}, "'a' enable complete!"},
+		{"enable without changes", "", false, []string{"task", "enable", "a"}, "'a' enable complete!"},
+		{"enable refused", "no\n", true, []string{"task", "enable", "a"}, "Cancelled enabling task 'a'"},
+		{"disable", "", false, []string{"task", "disable", "a"}, "'a' disable complete!"},
+		{"create", "yes\n", true, []string{"task", "create", "-task-file", file}, "'new' create complete!"},
+		{"create refused", "\n", true, []string{"task", "create", "-task-file", file}, "Cancelled creating task 'new'"},
+		{"delete", "yes\n", false, []string{"task", "delete", "a"}, "'a' delete complete!"},
+		{"delete refused", "no\n", false, []string{"task", "delete", "a"}, "Cancelled deleting task 'a'"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeCtrl(specNamed("a"))
+			f.changes = c.changes
+			serve(t, f)
+			code, out, errOut := run(t, c.stdin, c.args...)
+			if code != ExitOK {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			if got := lastLine(out); got != c.want {
+				t.Errorf("last line %q, want %q; output:\n%s", got, c.want, out)
+			}
+			if strings.HasPrefix(c.want, "Cancelled") && strings.Contains(out, "complete!") {
+				t.Errorf("a cancelled command says complete:\n%s", out)
+			}
+			if c.name == "delete" {
+				select {
+				case <-f.deleted:
+				case <-time.After(10 * time.Second):
+					t.Fatal("not deleted")
+				}
+			}
+		})
+	}
+}
+
+// TestTaskHelpListsDefaults: each task command's -help lists its flags
+// with their defaults as CTS does.
+func TestTaskHelpListsDefaults(t *testing.T) {
+	t.Setenv("CTS_ADDRESS", "")
+	for cmd, flags := range map[string][]string{
+		"enable":  {"-auto-approve [Default: false]", "-http-addr [Default: ", "-ssl-verify [Default: true]"},
+		"disable": {"-http-addr [Default: ", "-port [Default: 0]"},
+		"create":  {"-auto-approve [Default: false]", `-task-file [Default: ""]`},
+		"delete":  {"-auto-approve [Default: false]", "-destroy [Default: false]"},
+	} {
+		code, out, errOut := run(t, "", "task", cmd, "-help")
+		if code != ExitOK {
+			t.Fatalf("%s: exit %d", cmd, code)
+		}
+		help := out + errOut
+		for _, f := range flags {
+			if !strings.Contains(help, f) {
+				t.Errorf("task %s -help lacks %q:\n%s", cmd, f, help)
+			}
+		}
+	}
+}
+
+// TestInvokedName: installed as consul-terraform-sync (the way to drop
+// ctsync in), usage lines and -version name that binary and still say
+// what it is.
+func TestInvokedName(t *testing.T) {
+	for in, want := range map[string]string{
+		"/usr/local/bin/consul-terraform-sync": "consul-terraform-sync",
+		"ctsync":                               "ctsync",
+		"":                                     "ctsync",
+	} {
+		if got := programName([]string{in}); got != want {
+			t.Errorf("programName(%q) = %q, want %q", in, got, want)
+		}
+	}
+
+	old := Name
+	Name = "consul-terraform-sync"
+	t.Cleanup(func() { Name = old })
+
+	_, out, _ := run(t, "", "-version")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if !strings.HasPrefix(lines[0], "consul-terraform-sync v"+Version+" ") {
+		t.Errorf("first line %q", lines[0])
+	}
+	if !strings.HasPrefix(lines[1], "Compatible with Terraform >= ") || !strings.Contains(out, "ctsync") {
+		t.Errorf("version output:\n%s", out)
+	}
+
+	_, out, _ = run(t, "", "-help")
+	if !strings.HasPrefix(out, "Usage: consul-terraform-sync <command>") || !strings.Contains(out, "Run 'consul-terraform-sync <command> -h'") {
+		t.Errorf("usage:\n%s", out)
+	}
+	_, _, errOut := run(t, "", "task")
+	if !strings.HasPrefix(errOut, "Usage: consul-terraform-sync task <subcommand>") {
+		t.Errorf("task usage:\n%s", errOut)
+	}
+	_, out, errOut = run(t, "", "task", "enable", "-h")
+	if !strings.Contains(out+errOut, "Usage: consul-terraform-sync task enable") {
+		t.Errorf("task enable usage:\n%s", out+errOut)
+	}
+}
