@@ -147,12 +147,16 @@ func (a *app) haElected(ctx context.Context) error {
 	// A record is input from whoever can write the KV folder: only tasks
 	// the API would accept are applied (daemon_api.go).
 	recs := ha.FilterStored(w.kv.TaskRecords(), w.configured, a.checkStoredTask, w.log)
-	if err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.log); err != nil {
+	destroys, err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.log)
+	if err != nil {
 		if ctx.Err() != nil {
 			return err
 		}
 		w.log.Error("ha: some task changes made through the api could not be applied", "error", err)
 	}
+	// Deletions with destroy the previous leader did not finish: finished
+	// once this instance leads (for the rest of this term).
+	go ha.ResumeDestroys(ctx, a.apiController().(*ha.Persisting), destroys, w.log)
 	if w.cfg.RerunAllOnFailover {
 		w.kv.ForgetApplied()
 	}
@@ -180,7 +184,7 @@ func (a *app) haFollowerRefresh(ctx context.Context) error {
 		return err
 	}
 	recs := ha.FilterStored(w.kv.TaskRecords(), w.configured, a.checkStoredTask, w.log)
-	err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.log)
+	_, err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.log) // destroys are the leader's
 	switch {
 	case err != nil && err.Error() != w.syncErr:
 		w.log.Error("ha: follower: some task changes made through the api cannot be applied here", "error", err)

@@ -58,15 +58,32 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 		return p.Controller.Delete(ctx, name, destroy) // the controller's not-found error
 	}
 	prev, had := p.Store.TaskRecords()[name]
-	if err := p.Store.SaveTask(name, store.TaskRecord{Deleted: true}); err != nil {
+	rec := store.TaskRecord{Deleted: true, Destroy: destroy}
+	if destroy && !p.Configured[name] {
+		if st, err := p.Controller.Task(name); err == nil {
+			spec := st.Spec
+			rec.Spec = &spec // a new leader needs the task to finish the destroy
+		}
+	}
+	if err := p.Store.SaveTask(name, rec); err != nil {
 		return fmt.Errorf("saving the deletion of task %q in consul: %w", name, err)
 	}
 	err := p.Controller.Delete(ctx, name, destroy)
-	if err != nil && !errors.Is(err, reconcile.ErrNotFound) {
+	switch {
+	case err != nil && !errors.Is(err, reconcile.ErrNotFound):
+		var rerr error
 		if had {
-			_ = p.Store.SaveTask(name, prev)
+			rerr = p.Store.SaveTask(name, prev)
 		} else {
-			_ = p.save(name)
+			rerr = p.save(name)
+		}
+		if rerr != nil && p.Logger != nil {
+			p.Logger.Error("ha: the failed deletion could not be undone in consul", "task", name, "error", rerr)
+		}
+	case destroy:
+		// Destroyed: what remains to record is the deletion alone.
+		if serr := p.Store.SaveTask(name, store.TaskRecord{Deleted: true}); serr != nil && p.Logger != nil {
+			p.Logger.Warn("ha: the finished destroy could not be recorded; the next leader will destroy the (empty) state again", "task", name, "error", serr)
 		}
 	}
 	return err
@@ -107,7 +124,12 @@ func recordOf(c *reconcile.Controller, name string, configured map[string]bool) 
 // to be destroyed). Tasks this instance created in an earlier term that the
 // records no longer hold (another leader ran with -reset-storage) are
 // removed too.
-func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]store.TaskRecord, configured map[string]bool, log *slog.Logger) error {
+//
+// A deletion whose destroy was not confirmed is not applied here: the task
+// is kept (created from its record when it is not known here) and its name
+// returned in destroys, for the new leader to delete it with destroy once
+// it leads (ResumeDestroys).
+func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]store.TaskRecord, configured map[string]bool, log *slog.Logger) (destroys []string, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -125,6 +147,21 @@ func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]s
 		rec := recs[name]
 		st, ok := exists(name)
 		switch {
+		case rec.Deleted && rec.Destroy:
+			if !ok && rec.Spec != nil && !configured[name] {
+				spec := *rec.Spec
+				spec.Enabled = false // nothing but the destroy runs
+				if err := c.Create(ctx, spec, false); err != nil && !errors.Is(err, reconcile.ErrExists) {
+					errs = append(errs, fmt.Errorf("creating task %q to finish its destroy: %w", name, err))
+					continue
+				}
+				ok = true
+			}
+			if !ok {
+				log.Error("ha: a task deleted with destroy cannot be destroyed here: it is neither configured nor recorded", "task", name)
+				continue
+			}
+			destroys = append(destroys, name)
 		case rec.Deleted:
 			if ok {
 				if err := c.Delete(ctx, name, false); err != nil && !errors.Is(err, reconcile.ErrNotFound) {
@@ -167,7 +204,7 @@ func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]s
 		if st.Deleting || configured[name] {
 			continue
 		}
-		if rec, ok := recs[name]; ok && rec.Spec != nil {
+		if rec, ok := recs[name]; ok && (rec.Spec != nil || (rec.Deleted && rec.Destroy)) {
 			continue
 		}
 		if err := c.Delete(ctx, name, false); err != nil && !errors.Is(err, reconcile.ErrNotFound) {
@@ -176,7 +213,26 @@ func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]s
 		}
 		log.Info("ha: task no longer in the cluster's records removed", "task", name)
 	}
-	return errors.Join(errs...)
+	return destroys, errors.Join(errs...)
+}
+
+// ResumeDestroys finishes, once this instance leads, the deletions with
+// destroy that a previous leader started and did not finish (ApplyStored
+// lists them): each task is deleted with destroy through p, which records
+// the outcome. It returns when they are done or ctx ends.
+func ResumeDestroys(ctx context.Context, p *Persisting, names []string, log *slog.Logger) {
+	if len(names) == 0 {
+		return
+	}
+	if err := p.Controller.WaitActive(ctx); err != nil {
+		return
+	}
+	for _, name := range names {
+		log.Info("ha: finishing the destroy of a task deleted during the previous leader's term", "task", name)
+		if err := p.Delete(ctx, name, true); err != nil && !errors.Is(err, reconcile.ErrNotFound) {
+			log.Error("ha: finishing the destroy of a deleted task failed; the next leader tries again", "task", name, "error", err)
+		}
+	}
 }
 
 // setEnabled changes a task's flag, waiting for a run this instance still

@@ -3,6 +3,7 @@ package ha
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -151,7 +152,7 @@ func TestPersistedTaskChangesReachTheNextLeader(t *testing.T) {
 	// The follower has the configuration only, and (as a follower) its
 	// tasks are queued: the flags must apply all the same.
 	next := standbyController(t, spec("a", true), spec("b", true), spec("c", false))
-	if err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil); err != nil {
+	if _, err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := taskSet(next); !equal(got, want) {
@@ -161,7 +162,7 @@ func TestPersistedTaskChangesReachTheNextLeader(t *testing.T) {
 		t.Fatalf("api task not restored whole: %+v", st.Spec)
 	}
 	// Applying again changes nothing.
-	if err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil); err != nil {
+	if _, err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := taskSet(next); !equal(got, want) {
@@ -169,7 +170,7 @@ func TestPersistedTaskChangesReachTheNextLeader(t *testing.T) {
 	}
 	// Records wiped (another leader ran with -reset-storage): the tasks
 	// created through the API go, the configuration comes back as written.
-	if err := ApplyStored(ctx, next, nil, configured, nil); err != nil {
+	if _, err := ApplyStored(ctx, next, nil, configured, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := taskSet(next), map[string]bool{"a": false, "c": true}; !equal(got, want) {
@@ -227,4 +228,82 @@ func equal(a, b map[string]bool) bool {
 		}
 	}
 	return true
+}
+
+// A deletion with destroy that the previous leader did not finish: the
+// record keeps the task (its spec, for one created through the API), the
+// new leader gets it back disabled, and finishes the destroy once it leads;
+// the record then says deleted, nothing more to destroy.
+func TestUnfinishedDestroyIsResumedByTheNextLeader(t *testing.T) {
+	ctx := context.Background()
+	configured := map[string]bool{"a": true}
+	api3 := spec("api3", true)
+	recs := &memTasks{recs: map[string]store.TaskRecord{
+		"api3": {Deleted: true, Destroy: true, Spec: &api3},
+		"a":    {Deleted: true, Destroy: true},
+	}}
+	next := standbyController(t, spec("a", true))
+	destroys, err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(destroys) != 2 || destroys[0] != "a" || destroys[1] != "api3" {
+		t.Fatalf("destroys = %v", destroys)
+	}
+	if got := taskSet(next); !equal(got, map[string]bool{"a": true, "api3": false}) {
+		t.Fatalf("tasks kept for their destroy: %v", got)
+	}
+	p := &Persisting{Controller: next, Store: recs, Configured: configured}
+	done := make(chan struct{})
+	go func() { ResumeDestroys(ctx, p, destroys, slog.New(slog.DiscardHandler)); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("destroys ran before this instance led")
+	default:
+	}
+	activate(t, next)
+	<-done
+	if got := taskSet(next); len(got) != 0 {
+		t.Fatalf("tasks left after the resumed destroys: %v", got)
+	}
+	for _, name := range destroys {
+		if r := recs.TaskRecords()[name]; !r.Deleted || r.Destroy || r.Spec != nil {
+			t.Fatalf("record of %s after its destroy: %+v", name, r)
+		}
+	}
+}
+
+// Persisting.Delete with destroy records the pending destroy (with the spec
+// of a task created through the API) before it starts, and the plain
+// deletion once it is done.
+func TestDeleteWithDestroyIsRecordedUntilDone(t *testing.T) {
+	ctx := context.Background()
+	recs := &memTasks{recs: map[string]store.TaskRecord{}}
+	c := standbyController(t)
+	activate(t, c)
+	var seen []store.TaskRecord
+	p := &Persisting{Controller: c, Store: &spyTasks{memTasks: recs, saved: &seen}, Configured: map[string]bool{}}
+	if err := p.Create(ctx, spec("api4", true), false); err != nil {
+		t.Fatal(err)
+	}
+	idle(t, c)
+	if err := p.Delete(ctx, "api4", true); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 3 || !seen[1].Destroy || seen[1].Spec == nil || seen[1].Spec.Name != "api4" {
+		t.Fatalf("records saved: %+v", seen)
+	}
+	if last := seen[len(seen)-1]; !last.Deleted || last.Destroy {
+		t.Fatalf("final record %+v", last)
+	}
+}
+
+type spyTasks struct {
+	*memTasks
+	saved *[]store.TaskRecord
+}
+
+func (s *spyTasks) SaveTask(name string, rec store.TaskRecord) error {
+	*s.saved = append(*s.saved, rec)
+	return s.memTasks.SaveTask(name, rec)
 }

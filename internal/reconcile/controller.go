@@ -125,6 +125,9 @@ type Controller struct {
 	// idle is closed (and replaced) each time a task stops running: a
 	// waiter (Delete) looks again. Guarded by mu.
 	idle chan struct{}
+	// active is closed while the controller is active (not standby), and
+	// replaced by an open one when it stands by: see WaitActive.
+	active chan struct{}
 
 	// Liveness (Live), guarded by mu: whether Run is running, and since
 	// when the note backlog and the run queue have waited without the note
@@ -234,6 +237,10 @@ func New(opts Options, specs []task.Spec) *Controller {
 		standby:    opts.Standby,
 		runCtx:     context.Background(),
 		idle:       make(chan struct{}),
+		active:     make(chan struct{}),
+	}
+	if !opts.Standby {
+		close(c.active)
 	}
 	for _, s := range specs {
 		c.tasks[s.Name] = &entry{spec: s, changed: make(chan struct{}, 1)}
@@ -570,9 +577,11 @@ func (c *Controller) SetActive(active bool) {
 	}
 	c.standby = !active
 	if !active {
+		c.active = make(chan struct{})
 		c.log.Info("standing by: no new runs")
 		return
 	}
+	close(c.active)
 	c.log.Info("active: reconciling every task")
 	for _, e := range c.tasks {
 		if e.deleting {
@@ -605,6 +614,20 @@ func (c *Controller) apiRun(ctx context.Context) (context.Context, func(), error
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(base, cancel)
 	return rctx, func() { stop(); cancel(); c.apiRuns.Done() }, nil
+}
+
+// WaitActive blocks until the controller is active (it leads, or high
+// availability is off) or ctx ends.
+func (c *Controller) WaitActive(ctx context.Context) error {
+	c.mu.Lock()
+	ch := c.active
+	c.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Active reports whether the controller runs tasks (it is the leader, or

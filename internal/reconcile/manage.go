@@ -356,7 +356,28 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 		e.drv = d
 	}
 	start := time.Now()
-	res, err := e.drv.Destroy(ctx, driver.Run{ID: uuid.NewString()})
+	var (
+		res driver.Result
+		err error
+	)
+	// A state lock held by someone else (a previous leader's Terraform that
+	// was killed: its lock lives until Consul expires its session) always
+	// ends: wait for it, as runs do (LockRetryCap), for as long as ctx.
+	for attempt := 1; ; attempt++ {
+		res, err = e.drv.Destroy(ctx, driver.Run{ID: uuid.NewString()})
+		if !errors.Is(err, driver.ErrStateLocked) || ctx.Err() != nil {
+			break
+		}
+		delay := min(c.opts.RetryBase<<min(attempt-1, 16), LockRetryCap)
+		c.log.Info("destroy waits: the task's Terraform state is locked by another process", "task", s.Name,
+			"attempt", attempt, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	c.log.Info("destroyed task infrastructure", "task", s.Name, "destroyed", res.Destroy, "error", err,
 		"duration", time.Since(start).Round(time.Millisecond))
 	if err != nil {

@@ -30,10 +30,15 @@ var ErrNotLeader = errors.New("not the leader: state in consul is written only b
 //   - Enabled set: a task from the configuration files enabled or disabled
 //     through the API;
 //   - Deleted: a task deleted through the API.
+//
+// A deletion with destroy is recorded with Destroy set until the destroy
+// has finished (and, for a task created through the API, with its Spec), so
+// that a new leader finishes a destroy its predecessor did not.
 type TaskRecord struct {
 	Spec    *task.Spec `json:"spec,omitempty"`
 	Enabled *bool      `json:"enabled,omitempty"`
 	Deleted bool       `json:"deleted,omitempty"`
+	Destroy bool       `json:"destroy,omitempty"`
 }
 
 // Tasks keeps task records. ConsulKV implements it.
