@@ -44,7 +44,7 @@ func TestCompatBadConfigAtStart(t *testing.T) {
 		{"module_input catalog-services", task("  condition \"schedule\" {\n    cron = \"@daily\"\n  }\n  module_input \"catalog-services\" {\n    regexp = \".*\"\n  }\n"), 7,
 			[]string{`task "t".module_input`, `unknown module_input type "catalog-services"`}},
 		{"vault secret in a provider", "terraform_provider \"aws\" {\n  region = \"eu\"\n  secret_key = \"{{ with secret \\\"aws/creds\\\" }}{{ .Data.data.key }}{{ end }}\"\n}\n", 3,
-			[]string{`terraform_provider "aws".secret_key`, "Vault is not supported yet"}},
+			[]string{`terraform_provider "aws".secret_key`, "missing Vault configuration"}},
 		{"remote backend", "driver \"terraform\" {\n  backend \"remote\" {\n    organization = \"x\"\n  }\n}\n", 2,
 			[]string{`driver "terraform".backend "remote"`, "not supported"}},
 		{"cloud backend", "driver \"terraform\" {\n  backend \"cloud\" {\n  }\n}\n", 2,

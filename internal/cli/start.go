@@ -57,7 +57,7 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.resetStorage, "reset-storage", false, "With high availability: overwrite stored state with this instance's configuration.")
 	fs.StringVar(&f.clientType, "client-type", "", `"development" runs no Terraform and logs what each run would do (as CTS's development client); overrides client_type.`)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "Usage: ctsync start -config-file=FILE|-config-dir=DIR [-once|-inspect|-inspect-task=NAME]\n\n")
+		fmt.Fprint(stderr, named("Usage: ctsync start -config-file=FILE|-config-dir=DIR [-once|-inspect|-inspect-task=NAME]\n\n"))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -209,7 +209,34 @@ func (d *decoder) finishExt(r *rawExt, cfg *Config) {
 	}
 	for i := range cfg.Providers {
 		if p := &cfg.Providers[i]; p.UsesVault() {
-			d.errf(p.Range, blockName(*p), "%v", errMissingVault)
+			field, rng := secretArgument(p)
+			d.errf(rng, field, "%v", errMissingVault)
 		}
 	}
+}
+
+// secretArgument names the first argument of a provider block (in name
+// order, nested blocks after) that holds a secret template, and where it
+// was written; the block itself when none is found that way (task_env).
+func secretArgument(p *Provider) (string, hcl.Range) {
+	var find func(b *ProviderBody, path string) (string, hcl.Range, bool)
+	find = func(b *ProviderBody, path string) (string, hcl.Range, bool) {
+		for _, name := range sortedNames(b.Attrs) {
+			found := false
+			walkStrings(b.Attrs[name], func(s string) { found = found || hasKind(s, partSecret) })
+			if r, ok := b.rng[name]; found && ok {
+				return path + "." + name, r, true
+			}
+		}
+		for i := range b.Blocks {
+			if f, r, ok := find(&b.Blocks[i].Body, path+"."+b.Blocks[i].Type); ok {
+				return f, r, true
+			}
+		}
+		return "", hcl.Range{}, false
+	}
+	if f, r, ok := find(&p.Args, blockName(*p)); ok {
+		return f, r
+	}
+	return blockName(*p), p.Range
 }
