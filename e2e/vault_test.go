@@ -2,7 +2,7 @@ package e2e
 
 // Vault: {{ with secret }} values of a terraform_provider block reach the
 // provider (the echo test provider, through real Terraform), a Vault that is
-// down at start makes the task wait (API up, the reason in its events) until
+// down at start makes the task wait (API up, the reason in its status) until
 // it is back, a new version of the secret makes the task run again with the
 // new value, and no secret value or the Vault token shows in ctsync's
 // output, API answers, files (other than providers.auto.tfvars.json) or the
@@ -114,9 +114,15 @@ func TestVaultSecretsReachProviderAndRotate(t *testing.T) {
 	}
 	p := startCompat(t, work, tfEnv, "start", "-config-file", cfg)
 	if v.Fake() {
-		// Vault down at start: the API serves, and the task's events say
-		// why it waits.
-		waitFailedEvent(t, port, "prov", 60*time.Second, "waiting for Vault")
+		// Vault down at start: the API serves, and the task's status says
+		// why it waits (no failed run: nothing ran).
+		testutil.Eventually(t, 60*time.Second, "the task's status saying it waits for Vault", func() bool {
+			b := get("/v1/status/tasks/prov")
+			return bytes.Contains(b, []byte(`"waiting":`)) && bytes.Contains(b, []byte("waiting for Vault"))
+		})
+		if evs := apiEvents(t, port, "prov"); len(evs) != 0 {
+			t.Fatalf("waiting for Vault recorded runs: %+v", evs)
+		}
 		if b := get("/v1/health"); b == nil {
 			t.Fatal("the API does not answer while Vault is down")
 		}

@@ -184,6 +184,7 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 		Dirty:      t.Dirty,
 		Terminal:   t.Terminal,
 		QueryError: t.QueryError,
+		Waiting:    t.Waiting,
 		Providers:  append([]string{}, t.Spec.Providers...),
 		Services:   []string{},
 		Active:     t.Active,

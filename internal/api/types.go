@@ -86,6 +86,9 @@ type TaskStatus struct {
 	// queries for good (an unknown datacenter); the query is retried
 	// (ctsync).
 	QueryError string `json:"query_error,omitempty"`
+	// Waiting says why the task cannot run yet, e.g. a provider block
+	// waiting for Vault to answer (ctsync).
+	Waiting string `json:"waiting,omitempty"`
 }
 
 // TaskRequest is the body of POST /v1/tasks.

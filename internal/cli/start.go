@@ -266,7 +266,9 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	desired := func(ctx context.Context, spec task.Spec) (map[string]string, error) {
 		o, err := driverOptions(spec)
 		if errors.Is(err, errWaitingForVault) {
-			return nil, err // the task waits, and its status says why (secrets.go)
+			// The task waits (not a failed run); its status says why,
+			// and it is notified when Vault answers (secrets.go).
+			return nil, fmt.Errorf("%w: %w", reconcile.ErrWaiting, err)
 		}
 		if err != nil {
 			return nil, nil // the run reports it (the driver cannot be built)

@@ -196,6 +196,7 @@ type entry struct {
 	// (driver.ErrStateLocked); they are retried without a limit.
 	lockWaits int
 	nextCron  time.Time
+	waiting   string // why the task cannot run yet (ErrWaiting), "" otherwise
 	// drift detection state
 	nextDrift      time.Time
 	drifted        bool
@@ -724,7 +725,9 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 		case res.failed && e.spec.Enabled && !e.deleting && (c.opts.MaxRetries == 0 || e.retries < c.opts.MaxRetries) && c.opts.MaxRetries >= 0:
 			e.retries++
 			delay := retryDelay(e.retries, c.opts.RetryBase, c.opts.RetryMax, jitterNow())
-			c.log.Info("retrying task after failure", "task", name, "attempt", e.retries, "delay", delay.Round(time.Millisecond))
+			if !res.waiting {
+				c.log.Info("retrying task after failure", "task", name, "attempt", e.retries, "delay", delay.Round(time.Millisecond))
+			}
 			if e.rerun { // a change came during the run: it runs now
 				c.enqueueLocked(e)
 			} else {
@@ -754,6 +757,7 @@ func (c *Controller) undeferLocked(e *entry) {
 // outcome is what one reconcile did.
 type outcome struct {
 	failed   bool
+	waiting  bool // not run: it waits (ErrWaiting); retried, not recorded
 	terminal bool // the failure is terminal (driver.ErrTerminal)
 	err      error
 	plan     string
@@ -786,6 +790,19 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	// change that arrives during this run waits out the buffer period.
 	c.mu.Lock()
 	e.ranOnce = true
+	c.mu.Unlock()
+	if derr != nil && errors.Is(derr, ErrWaiting) && !inspect {
+		c.mu.Lock()
+		first := e.waiting == ""
+		e.waiting = derr.Error()
+		c.mu.Unlock()
+		if first {
+			log.Warn("task waits before it can run", "reason", derr.Error())
+		}
+		return outcome{failed: true, waiting: true, err: derr}
+	}
+	c.mu.Lock()
+	e.waiting = ""
 	c.mu.Unlock()
 	if derr != nil {
 		return c.unreadableState(ctx, s, trigger, derr, inspect)

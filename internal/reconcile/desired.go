@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,6 +21,13 @@ import (
 // a task must run, so it should be cheap; an error (a module directory that
 // cannot be read) fails that decision, naming what could not be read.
 type DesiredFunc func(ctx context.Context, spec task.Spec) (map[string]string, error)
+
+// ErrWaiting is wrapped by a DesiredFunc error that says the task cannot run
+// yet for a reason that will pass by itself (a provider block waiting for
+// Vault to answer): the task is not run and not marked failed; its status
+// shows the reason (TaskState.Waiting), and it is looked at again when it
+// is notified (the waiting part resolved) and, to be safe, with backoff.
+var ErrWaiting = errors.New("waiting")
 
 // Desired is a task's desired state: everything a run depends on.
 type Desired struct {

@@ -319,3 +319,42 @@ func (s *refusingStore) FinishRun(name string, st store.RunState, ev *store.Even
 	}
 	return s.Memory.FinishRun(name, st, ev)
 }
+
+// A task that waits (ErrWaiting: a provider waiting for Vault) is not a
+// failed run: no event, not dirty; its status says why, and it runs once
+// the cause is gone and it is notified.
+func TestWaitingIsNotAFailure(t *testing.T) {
+	clk := reconciletest.NewClock()
+	var mu sync.Mutex
+	waiting := true
+	d := newScripted()
+	h := start(t, 2, nil, servicesTask("a", "web"), withDriver(d), func(o *Options) {
+		o.Clock = clk
+		o.Desired = func(context.Context, task.Spec) (map[string]string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if waiting {
+				return nil, fmt.Errorf("%w: terraform_provider \"aws\" is waiting for Vault: connection refused", ErrWaiting)
+			}
+			return map[string]string{driver.PartProviders: "p"}, nil
+		}
+	})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	waitFor(t, "the task's status to say it waits", func() bool {
+		st, _ := h.ctrl.Task("a")
+		return strings.Contains(st.Waiting, "waiting for Vault")
+	})
+	idle(t, h, "a")
+	if evs := h.st.Events("a"); len(evs) != 0 || h.st.Run("a").Dirty() {
+		t.Fatalf("waiting recorded a run: %+v, dirty=%v", evs, h.st.Run("a").Dirty())
+	}
+	mu.Lock()
+	waiting = false
+	mu.Unlock()
+	h.ctrl.Notify("a", "vault") // the secrets loop does this when Vault answers
+	d.waitRun(t)
+	waitFor(t, "a clean success", func() bool { return h.st.Run("a").Applied != "" })
+	if st, _ := h.ctrl.Task("a"); st.Waiting != "" {
+		t.Fatalf("still waiting: %q", st.Waiting)
+	}
+}

@@ -54,6 +54,9 @@ type TaskState struct {
 	// QueryError is Consul's answer when it refuses one of the task's
 	// queries for good (the query is retried meanwhile); "" otherwise.
 	QueryError string
+	// Waiting says why the task cannot run yet (a provider waiting for
+	// Vault); "" otherwise.
+	Waiting string
 }
 
 // Tasks returns every task, sorted by name.
@@ -95,7 +98,8 @@ func (c *Controller) Task(name string) (TaskState, error) {
 func (c *Controller) stateLocked(e *entry) TaskState {
 	rs := c.opts.Store.Run(e.spec.Name)
 	return TaskState{Spec: e.spec, Active: e.running || e.queued, Deleting: e.deleting, NextRun: e.nextCron,
-		Drifted: e.drifted, LastDriftCheck: e.lastDriftCheck, Dirty: rs.Dirty(), Terminal: rs.Dirty() && rs.Terminal}
+		Drifted: e.drifted, LastDriftCheck: e.lastDriftCheck, Dirty: rs.Dirty(), Terminal: rs.Dirty() && rs.Terminal,
+		Waiting: e.waiting}
 }
 
 // PlanResult is the outcome of an inspect (plan-only) run.
