@@ -494,12 +494,20 @@ func (d *Driver) do(ctx context.Context, op string, run driver.Run, in *task.Inp
 			opts.AutoApply = tfe.Bool(true)
 		}
 		if op == "destroy" {
-			cvs, err := d.client.ConfigurationVersions.List(ctx, d.ws.ID, &tfe.ConfigurationVersionListOptions{ListOptions: tfe.ListOptions{PageSize: 1}})
+			// The configuration of the last apply: a speculative one
+			// (of a later plan) cannot be applied.
+			cvs, err := d.client.ConfigurationVersions.List(ctx, d.ws.ID, &tfe.ConfigurationVersionListOptions{ListOptions: tfe.ListOptions{PageSize: 50}})
 			if err != nil {
 				return res, d.apiError(ctx, op, "listing configuration versions", err)
 			}
-			if len(cvs.Items) == 0 {
-				fmt.Fprintln(lg, "# the workspace has no configuration: nothing to destroy")
+			for _, cv := range cvs.Items {
+				if !cv.Speculative && cv.Status == tfe.ConfigurationUploaded {
+					opts.ConfigurationVersion = cv
+					break
+				}
+			}
+			if opts.ConfigurationVersion == nil {
+				fmt.Fprintln(lg, "# the workspace has no applied configuration: nothing to destroy")
 				return res, nil
 			}
 		} else {
@@ -643,8 +651,14 @@ func (d *Driver) finish(ctx context.Context, op string, r *tfe.Run, res driver.R
 		res.Output = applyLog
 	}
 	switch r.Status {
-	case tfe.RunApplied, tfe.RunPlannedAndFinished:
+	case tfe.RunApplied:
 		return res, nil
+	case tfe.RunPlannedAndFinished:
+		if op == "plan" || !res.Changes {
+			return res, nil
+		}
+		// Changes planned, nothing applied: the server ran it as a plan.
+		return res, &driver.Error{Op: op, Summary: fmt.Sprintf("run %s planned changes but ended without applying them", res.RunURL)}
 	case tfe.RunPlanned, tfe.RunPlannedAndSaved:
 		if op == "plan" {
 			return res, nil

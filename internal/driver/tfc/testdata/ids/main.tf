@@ -11,5 +11,5 @@ variable "label" {
 }
 
 resource "terraform_data" "ids" {
-  input = "${var.label}:${join(",", sort(keys(var.services)))}"
+  input = "${var.label}:${join(",", sort([for s in var.services : s.id]))}"
 }
