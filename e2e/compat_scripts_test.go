@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/api/testcerts"
+	"github.com/ctsync/ctsync/internal/testutil"
+)
+
+// What scripts written for CTS look for, against the real daemon: the binary
+// installed as consul-terraform-sync names itself so; task commands end
+// with CTS's "'NAME' <action> complete!" and a refused prompt with
+// "Cancelled ..."; a body that does not match the schema carries CTS's
+// phrases; plain HTTP to the TLS port gets Go's (and so CTS's) 400.
+func TestCompatScriptOutputs(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	out, varFile := newTaskDir(t)
+	work := t.TempDir()
+	certs := testcerts.Generate(t)
+	port := testutil.FreePort(t)
+	cfg := writeFile(t, work, "config.hcl", fmt.Sprintf(`
+working_dir = %q
+port        = %d
+consul {
+  address = %q
+}
+buffer_period {
+  enabled = false
+}
+tls {
+  cert = %q
+  key  = %q
+}
+task {
+  name           = "web-task"
+  module         = %q
+  variable_files = [%q]
+  condition "services" {
+    names = ["web"]
+  }
+}
+`, filepath.Join(work, "sync-tasks"), port, c.Addr, certs.ServerCert, certs.ServerKey, module("services_file"), varFile))
+
+	// Installed under CTS's name.
+	cts := filepath.Join(t.TempDir(), "consul-terraform-sync")
+	must(t, os.Symlink(ctsyncBin, cts))
+	run := func(stdin string, args ...string) (string, int) {
+		t.Helper()
+		cmd := exec.Command(cts, args...)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("CTS_ADDRESS=https://127.0.0.1:%d", port), "CTS_CACERT="+certs.CACert)
+		cmd.Stdin = strings.NewReader(stdin)
+		var b bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &b, &b
+		err := cmd.Run()
+		code := 0
+		if err != nil {
+			code = cmd.ProcessState.ExitCode()
+		}
+		return b.String(), code
+	}
+	if o, code := run("", "-version"); code != 0 || !strings.HasPrefix(o, "consul-terraform-sync v") || !strings.Contains(o, "Compatible with Terraform") || !strings.Contains(o, "ctsync") {
+		t.Fatalf("-version as consul-terraform-sync (exit %d):\n%s", code, o)
+	}
+	if o, _ := run("", "task", "disable", "-help"); !strings.Contains(o, "consul-terraform-sync task disable") || !strings.Contains(o, "-ca-path [Default: \"\"]") {
+		t.Fatalf("task disable -help:\n%s", o)
+	}
+
+	startCompat(t, work, nil, "start", "-config-file", cfg)
+	waitServices(t, out, "web-1")
+	if o, code := run("", "task", "disable", "web-task"); code != 0 || !strings.HasSuffix(strings.TrimSpace(o), "'web-task' disable complete!") {
+		t.Fatalf("task disable (exit %d):\n%s", code, o)
+	}
+	if o, _ := run("no\n", "task", "delete", "web-task"); !strings.Contains(o, "Cancelled deleting task 'web-task'") {
+		t.Fatalf("refused prompt:\n%s", o)
+	}
+	if o, code := run("", "task", "enable", "-auto-approve", "web-task"); code != 0 || !strings.HasSuffix(strings.TrimSpace(o), "'web-task' enable complete!") {
+		t.Fatalf("task enable (exit %d):\n%s", code, o)
+	}
+
+	// The API: a body that does not match the schema.
+	pem, err := os.ReadFile(certs.CACert)
+	must(t, err)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := client.Post(fmt.Sprintf("https://127.0.0.1:%d/v1/tasks", port), "", strings.NewReader(`{"task":{"name":"x","module":true}}`))
+	must(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "request body has an error: doesn't match schema") ||
+		!strings.Contains(string(b), "value must be a string") || !strings.Contains(string(b), "task.module") {
+		t.Fatalf("schema error: %d %s", resp.StatusCode, b)
+	}
+
+	// Plain HTTP to the TLS port, every method.
+	for _, m := range []string{"GET", "PATCH", "DELETE"} {
+		req, _ := http.NewRequest(m, fmt.Sprintf("http://127.0.0.1:%d/v1/tasks/web-task", port), nil)
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "Client sent an HTTP request to an HTTPS server") {
+			t.Fatalf("plain %s to the TLS port: %d %s", m, resp.StatusCode, b)
+		}
+	}
+}
