@@ -91,6 +91,9 @@ type decoder struct {
 	// inProvider is set while decoding a terraform_provider block, where
 	// template syntax is allowed.
 	inProvider bool
+	// secretFields are the fields outside terraform_provider blocks
+	// written with {{ with secret }} (secretfields.go).
+	secretFields []SecretField
 }
 
 func (d *decoder) errf(rng hcl.Range, field, format string, args ...any) {

@@ -208,7 +208,7 @@ func (d *decoder) consul(b *hcl.Block, r *rawConsul) {
 	const path = "consul"
 	c := d.content(b.Body, path, consulKeys, nil)
 	r.address.merge(d.str(c, "address", path))
-	r.token.merge(d.str(c, "token", path))
+	r.token.merge(d.templStr(c, "token", path)) // {{ env }}, {{ with secret }}: secretfields.go
 	r.kvPath.merge(d.str(c, "kv_path", path))
 	if s := d.str(c, "kv_namespace", path); s.Set {
 		d.warnf(s.Rng, "consul.kv_namespace", "is ignored (CTS parses it but never uses it)")

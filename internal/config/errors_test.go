@@ -339,7 +339,7 @@ func TestSecretsStayOutOfErrors(t *testing.T) {
 	const secret = "s3cr3t-value"
 	for name, content := range map[string]string{
 		"token wrong type":     lines("consul {", `  token = ["`+secret+`"]`, "}"),
-		"token template":       lines("consul {", `  token = "`+secret+`{{ env \"X\" }}"`, "}"),
+		"token template":       lines("consul {", `  token = "`+secret+`{{ key \"X\" }}"`, "}"),
 		"password wrong type":  lines("consul {", "  auth {", `    password = { p = "`+secret+`" }`, "  }", "}"),
 		"provider dynamic":     lines(`terraform_provider "aws" {`, `  secret_key = "`+secret+`{{ keyOrDefault \"k\" \"d\" }}"`, "}"),
 		"provider vault":       lines(`terraform_provider "aws" {`, `  secret_key = "`+secret+`{{ with secret \"k\" }}{{ .Data }}{{ end }}"`, "}"),

@@ -256,7 +256,8 @@ func (d *decoder) finish(r *rawConfig) *Config {
 	}
 	d.checkTaskRefs(r.tasks, refs)
 	cfg.Notifications = d.checkNotifications(r.notifications)
-	d.finishExt(&r.ext, cfg) // vault.go, syslog.go
+	d.finishExt(&r.ext, cfg)     // vault.go, syslog.go
+	d.finishSecretFields(r, cfg) // secrets from Vault outside terraform_provider (secretfields.go)
 	for _, t := range r.tasks {
 		cfg.Tasks = append(cfg.Tasks, t.spec)
 		if t.spec.Name == "" {

@@ -132,18 +132,24 @@ func (d *decoder) notification(b *hcl.Block, index int) (Notification, bool) {
 		}
 	}
 
-	if hs, rngs := d.strMap(c, "headers", path); hs.Set {
+	if hs, rngs := d.templStrMap(c, "headers", path); hs.Set {
 		n.Headers = map[string]string{}
 		for k, v := range hs.V {
 			field := join(path, "headers."+k)
+			// {{ env }} and {{ with secret }}: secretfields.go.
+			rv, pending, tok := d.secretTemplate(v, rngs[k], field, FieldHeader)
 			switch {
 			case !validHeaderName(k):
 				d.errf(rngs[k], field, "is not a valid HTTP header name")
-			case strings.ContainsAny(v, "\r\n\x00"):
+			case !tok:
+			case pending:
+				n.Headers[k] = "" // resolved from Vault at start-up
+				d.pendingSecret(SecretField{Kind: FieldHeader, Name: n.Name, Header: k, Field: field, Range: rngs[k]}, v)
+			case strings.ContainsAny(rv, "\r\n\x00"):
 				// The value is a secret: not repeated.
 				d.errf(rngs[k], field, "the value cannot contain line breaks")
 			default:
-				n.Headers[k] = v
+				n.Headers[k] = rv
 			}
 		}
 	}

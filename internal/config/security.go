@@ -213,13 +213,17 @@ func (d *decoder) apiToken(b *hcl.Block) (APIToken, bool) {
 		}
 		t.Secret = secret
 	} else if secretAttr != nil {
-		// {{ env "NAME" }} is allowed here: the value is a secret.
+		// {{ env "NAME" }} and {{ with secret }} (secretfields.go) are
+		// allowed here: the value is a secret.
 		v, _, field, ok := d.typed(c, "secret", p, cty.String, "must be a string")
 		if ok {
-			s, err := render(v.AsString(), nil)
+			s, pending, tok := d.secretTemplate(v.AsString(), secretAttr.Expr.Range(), field, FieldAPIToken)
 			switch {
-			case err != nil:
-				d.errf(secretAttr.Expr.Range(), field, "only {{ env \"NAME\" }} templates are allowed here: %v", err)
+			case !tok:
+			case pending:
+				// Empty until resolved from Vault: no request can present it.
+				d.pendingSecret(SecretField{Kind: FieldAPIToken, Name: t.Name,
+					Field: apiTokenField(t.Name), Range: secretAttr.Expr.Range()}, v.AsString())
 			default:
 				t.Secret = strings.TrimSpace(s)
 				if err := checkTokenSecret(t.Secret); err != nil {
@@ -271,7 +275,7 @@ func (d *decoder) finishSecurity(r *rawSecurity, cfg *Config) {
 			continue
 		}
 		names[t.Name] = t.Range
-		if other, dup := secrets[t.Secret]; dup {
+		if other, dup := secrets[t.Secret]; dup && t.Secret != "" { // "": from Vault, checked when resolved
 			d.errf(t.Range, "api_auth.token", "token %q has the same secret as token %q: give each token its own secret", t.Name, other)
 			continue
 		}

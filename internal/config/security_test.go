@@ -109,7 +109,7 @@ func TestAPISecurityErrors(t *testing.T) {
 		{"short", auth(tok(name, `secret = "short"`, read)), `too short`},
 		{"spaces", auth(tok(name, `secret = "a long secret with spaces"`, read)), `cannot contain spaces`},
 		{"missing file", auth(tok(name, `secret_file = "`+filepath.Join(dir, "nope")+`"`, read)), `reading the token file`},
-		{"key template", auth(tok(name, `secret = "{{ key \"x\" }}"`, read)), `only {{ env "NAME" }} templates`},
+		{"key template", auth(tok(name, `secret = "{{ key \"x\" }}"`, read)), `{{ key }} cannot be used here: only {{ env "NAME" }} and {{ with secret`},
 		{"duplicate name", auth(tok(name, secret, read), tok(name, `secret = "`+long+`-2"`, read)), `duplicate token name "a"`},
 		{"same secret", auth(tok(name, secret, read), tok(`name = "b"`, secret, `access = "write"`)), `has the same secret as token "a"`},
 		{"bad glob", `api_tasks { allowed_modules = ["[x"] }`, `not a valid glob pattern`},

@@ -96,7 +96,7 @@ func (d *decoder) tfcBlock(b *hcl.Block, r *rawTFC) {
 	r.set, r.rng = true, b.DefRange
 	r.hostname.merge(d.str(c, "hostname", path))
 	r.org.merge(d.str(c, "organization", path))
-	r.token.merge(d.str(c, "token", path))
+	r.token.merge(d.templStr(c, "token", path)) // {{ env }}, {{ with secret }}: secretfields.go
 	if p := d.str(c, "workspace_prefix", path); p.Set {
 		d.warnf(p.Rng, join(path, "workspace_prefix"), `is deprecated: use workspaces { prefix = "..." } (workspace_prefix adds a "-" after the prefix)`)
 		r.oldPrefix.merge(p)

@@ -57,6 +57,9 @@ type Config struct {
 	// Ranges maps "task.<name>" and "task.<name>.<field>" to where it was
 	// declared, so later validation can point at the source.
 	Ranges map[string]hcl.Range
+	// secretFields are the values read from Vault outside
+	// terraform_provider blocks (secretfields.go).
+	secretFields []SecretField
 }
 
 // APITLS is TLS (and with VerifyIncoming, mutual TLS) for ctsync's API.
