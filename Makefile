@@ -28,7 +28,7 @@ demo: build
 # Scale benchmarks against a real Consul and Terraform (about 15 minutes):
 # writes docs/bench/results.md, results.csv and reaction.png.
 bench: tools
-	$(TOOLS_ENV) && CTSYNC_BENCH=1 go test -count=1 -timeout 90m -run '^TestScale$$' -v ./e2e/ | grep -v '^ *time='
+	$(TOOLS_ENV) && CTSYNC_BENCH=1 go test -count=1 -timeout 90m -run '^(TestScale|TestHAStandbyCPU)$$' -v ./e2e/ | grep -v '^ *time='
 	$(TOOLS_ENV) && go test -run XXX -bench . -benchtime 1x -timeout 30m ./e2e/ ./internal/watch/
 
 lint:

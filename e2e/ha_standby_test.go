@@ -71,9 +71,15 @@ func holdLeadership(t *testing.T, c *testutil.Consul, key string) {
 
 // A follower is idle: with 100 tasks (90 on services, 10 on schedules) its
 // CPU use over 30 s stays under 1 % of a core. The leader is the test
-// itself (it holds the lock), so nothing runs Terraform meanwhile.
+// itself (it holds the lock), so nothing runs Terraform meanwhile. It is a
+// measurement, so it runs with the benchmarks (make bench); the regression
+// it found (a follower spinning on a schedule tick) is guarded in make test
+// by internal/reconcile TestStandbyScheduleDoesNotSpin, without timing.
 func TestHAStandbyCPU(t *testing.T) {
 	skipShort(t)
+	if os.Getenv("CTSYNC_BENCH") != "1" {
+		t.Skip("a CPU measurement: runs with CTSYNC_BENCH=1 (make bench)")
+	}
 	c := testutil.StartConsul(t)
 	holdLeadership(t, c, "consul-terraform-sync/e2e/leader")
 	for i := range 10 {
