@@ -45,6 +45,7 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 		return nil, err
 	}
 	a.mountObserve(srv)
+	a.secrets.attachAPI(srv) // api_auth secrets from Vault follow it (secretfields.go)
 	if err := srv.Listen(); err != nil {
 		return nil, err
 	}

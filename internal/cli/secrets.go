@@ -60,6 +60,10 @@ type liveProviders struct {
 	// Set by setupSecrets once the controller and redactor exist.
 	notify   func(refs []string)
 	redactor *config.Redactor
+
+	// fields are the secrets read from Vault outside terraform_provider
+	// blocks (secretfields.go).
+	fields *liveFields
 }
 
 func newLiveProviders(cfg *config.Config, logger *slog.Logger) *liveProviders {
@@ -77,17 +81,11 @@ func newLiveProviders(cfg *config.Config, logger *slog.Logger) *liveProviders {
 // them) while it retries in the background. Problems that waiting does not
 // solve (a missing secret, permission denied) are configuration errors. code
 // is ExitOK to go on.
-func resolveProviders(ctx context.Context, cfg *config.Config, client *consul.Client, logger *slog.Logger,
+// m is the Vault manager (nil without a vault block; secretfields.go).
+func resolveProviders(ctx context.Context, cfg *config.Config, client *consul.Client, m *vault.Manager, logger *slog.Logger,
 	once bool, wait time.Duration, stderr io.Writer) (l *liveProviders, code int) {
 	lookups := config.Lookups{KV: config.ConsulKV(client.Client)}
-	var m *vault.Manager
-	if cfg.Vault.Enabled {
-		var err error
-		m, err = vault.New(vault.Options{Config: cfg.Vault, Logger: logger.With("component", "vault")})
-		if err != nil {
-			fmt.Fprintf(stderr, "configuration error: %v\n", err)
-			return nil, ExitConfig
-		}
+	if m != nil {
 		lookups.Secret = m.Read
 	}
 	waiting, err := config.ResolveProvidersWith(ctx, cfg, lookups)
@@ -123,6 +121,7 @@ func resolveProviders(ctx context.Context, cfg *config.Config, client *consul.Cl
 	}
 	l = newLiveProviders(cfg, logger)
 	l.vault, l.kv = m, lookups.KV
+	l.fields = newLiveFields(cfg, m, logger) // secretfields.go
 	l.waiting = waiting
 	for ref, why := range waiting {
 		logger.Warn("vault is not reachable: the tasks using this provider wait for it; retrying in the background",
@@ -150,6 +149,9 @@ func (l *liveProviders) get(ref string) (config.Provider, error) {
 func (a *app) setupSecrets(l *liveProviders) {
 	a.secrets = l
 	l.redactor = a.obs.redactor
+	if l.fields != nil { // secretfields.go
+		l.fields.redactor, l.fields.notifier = a.obs.redactor, a.obs.notifier
+	}
 	l.notify = func(refs []string) {
 		for _, st := range a.ctrl.Tasks() {
 			if slices.ContainsFunc(st.Spec.Providers, func(r string) bool { return slices.Contains(refs, r) }) {
@@ -232,6 +234,7 @@ func (l *liveProviders) retryWaiting(ctx context.Context) {
 // secretsChanged is the Vault manager's callback: the blocks that read one
 // of the secrets are resolved again and their tasks notified.
 func (l *liveProviders) secretsChanged(keys []string) {
+	l.fields.changed(keys) // consul.token, api_auth, webhook headers (secretfields.go)
 	var changed []string
 	l.mu.RLock()
 	var refs []string

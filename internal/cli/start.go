@@ -109,12 +109,6 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 		logger.Info("using terraform binary", "path", bin, "version", ver.String())
 	}
 
-	client, err := consul.NewClient(cfg.Consul)
-	if err != nil {
-		fmt.Fprintf(stderr, "configuration error: consul: %v\n", err)
-		return ExitConfig
-	}
-
 	wait := onceWait
 	if v := os.Getenv(onceWaitEnv); v != "" {
 		if wait, err = time.ParseDuration(v); err != nil || wait <= 0 {
@@ -125,6 +119,24 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGQUIT)
 	defer stop()
+
+	// {{ with secret }} outside terraform_provider blocks (the Consul token
+	// first of all): resolved before the Consul client is built
+	// (secretfields.go).
+	vm, err := newVault(cfg, logger)
+	if err != nil {
+		fmt.Fprintf(stderr, "configuration error: %v\n", err)
+		return ExitConfig
+	}
+	if code := resolveSecretFields(ctx, cfg, vm, logger, f.once || f.inspect, wait, stderr); code != ExitOK {
+		return code
+	}
+
+	client, err := consul.NewClient(cfg.Consul)
+	if err != nil {
+		fmt.Fprintf(stderr, "configuration error: consul: %v\n", err)
+		return ExitConfig
+	}
 
 	// {{ key "..." }} in terraform_provider blocks: read from Consul once.
 	// That needs Consul, so wait for it first, as the rest of start-up does
@@ -148,7 +160,7 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	// {{ key }} and {{ with secret }} values (secrets.go).
-	live, code := resolveProviders(ctx, cfg, client, logger, f.once || f.inspect, wait, stderr)
+	live, code := resolveProviders(ctx, cfg, client, vm, logger, f.once || f.inspect, wait, stderr)
 	if code != ExitOK {
 		return code
 	}

@@ -170,6 +170,9 @@ type sender struct {
 	log    *slog.Logger
 	client *http.Client
 	busy   atomic.Bool // a notification taken off the queue is being handled
+	// hdr, when set, replaces n.Headers (SetHeader, headers.go).
+	hdr   atomic.Pointer[map[string]string]
+	hdrMu sync.Mutex
 }
 
 // candidate is what an event may be notified as, before the task's
@@ -280,7 +283,7 @@ func (s *sender) attempt(ctx context.Context, body []byte) (retry bool, err erro
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "ctsync")
-	for k, v := range s.n.Headers {
+	for k, v := range s.headers() {
 		req.Header.Set(k, v)
 	}
 	resp, err := s.client.Do(req)
