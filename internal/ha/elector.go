@@ -45,15 +45,38 @@ type Options struct {
 	// SetActive switches the controller: true after OnElected succeeded,
 	// false as soon as the term ends. It is never called concurrently.
 	SetActive func(active bool)
+	// Clock is the time source of the election's schedule: heartbeats,
+	// the step-down lease, takeover, retries (default: the system clock).
+	// Consul calls are still bounded by the call timeout in real time.
+	Clock Clock
 }
+
+// Clock is the elector's time source, so that tests can drive the timing
+// rules with a fake clock instead of sleeping.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has passed.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc call; Stop prevents the call and reports
+// whether it was pending. (An alias, so that a fake clock in another
+// package implements Clock without importing this one.)
+type Timer = interface{ Stop() bool }
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                            { return time.Now() }
+func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 // Elector campaigns for the lock and leads while it holds it. See the
 // package documentation for the rules and the timing.
 type Elector struct {
-	o   Options
-	t   Timing
-	log *slog.Logger
-	key string
+	o     Options
+	t     Timing
+	log   *slog.Logger
+	key   string
+	clock Clock
 
 	kv       *api.KV
 	sessions *api.Session
@@ -76,6 +99,10 @@ type Elector struct {
 	wake       chan struct{}
 	resign     chan struct{}
 	resignOnce sync.Once
+
+	// waiting, when set (tests), is called by Run each time it is about to
+	// wait, with the time it looks again at the latest.
+	waiting func(next time.Time)
 }
 
 // term is one period of holding the lock.
@@ -84,11 +111,11 @@ type term struct {
 	cancel   context.CancelFunc
 	session  string
 	since    time.Time
-	lease    *time.Timer // steps down when no heartbeat succeeded for S
-	deadline time.Time   // when the lease runs out (mu)
-	nextBeat time.Time   // loop goroutine only
-	failed   bool        // preparation failed: give the lock back (mu)
-	verify   bool        // the watch saw the key not held by us (mu)
+	lease    Timer     // steps down when no heartbeat succeeded for S
+	deadline time.Time // when the lease runs out (mu)
+	nextBeat time.Time // loop goroutine only
+	failed   bool      // preparation failed: give the lock back (mu)
+	verify   bool      // the watch saw the key not held by us (mu)
 }
 
 // New returns an Elector; Run starts it.
@@ -115,8 +142,11 @@ func New(o Options) (*Elector, error) {
 	if o.SetActive == nil {
 		o.SetActive = func(bool) {}
 	}
+	if o.Clock == nil {
+		o.Clock = realClock{}
+	}
 	return &Elector{
-		o: o, t: t, log: o.Logger, key: strings.TrimRight(o.Prefix, "/") + "/leader",
+		o: o, t: t, log: o.Logger, key: strings.TrimRight(o.Prefix, "/") + "/leader", clock: o.Clock,
 		kv: o.Client.KV(), sessions: o.Client.Session(),
 		own: map[string]bool{}, tr: tracker{takeover: t.Takeover},
 		wake: make(chan struct{}, 1), resign: make(chan struct{}),
@@ -212,11 +242,9 @@ func (e *Elector) Run(ctx context.Context) error {
 	e.o.Metrics.SetLeader(false)
 	e.log.Info("ha: campaigning for leadership", "id", e.o.ID, "lock", e.key,
 		"session_ttl", e.t.SessionTTL, "heartbeat", e.t.Heartbeat, "step_down", e.t.StepDown, "takeover", e.t.Takeover)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
 	done := ctx.Done()
 	for {
-		next := e.step(time.Now())
+		next := e.step(e.clock.Now())
 		e.mu.Lock()
 		finished := e.stopping && e.term == nil
 		e.mu.Unlock()
@@ -224,7 +252,12 @@ func (e *Elector) Run(ctx context.Context) error {
 			e.destroySession()
 			return nil
 		}
-		timer.Reset(max(time.Until(next), 0))
+		// The timer only wakes the loop: a late call after Stop costs one
+		// more step, which does nothing that is not due.
+		timer := e.clock.AfterFunc(max(next.Sub(e.clock.Now()), 0), func() { signal(e.wake) })
+		if e.waiting != nil {
+			e.waiting(next)
+		}
 		select {
 		case <-done:
 			done = nil
@@ -236,17 +269,12 @@ func (e *Elector) Run(ctx context.Context) error {
 				e.log.Info("ha: shutting down: keeping the lead until the runs in progress finish")
 			}
 		case <-e.resign:
+			timer.Stop()
 			e.resignNow()
 			return nil
 		case <-e.wake:
-		case <-timer.C:
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
+		timer.Stop()
 	}
 }
 
@@ -421,7 +449,7 @@ func (e *Elector) campaign(act action, v view) bool {
 	if session == "" {
 		return false
 	}
-	t0 := time.Now()
+	t0 := e.clock.Now()
 	ok, err := e.renew(session)
 	if err != nil {
 		return false
@@ -472,9 +500,7 @@ func (e *Elector) startTerm(t0 time.Time, session string, act action, v view) {
 	e.mu.Lock()
 	e.term = t
 	t.deadline = t0.Add(e.t.StepDown)
-	t.lease = time.AfterFunc(time.Until(t.deadline), func() {
-		e.endTerm(t, fmt.Sprintf("no successful heartbeat for %s", e.t.StepDown))
-	})
+	e.setLeaseLocked(t)
 	e.mu.Unlock()
 	attrs := []any{"id", e.o.ID, "how", act.String()}
 	if act == actTakeover {
@@ -486,10 +512,20 @@ func (e *Elector) startTerm(t0 time.Time, session string, act action, v view) {
 	go e.prepare(t)
 }
 
+// setLeaseLocked (re)arms the term's step-down at its deadline (mu held).
+func (e *Elector) setLeaseLocked(t *term) {
+	if t.lease != nil {
+		t.lease.Stop()
+	}
+	t.lease = e.clock.AfterFunc(t.deadline.Sub(e.clock.Now()), func() {
+		e.endTerm(t, fmt.Sprintf("no successful heartbeat for %s", e.t.StepDown))
+	})
+}
+
 // prepare runs OnElected, then activates the controller if the term still
 // holds.
 func (e *Elector) prepare(t *term) {
-	start := time.Now()
+	start := e.clock.Now()
 	err := e.o.OnElected(t.ctx)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -508,7 +544,7 @@ func (e *Elector) prepare(t *term) {
 	e.active = true
 	e.o.SetActive(true)
 	e.o.Metrics.SetLeader(true)
-	e.log.Info("ha: leading: this instance runs the tasks", "id", e.o.ID, "prepared_in", time.Since(start).Round(time.Millisecond))
+	e.log.Info("ha: leading: this instance runs the tasks", "id", e.o.ID, "prepared_in", e.clock.Now().Sub(start).Round(time.Millisecond))
 }
 
 // endTerm stops leading at once (idempotent per term).
@@ -539,7 +575,7 @@ func (e *Elector) endTerm(t *term, reason string) {
 // session still holds it). Success extends the lease by S from the time the
 // renewal was sent.
 func (e *Elector) heartbeat(t *term) {
-	t0 := time.Now()
+	t0 := e.clock.Now()
 	ok, err := e.renew(t.session)
 	if err == nil && !ok {
 		e.dropSession(t.session)
@@ -548,10 +584,10 @@ func (e *Elector) heartbeat(t *term) {
 	}
 	if err != nil {
 		e.mu.Lock()
-		left := time.Until(t.deadline).Round(time.Millisecond)
+		left := t.deadline.Sub(e.clock.Now()).Round(time.Millisecond)
 		e.mu.Unlock()
 		e.log.Warn("ha: heartbeat failed; retrying", "error", err, "step_down_in", left)
-		t.nextBeat = time.Now().Add(e.t.Retry)
+		t.nextBeat = e.clock.Now().Add(e.t.Retry)
 		return
 	}
 	e.mu.Lock()
@@ -565,17 +601,17 @@ func (e *Elector) heartbeat(t *term) {
 	switch {
 	case err != nil:
 		e.mu.Lock()
-		left := time.Until(t.deadline).Round(time.Millisecond)
+		left := t.deadline.Sub(e.clock.Now()).Round(time.Millisecond)
 		e.mu.Unlock()
 		e.log.Warn("ha: heartbeat failed; retrying", "error", err, "step_down_in", left)
-		t.nextBeat = time.Now().Add(e.t.Retry)
+		t.nextBeat = e.clock.Now().Add(e.t.Retry)
 	case !ok:
 		e.endTerm(t, "the lock is no longer held by this instance's session")
 	default:
 		e.mu.Lock()
 		if e.term == t {
 			t.deadline = t0.Add(e.t.StepDown)
-			t.lease.Reset(time.Until(t.deadline))
+			e.setLeaseLocked(t)
 		}
 		e.mu.Unlock()
 		t.nextBeat = t0.Add(e.t.Heartbeat)
@@ -591,7 +627,7 @@ func (e *Elector) release(session string) {
 	e.mu.Unlock()
 	ok, err := e.txn(api.KVTxnOps{
 		{Verb: api.KVCheckSession, Key: e.key, Session: session},
-		{Verb: api.KVUnlock, Key: e.key, Value: e.value(beat, time.Now(), true), Session: session},
+		{Verb: api.KVUnlock, Key: e.key, Value: e.value(beat, e.clock.Now(), true), Session: session},
 	})
 	if err != nil || !ok {
 		e.log.Warn("ha: could not release the lock; followers take over when the session expires", "error", err)
@@ -648,15 +684,26 @@ func (e *Elector) watch(ctx context.Context) {
 			if bo.Attempts() == 3 {
 				e.log.Warn("ha: cannot read the lock key", "error", err)
 			}
-			select {
-			case <-ctx.Done():
+			if !e.sleep(ctx, bo.Next()) {
 				return
-			case <-time.After(bo.Next()):
 			}
 			continue
 		}
 		bo.Reset()
 		idx = e.observe(pair, meta.LastIndex)
+	}
+}
+
+// sleep waits d on the elector's clock; false when ctx ended first.
+func (e *Elector) sleep(ctx context.Context, d time.Duration) bool {
+	ch := make(chan struct{})
+	tm := e.clock.AfterFunc(d, func() { close(ch) })
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-ch:
+		return true
 	}
 }
 
@@ -675,7 +722,7 @@ func (e *Elector) refresh() {
 
 func (e *Elector) blind() {
 	e.mu.Lock()
-	e.tr.blind(time.Now(), e.term != nil)
+	e.tr.blind(e.clock.Now(), e.term != nil)
 	e.mu.Unlock()
 	signal(e.wake)
 }
@@ -683,7 +730,7 @@ func (e *Elector) blind() {
 // observe records a read of the key at Consul index idx and returns the
 // index to wait on next (0 after Consul's index went backwards).
 func (e *Elector) observe(pair *api.KVPair, idx uint64) uint64 {
-	now := time.Now()
+	now := e.clock.Now()
 	v := viewOf(pair)
 	e.mu.Lock()
 	reset := idx < e.index
