@@ -15,6 +15,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // fakeFencer hands out run contexts tied to a term it can end.
@@ -188,11 +189,5 @@ func (f metricsFunc) CompatFailures(n int) { f(n) }
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the condition", cond)
 }
