@@ -15,6 +15,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // receiver is a webhook on loopback that records what it gets.
@@ -99,12 +100,18 @@ func start(t *testing.T, opts Options) *Dispatcher {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
+	testutil.Eventually(t, 10*time.Second, what, cond)
+}
+
+// flush waits until every event handed to d has been handled: the count of
+// notifications is final then.
+func flush(t *testing.T, d *Dispatcher) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d.Flush(ctx)
+	if ctx.Err() != nil {
+		t.Fatal("notifications still pending after 10s")
 	}
 }
 
@@ -171,8 +178,7 @@ func TestDelivery(t *testing.T) {
 		Plan: &store.PlanSummary{Change: 1}}
 	record(drift)
 
-	waitFor(t, "3 notifications", func() bool { return m.get(m.delivered, "ops") == 3 })
-	time.Sleep(50 * time.Millisecond) // nothing more comes
+	flush(t, d) // every event was considered: nothing more comes
 	got := rc.got()
 	if len(got) != 3 {
 		t.Fatalf("got %d notifications: %+v", len(got), got)
@@ -220,8 +226,7 @@ func TestEventsFilter(t *testing.T) {
 	d := start(t, Options{Notifications: []config.Notification{webhook("drift-only", rc.URL, "drift")}, Metrics: m})
 	d.OnEvent(run("1", "web", false, 1))
 	d.OnEvent(store.Event{ID: "2", TaskName: "web", Success: true, Kind: store.KindDrift})
-	waitFor(t, "drift notification", func() bool { return m.get(m.delivered, "drift-only") == 1 })
-	time.Sleep(50 * time.Millisecond)
+	flush(t, d)
 	if got := rc.got(); len(got) != 1 || got[0].Type != "drift" {
 		t.Errorf("got %+v", got)
 	}
@@ -313,16 +318,43 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
+// Flush returns once every notification is delivered, not while one is
+// still queued or in flight.
 func TestFlush(t *testing.T) {
-	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, _ int32) { time.Sleep(30 * time.Millisecond) })
+	arrived, release := make(chan struct{}), make(chan struct{})
+	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request, _ int32) {
+		select {
+		case arrived <- struct{}{}:
+		case <-r.Context().Done():
+			return
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
 	m := newCounts()
 	d := start(t, Options{Notifications: []config.Notification{webhook("ops", rc.URL)}, Metrics: m})
 	for i := range 3 {
 		d.OnEvent(run(string(rune('a'+i)), "web", false, i))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	d.Flush(ctx)
+	flushed := make(chan struct{})
+	go func() { d.Flush(ctx); close(flushed) }()
+	for i := range 3 {
+		<-arrived
+		select {
+		case <-flushed:
+			t.Fatalf("Flush returned while notification %d was in flight", i+1)
+		default:
+		}
+		release <- struct{}{}
+	}
+	<-flushed
+	if ctx.Err() != nil {
+		t.Fatal("Flush timed out")
+	}
 	if got := m.get(m.delivered, "ops"); got != 3 {
 		t.Errorf("Flush returned with %d of 3 delivered", got)
 	}
