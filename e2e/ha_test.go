@@ -590,7 +590,9 @@ func TestHAStoredStateAcrossRestarts(t *testing.T) {
 		t.Fatalf("tasks after a restart: %v", got)
 	}
 	waitIdle(t, in)
-	time.Sleep(time.Second)
+	testutil.Eventually(t, 60*time.Second, "api-task considered and skipped", func() bool {
+		return len(haLines(p, "desired state unchanged since last apply, skipping run", "task=api-task ")) > 0
+	})
 	if n := runs(p, "api-task") + runs(p, "web-task"); n != 0 {
 		t.Fatalf("%d runs after a restart with nothing changed", n)
 	}
