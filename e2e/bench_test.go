@@ -51,7 +51,7 @@ func BenchmarkReaction(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = reg.Run(ctx) })
-	wg.Go(func() { _ = ctrl.Run(ctx, context.Background()) })
+	wg.Go(func() { _ = ctrl.Run(ctx) })
 	defer func() { cancel(); wg.Wait() }()
 	<-stamps // the initial run
 

@@ -142,7 +142,7 @@ func runLoad(t *testing.T, client *consul.Client, specs []task.Spec, agentPort s
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = registry.Run(ctx) })
-	wg.Go(func() { _ = ctrl.Run(ctx, context.Background()) })
+	wg.Go(func() { _ = ctrl.Run(ctx) })
 	defer func() { cancel(); wg.Wait() }()
 
 	total := func() (tasks int, runs int64) {

@@ -52,7 +52,7 @@ func apiRun(t *testing.T, res *results) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = reg.Run(ctx) })
-	wg.Go(func() { _ = ctrl.Run(ctx, context.Background()) })
+	wg.Go(func() { _ = ctrl.Run(ctx) })
 	wg.Go(func() { _ = srv.Run(ctx) })
 	wg.Go(func() { // drain apply stamps
 		for {

@@ -278,7 +278,7 @@ func startPipeline(t testing.TB, addr string, tasks, width, services int, delay 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = p.reg.Run(ctx) })
-	wg.Go(func() { _ = p.ctrl.Run(ctx, context.Background()) })
+	wg.Go(func() { _ = p.ctrl.Run(ctx) })
 	p.stop = func() { cancel(); wg.Wait() }
 	// Wait for every task's first apply.
 	seen := map[string]bool{}

@@ -107,7 +107,7 @@ func newHarness(t *testing.T, specs []task.Spec, opts ...harnessOpt) *harness {
 	h.w.Notify = h.ctrl.Notify
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = h.ctrl.Run(ctx, context.Background()); close(done) }()
+	go func() { _ = h.ctrl.Run(ctx); close(done) }()
 	o := Options{Controller: h.ctrl, BufferPeriod: globalBuffer,
 		Logger: slog.New(slog.NewTextHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 	for _, f := range opts {

@@ -31,6 +31,7 @@ type haWiring struct {
 	kv         *store.ConsulKV
 	el         *ha.Elector
 	configured map[string]bool // names of the configured tasks
+	configOn   map[string]bool // their enabled flags, as configured
 
 	prepMu       sync.Mutex // serialises preparations of successive terms and follower refreshes
 	resetStorage bool       // -reset-storage: on every term
@@ -50,9 +51,11 @@ func (a *app) setupHA(factory reconcile.DriverFactory) (reconcile.DriverFactory,
 	if h == nil {
 		return factory, nil
 	}
-	w := &haWiring{cfg: h, log: a.log.With("component", "ha"), configured: map[string]bool{}, synced: make(chan struct{})}
+	w := &haWiring{cfg: h, log: a.log.With("component", "ha"), configured: map[string]bool{}, configOn: map[string]bool{},
+		synced: make(chan struct{})}
 	for _, s := range a.cfg.Tasks {
 		w.configured[s.Name] = true
+		w.configOn[s.Name] = s.Enabled
 	}
 	prefix := h.Prefix()
 	w.kv = store.NewConsulKV(a.client.Client, prefix+"/state", a.cfg.History)
@@ -147,7 +150,7 @@ func (a *app) haElected(ctx context.Context) error {
 	// A record is input from whoever can write the KV folder: only tasks
 	// the API would accept are applied (daemon_api.go).
 	recs := ha.FilterStored(w.kv.TaskRecords(), w.configured, a.checkStoredTask, w.log)
-	destroys, err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.log)
+	destroys, err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.configOn, w.log)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -184,7 +187,7 @@ func (a *app) haFollowerRefresh(ctx context.Context) error {
 		return err
 	}
 	recs := ha.FilterStored(w.kv.TaskRecords(), w.configured, a.checkStoredTask, w.log)
-	_, err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.log) // destroys are the leader's
+	_, err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.configOn, w.log) // destroys are the leader's
 	switch {
 	case err != nil && err.Error() != w.syncErr:
 		w.log.Error("ha: follower: some task changes made through the api cannot be applied here", "error", err)
@@ -196,43 +199,42 @@ func (a *app) haFollowerRefresh(ctx context.Context) error {
 	return nil
 }
 
-// runHA starts the elector and the compatibility checks. The returned stop
-// resigns (after the controller has let its runs finish) and waits.
-func (a *app) runHA(ctx context.Context) (stop func()) {
+// stagedPart is a part of the daemon and its stage (daemon.go).
+type stagedPart struct {
+	part
+	back bool
+}
+
+// haParts are the parts of high availability (none without it): the
+// elector (front: a follower stops campaigning at shutdown, a leader keeps
+// the lock until haResign), and, in the back stage, the follower's refresh
+// of the cluster's state and the compatibility checks.
+func (a *app) haParts() []stagedPart {
 	w := a.ha
 	if w == nil {
-		return func() {}
+		return nil
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = w.el.Run(ctx)
-	}()
-	cctx, cancel := context.WithCancel(context.Background())
-	followDone := make(chan struct{})
-	go func() {
-		defer close(followDone)
-		ha.FollowState(cctx, ha.FollowOptions{
+	follow := func(ctx context.Context) error {
+		ha.FollowState(ctx, ha.FollowOptions{
 			Client: a.client.Client, Prefix: w.kv.Prefix(), Namespace: w.cfg.Namespace,
 			Refresh: a.haFollowerRefresh, Logger: w.log,
 		})
-	}()
-	compatDone := make(chan struct{})
-	go func() {
-		defer close(compatDone)
+		return nil
+	}
+	compat := func(ctx context.Context) error {
 		// The first check covers the tasks created through the API: wait
 		// (a little) for the first read of the stored state.
 		select {
 		case <-w.synced:
 		case <-time.After(30 * time.Second):
-		case <-cctx.Done():
-			return
+		case <-ctx.Done():
+			return nil
 		}
 		self := ha.Instance{ID: a.cfg.ID}
 		if b, err := terraform.DetectBinary(a.cfg.Driver.Path); err == nil {
 			self.TerraformVersion, self.OpenTofu = b.Version.String(), b.OpenTofu
 		}
-		_ = ha.NewCompat(ha.CompatOptions{
+		return ha.NewCompat(ha.CompatOptions{
 			Client: a.client.Client, Prefix: w.cfg.Prefix(), Namespace: w.cfg.Namespace, Self: self,
 			Leader: w.el.Leader,
 			Modules: func() []ha.Module {
@@ -254,14 +256,20 @@ func (a *app) runHA(ctx context.Context) (stop func()) {
 			},
 			Logger:  a.log.With("component", "ha.compat"),
 			Metrics: haMetrics{a},
-		}).Run(cctx)
-	}()
-	return func() {
-		w.el.Resign()
-		<-done
-		cancel()
-		<-followDone
-		<-compatDone
+		}).Run(ctx)
+	}
+	return []stagedPart{
+		{part{"ha.elector", w.el.Run}, false},
+		{part{"ha.follow", follow}, true},
+		{part{"ha.compat", compat}, true},
+	}
+}
+
+// haResign hands the lead over once the runs in progress are over (the
+// elector's Run then returns); nothing without high availability.
+func (a *app) haResign() {
+	if a.ha != nil {
+		a.ha.el.Resign()
 	}
 }
 

@@ -1,9 +1,6 @@
 package cli
 
 import (
-	"context"
-	"time"
-
 	ctsapi "github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/ha"
@@ -65,25 +62,4 @@ func (a *app) mountObserve(srv *ctsapi.Server) {
 	srv.Handle("GET /metrics", a.obs.metrics)
 	srv.Handle(ui.Path, ui.Handler())
 	srv.Handle("GET /{$}", ui.RedirectHome())
-}
-
-// notifyFlush bounds how long the shutdown waits for queued notifications.
-const notifyFlush = 5 * time.Second
-
-// runObserve starts delivering notifications. The returned stop function
-// gives the queued ones up to notifyFlush, then stops the delivery.
-func (a *app) runObserve() (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = a.obs.notifier.Run(ctx)
-	}()
-	return func() {
-		fctx, fcancel := context.WithTimeout(context.Background(), notifyFlush)
-		a.obs.notifier.Flush(fctx)
-		fcancel()
-		cancel()
-		<-done
-	}
 }

@@ -161,20 +161,20 @@ func (a *app) setupSecrets(l *liveProviders) {
 	}
 }
 
-// runSecrets keeps the Vault values fresh while the daemon runs: the
-// blocks waiting for Vault are resolved with backoff, and secrets that
-// change are resolved again. The returned function stops it.
-func (a *app) runSecrets(ctx context.Context) (stop func()) {
+// secretParts keep the Vault values fresh while the daemon runs (none
+// without Vault): the Vault manager (leases, renewals, changed secrets,
+// resolved again) and the resolution, with backoff, of the blocks waiting
+// for Vault.
+func (a *app) secretParts() []part {
 	l := a.secrets
 	if l == nil || l.vault == nil {
-		return func() {}
+		return nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
 	l.vault.SetOnChange(l.secretsChanged)
-	wg.Go(func() { _ = l.vault.Run(ctx) })
-	wg.Go(func() { l.retryWaiting(ctx) })
-	return func() { cancel(); wg.Wait() }
+	return []part{
+		{"vault", l.vault.Run},
+		{"vault.waiting", func(ctx context.Context) error { l.retryWaiting(ctx); return nil }},
+	}
 }
 
 // retryWaiting resolves the blocks left waiting for Vault at start-up.

@@ -308,9 +308,12 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		Metrics:     a.obs.metrics,
 		OnEvent:     a.obs.onEvent,
 		Desired:     desired,
-		Redact:      a.obs.redactor.Redact,
-		RetryMax:    cfg.Retry.MaxDelay,
-		MaxRetries:  cfg.Retry.MaxRetries,
+		// The one rule of a run's life at shutdown: runs in progress
+		// get this long to finish, then are interrupted.
+		ShutdownGrace: shutdownGrace,
+		Redact:        a.obs.redactor.Redact,
+		RetryMax:      cfg.Retry.MaxDelay,
+		MaxRetries:    cfg.Retry.MaxRetries,
 	}, cfg.Tasks)
 	a.setupSecrets(live) // secrets.go
 	return a, nil
@@ -373,86 +376,6 @@ func (a *app) runOnce(ctx context.Context, only []string, inspect bool, stdout i
 	}
 	a.log.Info("all tasks completed", "mode", mode)
 	return ExitOK
-}
-
-// runDaemon runs until a signal, then lets runs in progress finish within
-// shutdownGrace.
-func (a *app) runDaemon(ctx context.Context) int {
-	// The API serves from the start, before Consul is reachable and before
-	// any task runs; a port in use is fatal. If it fails later, the daemon
-	// stops (exit 11).
-	ctx, stopDaemon := context.WithCancel(ctx)
-	defer stopDaemon()
-	srv, err := a.startAPI()
-	if err != nil {
-		a.log.Error("api server failed to start", "error", err)
-		return ExitError
-	}
-	apiErr := make(chan error, 1)
-	apiDone := make(chan struct{})
-	go func() {
-		defer close(apiDone)
-		if err := srv.Run(ctx); err != nil {
-			apiErr <- err
-			stopDaemon()
-		}
-	}()
-	defer func() { stopDaemon(); <-apiDone }()
-
-	if err := consul.WaitReady(ctx, a.client.Client, a.log); err != nil {
-		select {
-		case err := <-apiErr:
-			a.log.Error("api server failed", "error", err)
-			return ExitError
-		default:
-		}
-		return ExitInterrupt
-	}
-	deregister := a.selfRegister(ctx)
-	runCtx, cancelRuns := context.WithCancel(context.Background())
-	defer cancelRuns()
-	regCtx, stopReg := context.WithCancel(context.Background())
-	defer stopReg()
-	regDone := make(chan error, 1)
-	go func() { regDone <- a.registry.Run(regCtx) }()
-
-	ctrlDone := make(chan error, 1)
-	go func() { ctrlDone <- a.ctrl.Run(ctx, runCtx) }()
-	stopHA := a.runHA(ctx)    // ha.go; no-op without high availability
-	defer a.runSecrets(ctx)() // secrets.go; no-op without Vault
-	defer a.runObserve()()
-	a.log.Info("ctsync started", "tasks", len(a.cfg.Tasks), "working_dir", a.cfg.WorkingDir)
-
-	code := ExitOK
-	select {
-	case err := <-ctrlDone:
-		if ctx.Err() == nil {
-			a.log.Error("unexpected shutdown", "error", err)
-			code = ExitError
-		}
-	case <-ctx.Done():
-		a.log.Info("shutting down: waiting for runs in progress", "grace", shutdownGrace)
-		select {
-		case <-ctrlDone:
-		case <-time.After(shutdownGrace):
-			a.log.Warn("runs did not finish in time; interrupting them")
-			cancelRuns()
-			<-ctrlDone
-			code = ExitInterrupt
-		}
-	}
-	stopHA() // the runs are over: hand the lead over
-	deregister()
-	select {
-	case err := <-apiErr:
-		a.log.Error("api server failed", "error", err)
-		code = ExitError
-	default:
-	}
-	stopReg()
-	<-regDone
-	a.log.Info("ctsync stopped")
-	return code
 }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {

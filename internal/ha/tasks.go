@@ -129,7 +129,12 @@ func recordOf(c *reconcile.Controller, name string, configured map[string]bool) 
 // is kept (created from its record when it is not known here) and its name
 // returned in destroys, for the new leader to delete it with destroy once
 // it leads (ResumeDestroys).
-func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]store.TaskRecord, configured map[string]bool, log *slog.Logger) (destroys []string, err error) {
+//
+// configEnabled holds the enabled flag of each configured task as its
+// configuration file says: a configured task with no record of its flag
+// (never changed through the API, or the records were reset) gets it back,
+// whatever an earlier application of other records did to it.
+func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]store.TaskRecord, configured, configEnabled map[string]bool, log *slog.Logger) (destroys []string, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -197,6 +202,18 @@ func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]s
 				}
 				log.Info("ha: enabled flag set through the api applied", "task", name, "enabled", *rec.Enabled)
 			}
+		}
+	}
+	for name, on := range configEnabled {
+		if rec, ok := recs[name]; ok && (rec.Enabled != nil || rec.Deleted) {
+			continue
+		}
+		if st, ok := exists(name); ok && st.Spec.Enabled != on {
+			if err := setEnabled(ctx, c, name, on); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			log.Info("ha: enabled flag of the configuration restored", "task", name, "enabled", on)
 		}
 	}
 	for _, st := range c.Tasks() {

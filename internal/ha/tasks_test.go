@@ -74,7 +74,7 @@ func standbyController(t *testing.T, specs ...task.Spec) *reconcile.Controller {
 		NewDriver: func(task.Spec) (driver.Driver, error) { return nullDriver{}, nil }}, specs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = c.Run(ctx, ctx); close(done) }()
+	go func() { _ = c.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	// Run has started once the enabled tasks wait in the queue (a follower
 	// queues, it does not run).
@@ -152,7 +152,7 @@ func TestPersistedTaskChangesReachTheNextLeader(t *testing.T) {
 	// The follower has the configuration only, and (as a follower) its
 	// tasks are queued: the flags must apply all the same.
 	next := standbyController(t, spec("a", true), spec("b", true), spec("c", false))
-	if _, err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil); err != nil {
+	if _, err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := taskSet(next); !equal(got, want) {
@@ -162,7 +162,7 @@ func TestPersistedTaskChangesReachTheNextLeader(t *testing.T) {
 		t.Fatalf("api task not restored whole: %+v", st.Spec)
 	}
 	// Applying again changes nothing.
-	if _, err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil); err != nil {
+	if _, err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := taskSet(next); !equal(got, want) {
@@ -170,10 +170,10 @@ func TestPersistedTaskChangesReachTheNextLeader(t *testing.T) {
 	}
 	// Records wiped (another leader ran with -reset-storage): the tasks
 	// created through the API go, the configuration comes back as written.
-	if _, err := ApplyStored(ctx, next, nil, configured, nil); err != nil {
+	if _, err := ApplyStored(ctx, next, nil, configured, map[string]bool{"a": true, "b": true, "c": false}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := taskSet(next), map[string]bool{"a": false, "c": true}; !equal(got, want) {
+	if got, want := taskSet(next), map[string]bool{"a": true, "c": false}; !equal(got, want) {
 		t.Fatalf("after a reset: %v, want %v", got, want)
 	}
 }
@@ -243,7 +243,7 @@ func TestUnfinishedDestroyIsResumedByTheNextLeader(t *testing.T) {
 		"a":    {Deleted: true, Destroy: true},
 	}}
 	next := standbyController(t, spec("a", true))
-	destroys, err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil)
+	destroys, err := ApplyStored(ctx, next, recs.TaskRecords(), configured, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

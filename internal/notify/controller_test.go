@@ -59,7 +59,7 @@ func TestRunsProceedWhileWebhookHangs(t *testing.T) {
 	w.Notify = ctrl.Notify
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = ctrl.Run(ctx, context.Background()); close(done) }()
+	go func() { _ = ctrl.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
 	key := watch.HealthService("web", watch.ServiceOptions{}).Key()

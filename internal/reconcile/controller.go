@@ -68,6 +68,11 @@ type Options struct {
 	// Redact removes secrets from text recorded in events (log tails,
 	// error messages) and logs; nil leaves text as it is.
 	Redact func(string) string
+	// ShutdownGrace is how long the runs in progress may take to finish
+	// once Run's context ends; then they are interrupted (their context
+	// ends: Terraform gets SIGINT) and Run returns ErrRunsInterrupted.
+	// Zero lets them finish however long they take.
+	ShutdownGrace time.Duration
 	// Standby starts the controller as a follower: it watches and keeps
 	// track of what is due, but starts no run until SetActive(true).
 	Standby bool
@@ -510,12 +515,19 @@ func (c *Controller) unqueueLocked(name string) {
 	}
 }
 
+// ErrRunsInterrupted is returned by Run when runs in progress had to be
+// interrupted because they outlasted the shutdown grace.
+var ErrRunsInterrupted = errors.New("runs in progress did not finish within the shutdown grace and were interrupted")
+
 // Run is the daemon: it subscribes every task, runs each enabled task once
 // its data is there, then runs tasks whenever their inputs change or their
 // schedule fires. When ctx is cancelled it stops taking new work and
-// returns after the runs in progress finish; runCtx bounds those runs (it
-// may outlive ctx by a grace period).
-func (c *Controller) Run(ctx, runCtx context.Context) error {
+// returns after the runs in progress (API-started ones included) finish,
+// interrupting them after Options.ShutdownGrace: that is the one rule of a
+// run's lifetime at shutdown.
+func (c *Controller) Run(ctx context.Context) error {
+	runCtx, cancelRuns := context.WithCancel(context.Background())
+	defer cancelRuns()
 	c.mu.Lock()
 	c.started = true
 	c.running = true
@@ -551,6 +563,15 @@ func (c *Controller) Run(ctx, runCtx context.Context) error {
 	c.closing = true
 	c.running = false
 	c.mu.Unlock()
+	var interrupted atomic.Bool
+	if g := c.opts.ShutdownGrace; g > 0 {
+		grace := time.AfterFunc(g, func() {
+			interrupted.Store(true)
+			c.log.Warn("runs did not finish in time; interrupting them", "grace", g)
+			cancelRuns()
+		})
+		defer grace.Stop()
+	}
 	wg.Wait()
 	c.apiRuns.Wait() // a graceful hand-over waits for these too
 	c.mu.Lock()
@@ -560,6 +581,9 @@ func (c *Controller) Run(ctx, runCtx context.Context) error {
 		}
 	}
 	c.mu.Unlock()
+	if interrupted.Load() {
+		return ErrRunsInterrupted
+	}
 	return nil
 }
 

@@ -151,7 +151,7 @@ func start(t *testing.T, maxParallel int, gated []string, args ...any) *harness 
 	h.w.Notify = h.ctrl.Notify
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan struct{})
-	go func() { _ = h.ctrl.Run(ctx, context.Background()); close(h.done) }()
+	go func() { _ = h.ctrl.Run(ctx); close(h.done) }()
 	t.Cleanup(func() {
 		for _, g := range h.gates {
 			close(g)

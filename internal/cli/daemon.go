@@ -1,0 +1,146 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ctsync/ctsync/internal/consul"
+	"github.com/ctsync/ctsync/internal/reconcile"
+)
+
+// part is one long-lived part of the daemon: it runs until its context
+// ends and returns nil then; an error means it failed.
+type part struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// group runs the daemon's parts as one: the first part that fails stops
+// the daemon (every part's context ends, in the order below) and is the
+// reason it exits. Parts run in two stages:
+//   - front parts (the API, the controller, the HA elector) stop when the
+//     daemon stops (a signal, or a part failing);
+//   - back parts (the watches, the follower's state refresh, compatibility
+//     checks, notifications, Vault) serve and report the runs, so they stop
+//     only once the controller has finished its runs in progress.
+type group struct {
+	g       errgroup.Group
+	stop    context.CancelCauseFunc
+	front   context.Context
+	back    context.Context
+	endBack context.CancelFunc
+}
+
+func newGroup(ctx context.Context) *group {
+	front, stop := context.WithCancelCause(ctx)
+	back, endBack := context.WithCancel(context.WithoutCancel(ctx))
+	return &group{stop: stop, front: front, back: back, endBack: endBack}
+}
+
+// start runs p in the front stage (back=false) or the back stage.
+func (gr *group) start(p part, back bool) {
+	ctx := gr.front
+	if back {
+		ctx = gr.back
+	}
+	gr.g.Go(func() error {
+		err := p.run(ctx)
+		if err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
+			err = fmt.Errorf("%s: %w", p.name, err)
+			gr.stop(err) // one part failing stops them all
+			return err
+		}
+		return nil
+	})
+}
+
+// failure is why the daemon stopped when a part failed (nil for a signal).
+func (gr *group) failure() error {
+	if err := context.Cause(gr.front); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// runDaemon runs the daemon's parts as one group until a signal (or a part
+// failing), then stops them in order: no new runs; the runs in progress
+// finish within the shutdown grace (the controller's one rule); the lead is
+// handed over and ctsync deregisters; then the watches, notifications and
+// the rest stop. Exit code: 0, 12 when runs had to be interrupted, 11 when
+// a part failed.
+func (a *app) runDaemon(ctx context.Context) int {
+	// The API is bound before anything starts (a port in use is fatal),
+	// and serves before Consul is reachable.
+	srv, err := a.startAPI()
+	if err != nil {
+		a.log.Error("api server failed to start", "error", err)
+		return ExitError
+	}
+	gr := newGroup(ctx)
+	defer gr.endBack()
+	gr.start(part{"api", srv.Run}, false)
+
+	if err := consul.WaitReady(gr.front, a.client.Client, a.log); err != nil {
+		gr.stop(nil)
+		_ = gr.g.Wait()
+		if f := gr.failure(); f != nil {
+			a.log.Error("ctsync stopped: a part failed", "error", f)
+			return ExitError
+		}
+		return ExitInterrupt
+	}
+	deregister := a.selfRegister(gr.front)
+
+	gr.start(part{"watch", a.registry.Run}, true)
+	for _, p := range a.haParts() { // ha.go; none without high availability
+		gr.start(p.part, p.back)
+	}
+	for _, p := range a.secretParts() { // secrets.go; none without Vault
+		gr.start(p, true)
+	}
+	gr.start(part{"notify", a.obs.notifier.Run}, true)
+
+	interrupted := false
+	gr.start(part{"controller", func(ctx context.Context) error {
+		go func() {
+			<-ctx.Done()
+			a.log.Info("shutting down: waiting for runs in progress", "grace", shutdownGrace)
+		}()
+		err := a.ctrl.Run(ctx)
+		if errors.Is(err, reconcile.ErrRunsInterrupted) {
+			interrupted, err = true, nil
+		}
+		// The runs are over: hand the lead over, deregister, deliver
+		// the last notifications, then stop the back stage.
+		a.haResign()
+		deregister()
+		fctx, cancel := context.WithTimeout(context.Background(), notifyFlush)
+		a.obs.notifier.Flush(fctx)
+		cancel()
+		gr.endBack()
+		if err == nil && gr.front.Err() == nil {
+			err = errors.New("the controller stopped on its own")
+		}
+		return err
+	}}, false)
+	a.log.Info("ctsync started", "tasks", len(a.cfg.Tasks), "working_dir", a.cfg.WorkingDir)
+
+	_ = gr.g.Wait() // each failure is in gr.failure()
+	switch f := gr.failure(); {
+	case f != nil:
+		a.log.Error("ctsync stopped: a part failed", "error", f)
+		return ExitError
+	case interrupted:
+		a.log.Info("ctsync stopped", "runs_interrupted", true)
+		return ExitInterrupt
+	}
+	a.log.Info("ctsync stopped")
+	return ExitOK
+}
+
+// notifyFlush bounds how long the shutdown waits for queued notifications.
+const notifyFlush = 5 * time.Second
