@@ -376,9 +376,11 @@ func (b *h1Body) block(typ *ast.ObjectKey, labels []*ast.ObjectKey, body *h1Body
 }
 
 // rawItems lists the body's arguments and nested blocks without a schema
-// (provider arguments). An object is a nested block whether it is written
-// `name { ... }` or `name = { ... }`: HCL 1 reads both the same, and CTS
-// writes both as a nested block of the provider.
+// (provider arguments): `name { ... }` is a nested block, `name = { ... }`
+// an argument holding an object (a map), as Terraform reads them. (CTS
+// renders both as a nested block, so a map-valued provider argument never
+// worked there; a block written with "=" is the one CTS form read
+// differently, see docs/migration.md.)
 func (b *h1Body) rawItems() ([]*hcl.Attribute, []*hcl.Block) {
 	var attrs []*hcl.Attribute
 	var blocks []*hcl.Block
@@ -386,7 +388,7 @@ func (b *h1Body) rawItems() ([]*hcl.Attribute, []*hcl.Block) {
 	for _, n := range names {
 		var args []*ast.ObjectItem
 		for _, it := range groups[n] {
-			if o, isObj := it.Val.(*ast.ObjectType); isObj {
+			if o, isObj := it.Val.(*ast.ObjectType); isObj && !assigned(it) {
 				blocks = append(blocks, b.block(it.Keys[0], it.Keys[1:], b.objectBody(o)))
 				continue
 			}
