@@ -119,6 +119,7 @@ type Controller struct {
 	slots     chan struct{} // one token per Terraform run allowed at once
 
 	scheduleWakes atomic.Int64 // iterations of the schedule loop (tests: a follower must not spin)
+	driftWakes    atomic.Int64 // iterations of the drift loop (tests: it looked again)
 
 	// Runs requested through the API (apiRun) end with runCtx, the
 	// daemon's run context (shutdown grace), not with their request; Run

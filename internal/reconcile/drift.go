@@ -17,10 +17,9 @@ import (
 // drift event (and, with remediate, the task is applied again). A task
 // whose inputs changed is not checked: its next run is already due.
 func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
-		now := time.Now()
+		c.driftWakes.Add(1)
+		now := c.opts.Clock.Now()
 		var due []*entry
 		var earliest time.Time
 		c.mu.Lock()
@@ -48,7 +47,7 @@ func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
 		for _, e := range due {
 			c.checkDrift(runCtx, e)
 		}
-		if !waitUntil(ctx, timer, earliest, c.driftKick) {
+		if !c.waitUntil(ctx, earliest, c.driftKick) {
 			return
 		}
 	}
@@ -85,7 +84,7 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	drifted := err == nil && res.Changes
 	c.mu.Lock()
 	e.drifted = drifted
-	e.lastDriftCheck = time.Now()
+	e.lastDriftCheck = c.opts.Clock.Now()
 	c.mu.Unlock()
 	if c.opts.Metrics != nil {
 		c.opts.Metrics.Drift(s.Name, drifted)

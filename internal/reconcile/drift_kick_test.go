@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -19,54 +20,77 @@ func driftEvents(h *harness, name string) int {
 	return n
 }
 
+// driftParked waits until the drift loop has looked again since wakes and
+// is asleep: its timer (and the schedule loop's hour) are pending.
+func driftParked(t *testing.T, h *harness, clk *reconciletest.Clock, wakes int64) {
+	t.Helper()
+	waitFor(t, "the drift loop to look again and sleep", func() bool {
+		return h.ctrl.driftWakes.Load() > wakes && len(clk.Pending()) == 2
+	})
+}
+
+// nextCheckWithin reports whether the drift loop's pending sleep is a
+// check due within d (not the hour it sleeps with nothing to check).
+func nextCheckWithin(clk *reconciletest.Clock, d time.Duration) bool {
+	for _, p := range clk.Pending() {
+		if p <= d {
+			return true
+		}
+	}
+	return false
+}
+
 // With no task to check, the drift loop sleeps for an hour: enabling a
 // task again, or creating one, must wake it so its checks start on time.
+// Time is a fake clock: nothing here waits for real seconds.
 func TestDriftChecksFollowEnableAndCreate(t *testing.T) {
+	clk := reconciletest.NewClock()
 	s := servicesTask("a", "web")
 	s.DriftDetection = &task.DriftDetection{Interval: task.Duration(time.Second)}
-	h := start(t, 4, nil, s)
+	h := start(t, 4, nil, s, func(o *Options) { o.Clock = clk })
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "a")
+	idle(t, h, "a")
 	// The fake driver's plans always have changes: each check is a drift.
+	waitFor(t, "the first check to be due", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
+	clk.Advance(1200 * time.Millisecond)
 	waitFor(t, "a first drift check", func() bool { return driftEvents(h, "a") >= 1 })
 
 	ctx := context.Background()
+	wakes := h.ctrl.driftWakes.Load()
 	if _, err := h.ctrl.SetEnabled(ctx, "a", false, ""); err != nil {
 		t.Fatal(err)
 	}
-	// Let the loop find nothing to check and go to sleep.
-	time.Sleep(1500 * time.Millisecond)
+	driftParked(t, h, clk, wakes)
+	if nextCheckWithin(clk, time.Minute) {
+		t.Fatalf("a check is due for a disabled task: pending %v", clk.Pending())
+	}
 	before := driftEvents(h, "a")
-	time.Sleep(1500 * time.Millisecond)
+	clk.Advance(3 * time.Second)
 	if got := driftEvents(h, "a"); got != before {
 		t.Fatalf("a disabled task was checked for drift (%d -> %d)", before, got)
 	}
+
 	if _, err := h.ctrl.SetEnabled(ctx, "a", true, ""); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(4 * time.Second)
-	for driftEvents(h, "a") == before {
-		if time.Now().After(deadline) {
-			t.Fatal("no drift check within 4s of enabling a task with a 1s interval")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "a check due after enabling", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
+	clk.Advance(1200 * time.Millisecond)
+	waitFor(t, "a drift check after enabling", func() bool { return driftEvents(h, "a") > before })
 
+	wakes = h.ctrl.driftWakes.Load()
 	if _, err := h.ctrl.SetEnabled(ctx, "a", false, ""); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	driftParked(t, h, clk, wakes)
 	b := servicesTask("b", "web")
 	b.DriftDetection = &task.DriftDetection{Interval: task.Duration(time.Second)}
 	if err := h.ctrl.Create(ctx, b, false); err != nil {
 		t.Fatal(err)
 	}
 	h.waitApplied(t, "b")
-	deadline = time.Now().Add(4 * time.Second)
-	for driftEvents(h, "b") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no drift check within 4s of creating a task with a 1s interval")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	idle(t, h, "b") // a check that comes while it runs is put off by an interval
+	waitFor(t, "a check due after creating", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
+	clk.Advance(1200 * time.Millisecond)
+	waitFor(t, "a drift check of the created task", func() bool { return driftEvents(h, "b") >= 1 })
 }

@@ -71,6 +71,30 @@ func idle(t *testing.T, h *harness, name string) {
 	})
 }
 
+// retries are the fake clock's pending delays other than the hour the
+// schedule and drift loops sleep with nothing to do: the retry timers.
+func retries(clk *reconciletest.Clock) []time.Duration {
+	var out []time.Duration
+	for _, d := range clk.Pending() {
+		if d < time.Hour {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// waitRetry waits until a retry timer is pending.
+func waitRetry(clk *reconciletest.Clock) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for len(retries(clk)) == 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		clk.WaitPending(len(clk.Pending())+1, 10*time.Millisecond)
+	}
+	return true
+}
+
 func withDriver(d driver.Driver) func(*Options) {
 	return func(o *Options) { o.NewDriver = func(task.Spec) (driver.Driver, error) { return d, nil } }
 }
@@ -103,13 +127,13 @@ func TestFailedRunRetriesWithBackoffUntilSuccess(t *testing.T) {
 	d.waitRun(t)
 	var seen []time.Duration
 	for len(seen) < 7 {
-		if !clk.WaitPending(1, 10*time.Second) {
+		if !waitRetry(clk) {
 			t.Fatalf("after %d failures: no retry scheduled", len(h.st.Events("a")))
 		}
 		idle(t, h, "a")
 		failures := len(h.st.Events("a"))
 		w := min(time.Second<<(failures-1), 10*time.Second)
-		p := clk.Pending()
+		p := retries(clk)
 		if len(p) != 1 || p[0] > w || p[0] < w*3/4 {
 			t.Fatalf("after %d failures: pending delays %v, want one in [%s, %s]", failures, p, w*3/4, w)
 		}
@@ -125,7 +149,7 @@ func TestFailedRunRetriesWithBackoffUntilSuccess(t *testing.T) {
 	}
 	idle(t, h, "a")
 	waitFor(t, "the success to be recorded", func() bool { return !h.st.Run("a").Dirty() })
-	if p := clk.Pending(); len(p) != 0 {
+	if p := retries(clk); len(p) != 0 {
 		t.Fatalf("retries still scheduled after a success: %v", p)
 	}
 	evs := h.st.Events("a")
@@ -178,7 +202,7 @@ func TestTerminalFailureWaitsForAChange(t *testing.T) {
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	d.waitRun(t)
 	idle(t, h, "a")
-	if p := clk.Pending(); len(p) != 0 {
+	if p := retries(clk); len(p) != 0 {
 		t.Fatalf("a terminal failure scheduled retries: %v", p)
 	}
 	st := h.st.Run("a")
@@ -279,7 +303,7 @@ func TestUnreadableDesiredStateIsAnErrorEvent(t *testing.T) {
 	mu.Lock()
 	missing = false
 	mu.Unlock()
-	if !clk.WaitPending(1, 10*time.Second) {
+	if !waitRetry(clk) {
 		t.Fatal("no retry scheduled")
 	}
 	clk.Advance(time.Hour)

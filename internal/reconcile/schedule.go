@@ -11,11 +11,9 @@ import (
 // fires. One goroutine serves every schedule task: it sleeps until the
 // earliest next tick.
 func (c *Controller) scheduleLoop(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
 		c.scheduleWakes.Add(1)
-		now := time.Now()
+		now := c.opts.Clock.Now()
 		var earliest time.Time
 		c.mu.Lock()
 		for _, e := range c.tasks {
@@ -53,25 +51,27 @@ func (c *Controller) scheduleLoop(ctx context.Context) {
 			}
 		}
 		c.mu.Unlock()
-		if !waitUntil(ctx, timer, earliest, nil) {
+		if !c.waitUntil(ctx, earliest, nil) {
 			return
 		}
 	}
 }
 
-// waitUntil sleeps on timer until at (an hour when at is zero: the loop
-// then just looks again), or until kick fires. It returns false when ctx
-// ends.
-func waitUntil(ctx context.Context, timer *time.Timer, at time.Time, kick <-chan struct{}) bool {
+// waitUntil sleeps on the controller's clock until at (an hour when at is
+// zero: the loop then just looks again), or until kick fires. It returns
+// false when ctx ends.
+func (c *Controller) waitUntil(ctx context.Context, at time.Time, kick <-chan struct{}) bool {
 	wait := time.Hour
 	if !at.IsZero() {
-		wait = time.Until(at)
+		wait = at.Sub(c.opts.Clock.Now())
 	}
-	timer.Reset(max(wait, 0))
+	fired := make(chan struct{})
+	t := c.opts.Clock.AfterFunc(max(wait, 0), func() { close(fired) })
+	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-timer.C:
+	case <-fired:
 	case <-kick:
 	}
 	return true

@@ -35,11 +35,17 @@ func (c *Clock) Now() time.Time {
 	return c.now
 }
 
-// AfterFunc schedules f at Now()+d.
+// AfterFunc schedules f at Now()+d; with d <= 0 it runs f at once (in its
+// own goroutine), as time.AfterFunc does.
 func (c *Clock) AfterFunc(d time.Duration, f func()) interface{ Stop() bool } {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTimer{c: c, at: c.now.Add(d), d: d, f: f}
+	if d <= 0 {
+		t.stopped = true // not pending: it has fired
+		go f()
+		return t
+	}
 	c.timers = append(c.timers, t)
 	close(c.changed)
 	c.changed = make(chan struct{})
