@@ -2,11 +2,11 @@ package cli
 
 import (
 	ctsapi "github.com/ctsync/ctsync/internal/api"
-	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/ha"
 	"github.com/ctsync/ctsync/internal/metrics"
 	"github.com/ctsync/ctsync/internal/notify"
 	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/ui"
 	"github.com/ctsync/ctsync/internal/watch"
@@ -20,7 +20,7 @@ var _ ha.Metrics = (*metrics.Metrics)(nil)
 type observe struct {
 	metrics  *metrics.Metrics
 	notifier *notify.Dispatcher
-	redactor *config.Redactor
+	redactor *redact.Redactor
 }
 
 // setupObserve builds the metrics, the redactor and the notifier, and
@@ -29,11 +29,11 @@ type observe struct {
 // values read from Consul are resolved (they are secrets too). The metrics
 // read the controller and registry lazily.
 func (a *app) setupObserve() {
-	a.obs.redactor = config.NewRedactor(a.cfg.Secrets())
-	// When the daemon's logger redacts (config.RedactingHandler), it
+	a.obs.redactor = redact.NewRedactor(a.cfg.Secrets())
+	// When the daemon's logger redacts (redact.RedactingHandler), it
 	// redacts these secrets from now on, the Terraform output forwarded
 	// with driver.log = true included.
-	config.SetLoggerRedactor(a.log, a.obs.redactor)
+	redact.SetLoggerRedactor(a.log, a.obs.redactor)
 	a.obs.metrics = metrics.New(metrics.Options{
 		Tasks:      func() []reconcile.TaskState { return a.ctrl.Tasks() },
 		Views:      func() int { return a.registry.Views() },

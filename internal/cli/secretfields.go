@@ -13,6 +13,7 @@ import (
 	ctsapi "github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/notify"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/vault"
 )
 
@@ -93,7 +94,7 @@ type liveFields struct {
 	api      *ctsapi.Server // set once the API server is built
 	pending  map[string]string
 	notifier *notify.Dispatcher
-	redactor *config.Redactor
+	redactor *redact.Redactor
 }
 
 func newLiveFields(cfg *config.Config, m *vault.Manager, logger *slog.Logger) *liveFields {

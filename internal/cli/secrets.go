@@ -15,6 +15,7 @@ import (
 	"github.com/ctsync/ctsync/internal/consul"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/vault"
 )
@@ -59,7 +60,7 @@ type liveProviders struct {
 
 	// Set by setupSecrets once the controller and redactor exist.
 	notify   func(refs []string)
-	redactor *config.Redactor
+	redactor *redact.Redactor
 
 	// fields are the secrets read from Vault outside terraform_provider
 	// blocks (secretfields.go).

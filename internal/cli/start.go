@@ -21,6 +21,7 @@ import (
 	"github.com/ctsync/ctsync/internal/driver/terraform"
 	"github.com/ctsync/ctsync/internal/driver/tfc"
 	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/watch"
@@ -397,5 +398,5 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	// Every record passes the configuration's secrets through a redactor
 	// (set once the secrets are resolved, in setupObserve): Terraform
 	// output forwarded with log = true included.
-	return slog.New(config.NewRedactingHandler(h))
+	return slog.New(redact.NewRedactingHandler(h))
 }

@@ -1,17 +1,15 @@
 package config
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -224,20 +222,16 @@ func (d *decoder) driftDetection(c *content, p string, t *rawTask) {
 
 // ---- secrets ----
 
-// MinSecretLength is the shortest value Redactor hides: shorter ones
-// ("us", "1") would blank out ordinary words of the output.
-const MinSecretLength = 4
-
 // Secrets returns the configuration's secret values: the Consul token and
 // auth password, every string value of terraform_provider arguments
 // (nested blocks included) and task_env, the URLs and header values of
-// notification blocks, and the API token secrets. Values shorter than MinSecretLength are left out.
+// notification blocks, and the API token secrets. Values shorter than redact.MinSecretLength are left out.
 // Provider values read from Consul ({{ key }}) are included once
 // ResolveProviders has run.
 func (c *Config) Secrets() []string {
 	var out []string
 	add := func(s string) {
-		if len(s) >= MinSecretLength && !slices.Contains(out, s) {
+		if len(s) >= redact.MinSecretLength && !slices.Contains(out, s) {
 			out = append(out, s)
 		}
 	}
@@ -272,96 +266,4 @@ func (c *Config) Secrets() []string {
 		add(t.Secret)
 	}
 	return out
-}
-
-// Redacted replaces a secret in served text.
-const Redacted = "[redacted]"
-
-// Redactor replaces secret values with "[redacted]". The zero value and a
-// nil *Redactor change nothing. Add extends it (a Vault secret that
-// rotates): every holder of the pointer sees the new secrets.
-type Redactor struct {
-	r  *strings.Replacer
-	mu sync.Mutex
-	// secrets are the ones given so far; next holds the replacer built
-	// by Add, which Redact uses when set.
-	secrets []string
-	next    atomic.Pointer[strings.Replacer]
-}
-
-// NewRedactor returns a Redactor for the given secrets (see
-// Config.Secrets). Each secret is also matched as it appears inside a JSON
-// or HCL string (quotes and backslashes escaped), the way Terraform prints
-// values.
-func NewRedactor(secrets []string) *Redactor {
-	red := &Redactor{secrets: slices.Clone(secrets)}
-	red.r = newReplacer(secrets)
-	return red
-}
-
-// Add makes r redact more secrets too (those it had stay redacted).
-func (r *Redactor) Add(secrets ...string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := len(r.secrets)
-	for _, s := range secrets {
-		if len(s) >= MinSecretLength && !slices.Contains(r.secrets, s) {
-			r.secrets = append(r.secrets, s)
-		}
-	}
-	if len(r.secrets) == n {
-		return
-	}
-	r.next.Store(newReplacer(r.secrets))
-}
-
-// replacer is the current replacer; nil when there is nothing to redact.
-func (r *Redactor) replacer() *strings.Replacer {
-	if r == nil {
-		return nil
-	}
-	if n := r.next.Load(); n != nil {
-		return n
-	}
-	return r.r
-}
-
-func newReplacer(secrets []string) *strings.Replacer {
-	var all []string
-	for _, s := range secrets {
-		if len(s) < MinSecretLength {
-			continue
-		}
-		all = append(all, s)
-		if b, err := json.Marshal(s); err == nil {
-			if esc := string(b[1 : len(b)-1]); esc != s {
-				all = append(all, esc)
-			}
-		}
-	}
-	if len(all) == 0 {
-		return nil
-	}
-	// Longest first: a secret that contains another is replaced whole.
-	slices.SortFunc(all, func(a, b string) int {
-		if len(a) != len(b) {
-			return len(b) - len(a)
-		}
-		return strings.Compare(a, b)
-	})
-	all = slices.Compact(all)
-	pairs := make([]string, 0, 2*len(all))
-	for _, s := range all {
-		pairs = append(pairs, s, Redacted)
-	}
-	return strings.NewReplacer(pairs...)
-}
-
-// Redact returns s with every secret replaced.
-func (r *Redactor) Redact(s string) string {
-	rep := r.replacer()
-	if rep == nil {
-		return s
-	}
-	return rep.Replace(s)
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/zclconf/go-cty/cty"
+
+	"github.com/ctsync/ctsync/internal/redact"
 )
 
 const notificationsHCL = `
@@ -226,7 +228,7 @@ notification "webhook" {
 		}
 	}
 
-	r := NewRedactor(got)
+	r := redact.NewRedactor(got)
 	in := `provider "aws" { secret_key = "aws-secret-key" } token=consul-token-1234 ` +
 		`json: {"p":"pa\"ss"} raw: pa"ss zone-alpha us-east b`
 	want := `provider "aws" { secret_key = "[redacted]" } token=[redacted] ` +
@@ -235,12 +237,12 @@ notification "webhook" {
 		t.Errorf("Redact:\n got %s\nwant %s", out, want)
 	}
 	// A secret containing another is replaced whole.
-	r = NewRedactor([]string{"abcd", "xxabcdxx"})
+	r = redact.NewRedactor([]string{"abcd", "xxabcdxx"})
 	if out := r.Redact("1 xxabcdxx 2 abcd"); out != "1 [redacted] 2 [redacted]" {
 		t.Errorf("nested secrets: %s", out)
 	}
-	var nilR *Redactor
-	if nilR.Redact("x") != "x" || NewRedactor(nil).Redact("abcd") != "abcd" {
+	var nilR *redact.Redactor
+	if nilR.Redact("x") != "x" || redact.NewRedactor(nil).Redact("abcd") != "abcd" {
 		t.Error("an empty redactor must change nothing")
 	}
 }

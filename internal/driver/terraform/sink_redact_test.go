@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/redact"
 )
 
 // TestSinkForwardsRedacted: Terraform output forwarded to the daemon's log
@@ -16,8 +16,8 @@ import (
 func TestSinkForwardsRedacted(t *testing.T) {
 	const secret = "provider-secret-0123456789"
 	var buf bytes.Buffer
-	h := config.NewRedactingHandler(slog.NewJSONHandler(&buf, nil))
-	h.SetRedactor(config.NewRedactor([]string{secret}))
+	h := redact.NewRedactingHandler(slog.NewJSONHandler(&buf, nil))
+	h.SetRedactor(redact.NewRedactor([]string{secret}))
 	s := &sink{task: "web", logger: slog.New(h)}
 	s.begin("plan", false)
 	w := s.writer("stdout")
@@ -32,7 +32,7 @@ func TestSinkForwardsRedacted(t *testing.T) {
 	if strings.Contains(out, secret) {
 		t.Errorf("secret forwarded to the log: %s", out)
 	}
-	if strings.Count(out, config.Redacted) != 3 {
+	if strings.Count(out, redact.Redacted) != 3 {
 		t.Errorf("want 3 redactions: %s", out)
 	}
 }
