@@ -12,6 +12,8 @@ import (
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 func desiredOf(t *testing.T, o Options) map[string]string {
@@ -131,5 +133,35 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, b, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkDesiredState is the cost the desired state adds to each decision
+// to run a task: hashing a small local module's files, the provider values,
+// backend and required_providers, and the (cached) binary version.
+func BenchmarkDesiredState(b *testing.B) {
+	testutil.SetTerraformEnv(b)
+	bin, _, err := FindBinary("")
+	if err != nil {
+		b.Skip("terraform:", err)
+	}
+	dir := b.TempDir()
+	md := filepath.Join(dir, "mod")
+	if err := os.MkdirAll(md, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range []string{"main.tf", "variables.tf", "outputs.tf"} {
+		if err := os.WriteFile(filepath.Join(md, f), []byte(strings.Repeat("# a line of module code\n", 100)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	o := Options{Spec: task.Spec{Name: "bench", Module: "../mod"}, WorkDir: filepath.Join(dir, "bench"), Binary: bin,
+		Providers: []config.Provider{{Name: "local", Args: config.ProviderBody{Attrs: map[string]cty.Value{"token": cty.StringVal("x")}}}}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DesiredState(ctx, o); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
