@@ -5,7 +5,7 @@ import "crypto/sha256"
 // SetSecret replaces the secret of the token name (a token whose secret is
 // read from Vault, when the secret rotates): the old secret stops working
 // at once. It reports whether the token exists. The secret is checked by
-// the caller (config.ResolveSecretField).
+// the caller (resolve.SecretField).
 func (t *Tokens) SetSecret(name, secret string) bool {
 	if t == nil {
 		return false

@@ -14,6 +14,8 @@ import (
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/notify"
 	"github.com/ctsync/ctsync/internal/redact"
+	"github.com/ctsync/ctsync/internal/resolve"
+	"github.com/ctsync/ctsync/internal/tmpl"
 	"github.com/ctsync/ctsync/internal/vault"
 )
 
@@ -49,20 +51,20 @@ func resolveSecretFields(ctx context.Context, cfg *config.Config, m *vault.Manag
 	if len(cfg.SecretFields()) == 0 {
 		return ExitOK
 	}
-	var read config.SecretReader
+	var read resolve.SecretReader
 	if m != nil {
 		read = m.Read
 	}
 	deadline := time.Now().Add(wait)
 	delay := time.Second
 	for {
-		err := config.ResolveSecretFields(ctx, cfg, read)
+		err := resolve.SecretFields(ctx, cfg, read)
 		switch {
 		case err == nil:
 			return ExitOK
 		case ctx.Err() != nil:
 			return ExitInterrupt
-		case !errors.Is(err, config.ErrVaultUnavailable):
+		case !errors.Is(err, tmpl.ErrVaultUnavailable):
 			fmt.Fprintf(stderr, "configuration error: %v\n", err)
 			return ExitConfig
 		case once && time.Now().Add(delay).After(deadline):
@@ -87,7 +89,7 @@ func resolveSecretFields(ctx context.Context, cfg *config.Config, m *vault.Manag
 // runs.
 type liveFields struct {
 	log  *slog.Logger
-	read config.SecretReader
+	read resolve.SecretReader
 
 	mu       sync.Mutex
 	fields   []config.SecretField
@@ -134,7 +136,7 @@ func (f *liveFields) changed(keys []string) {
 		if !slices.ContainsFunc(fd.Keys, func(k string) bool { return slices.Contains(keys, k) }) {
 			continue
 		}
-		v, used, err := config.ResolveSecretField(context.Background(), *fd, f.read)
+		v, used, err := resolve.SecretField(context.Background(), *fd, f.read)
 		if err != nil {
 			f.log.Error("a Vault secret changed but the field cannot be resolved again; keeping its last value",
 				"field", fd.Field, "error", err)

@@ -16,7 +16,9 @@ import (
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/redact"
+	"github.com/ctsync/ctsync/internal/resolve"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/tmpl"
 	"github.com/ctsync/ctsync/internal/vault"
 )
 
@@ -51,7 +53,7 @@ const vaultTrigger = "vault"
 type liveProviders struct {
 	log   *slog.Logger
 	vault *vault.Manager // nil without a vault block
-	kv    config.KVGetter
+	kv    resolve.KVGetter
 
 	mu      sync.RWMutex
 	byRef   map[string]config.Provider
@@ -85,11 +87,11 @@ func newLiveProviders(cfg *config.Config, logger *slog.Logger) *liveProviders {
 // m is the Vault manager (nil without a vault block; secretfields.go).
 func resolveProviders(ctx context.Context, cfg *config.Config, client *consul.Client, m *vault.Manager, logger *slog.Logger,
 	once bool, wait time.Duration, stderr io.Writer) (l *liveProviders, code int) {
-	lookups := config.Lookups{KV: config.ConsulKV(client.Client)}
+	lookups := resolve.Lookups{KV: resolve.ConsulKV(client.Client)}
 	if m != nil {
 		lookups.Secret = m.Read
 	}
-	waiting, err := config.ResolveProvidersWith(ctx, cfg, lookups)
+	waiting, err := resolve.ProvidersWith(ctx, cfg, lookups)
 	if err != nil {
 		fmt.Fprintf(stderr, "configuration error: %v\n", err)
 		return nil, ExitConfig
@@ -114,7 +116,7 @@ func resolveProviders(ctx context.Context, cfg *config.Config, client *consul.Cl
 			case <-t.C:
 			}
 			delay = min(2*delay, 30*time.Second)
-			if waiting, err = config.ResolveProvidersWith(ctx, cfg, lookups); err != nil {
+			if waiting, err = resolve.ProvidersWith(ctx, cfg, lookups); err != nil {
 				fmt.Fprintf(stderr, "configuration error: %v\n", err)
 				return nil, ExitConfig
 			}
@@ -203,12 +205,12 @@ func (l *liveProviders) retryWaiting(ctx context.Context) {
 			l.mu.RLock()
 			p := l.byRef[ref]
 			l.mu.RUnlock()
-			res, err := config.ResolveProvider(ctx, p, config.Lookups{KV: l.kv, Secret: l.vault.Read})
+			res, err := resolve.Provider(ctx, p, resolve.Lookups{KV: l.kv, Secret: l.vault.Read})
 			l.mu.Lock()
 			if err != nil {
 				l.waiting[ref] = err
 				l.mu.Unlock()
-				if errors.Is(err, config.ErrVaultUnavailable) {
+				if errors.Is(err, tmpl.ErrVaultUnavailable) {
 					l.log.Warn("still waiting for Vault", "provider", ref, "error", err, "retry_in", delay)
 				} else {
 					l.log.Error("terraform_provider cannot be resolved; retrying", "provider", ref, "error", err, "retry_in", delay)
@@ -253,7 +255,7 @@ func (l *liveProviders) secretsChanged(keys []string) {
 		l.mu.RLock()
 		p := l.byRef[ref]
 		l.mu.RUnlock()
-		res, err := config.ResolveProvider(context.Background(), p, config.Lookups{KV: l.kv, Secret: l.vault.Read})
+		res, err := resolve.Provider(context.Background(), p, resolve.Lookups{KV: l.kv, Secret: l.vault.Read})
 		if err != nil {
 			l.log.Error("a Vault secret changed but the provider block cannot be resolved again; keeping its last values",
 				"provider", ref, "error", err)

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +12,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/ctsync/ctsync/internal/tmpl"
 )
 
 // This file holds the syntax-neutral part of the decoder: splitting a body
@@ -386,10 +387,7 @@ func (d *decoder) eval(expr hcl.Expression, field string) (cty.Value, bool) {
 	return v, true
 }
 
-// templateRE matches consul-template style dynamic syntax ({{ ... }}).
-var templateRE = regexp.MustCompile(`(?s)\{\{.*?\}\}`)
-
-func hasTemplate(s string) bool { return templateRE.MatchString(s) }
+func hasTemplate(s string) bool { return tmpl.HasAction(s) }
 
 const templateMsg = "template syntax ({{ ... }}) is only allowed inside terraform_provider blocks"
 

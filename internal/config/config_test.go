@@ -612,51 +612,6 @@ terraform_provider "aws" {
 	}
 }
 
-func TestRenderTemplates(t *testing.T) {
-	t.Setenv("CTSYNC_X", "x")
-	key := func(path, dc string) (string, error) { return "<" + path + "|" + dc + ">", nil }
-	for in, want := range map[string]string{
-		"plain":                                         "plain",
-		"json {\"a\": {\"b\": 1}}":                      "json {\"a\": {\"b\": 1}}",
-		`{{ env "CTSYNC_X" }}`:                          "x",
-		`a {{- env "CTSYNC_X" -}}  b`:                   "axb",
-		`{{env "CTSYNC_UNSET_VAR"}}!`:                   "!",
-		`{{ env "CTSYNC_X" }}{{env "CTSYNC_X"}}`:        "xx",
-		"{{ env `CTSYNC_X` }}":                          "x",
-		`{{ key "a/b" }}`:                               "<a/b|>",
-		`pre-{{ key "/a/b@dc2" }}-{{ env "CTSYNC_X" }}`: "pre-<a/b|dc2>-x",
-	} {
-		got, err := render(in, key)
-		if err != nil || got != want {
-			t.Errorf("render(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	for in, want := range map[string]string{
-		`{{ with secret "a" }}{{ .Data }}{{ end }}`: "missing Vault configuration",
-		`{{ secret "a" }}`:                          `write a Vault secret as {{ with secret "path" }}`,
-		`{{ with secret }}{{ end }}`:                "needs a quoted Vault path",
-		`{{ with secret "a" "novalue" }}{{ end }}`:  `must be "key=value"`,
-		`{{ with secret "a" }}{{ else }}{{ end }}`:  "{{ else }} is not supported",
-		`{{ end }}`: "{{ end }} without a {{ with secret }}",
-		`{{ with secret "a" }}{{ with secret "b" }}`: "cannot be nested",
-		`{{ env X }}`: "template action 1 is not supported",
-		`a {{ env "A" }} {{ keyOrDefault "k" "d" }}`: "template action 2 is not supported",
-		`{{ key "a@" }}`:   "needs a datacenter",
-		`{{ key "" }}`:     "needs a KV path",
-		`{{ env "" }}`:     "needs a variable name",
-		`{{ env "A" }} {{`: "unterminated",
-		`{{ env "A`:        "unterminated",
-	} {
-		_, err := render(in, key)
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("render(%q) error = %v, want %q", in, err, want)
-		}
-	}
-	if _, err := render(`{{ key "k" }}`, nil); err == nil {
-		t.Error("{{ key }} without a lookup must fail")
-	}
-}
-
 func TestHCLLiteral(t *testing.T) {
 	v := cty.ObjectVal(map[string]cty.Value{
 		"s": cty.StringVal("a\"b\\c\n${x}%{y}$z"),

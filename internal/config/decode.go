@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/ctsync/ctsync/internal/tmpl"
 )
 
 // rawConfig accumulates what the files say, before defaults. Every file is
@@ -457,13 +459,13 @@ func (d *decoder) provider(b *hcl.Block) Provider {
 		}
 	}
 	if usesKey {
-		// Resolved as a whole by ResolveProviders, which reads Consul.
+		// Resolved as a whole by package resolve, which reads Consul.
 		p.pending = true
 		return p
 	}
 	// Only {{ env }}: resolve now. Syntax was checked above, so the only
 	// possible error is none.
-	return resolveProvider(p, nil, func(field string, _ *hcl.Range, err error) {
+	return p.RenderStrings(func(s string) (string, error) { return tmpl.Render(s, tmpl.Lookups{}) }, func(field string, _ *hcl.Range, err error) {
 		d.errf(p.Range, join(path, field), "%v", err)
 	})
 }
@@ -486,7 +488,7 @@ func (d *decoder) taskEnv(c *content, path string, p *Provider) (usesKey bool) {
 	for _, k := range keys {
 		v := m.V[k]
 		if strings.Contains(v, "{{") {
-			if _, err := parseTemplate(v); err != nil {
+			if err := tmpl.Check(v); err != nil {
 				d.errf(rngs[k], join(path, "task_env."+k), "%v", err)
 				continue
 			}
@@ -494,7 +496,7 @@ func (d *decoder) taskEnv(c *content, path string, p *Provider) (usesKey bool) {
 				p.taskEnvRng = map[string]hcl.Range{}
 			}
 			p.taskEnvRng[k] = rngs[k]
-			usesKey = usesKey || hasKey(v)
+			usesKey = usesKey || tmpl.NeedsLookup(v)
 		}
 		p.TaskEnv[k] = v
 	}
@@ -509,7 +511,7 @@ func (d *decoder) providerValue(expr hcl.Expression, path, name string, body *Pr
 	if !ok {
 		return false
 	}
-	usesKey, err := checkTemplates(v)
+	usesKey, err := tmpl.CheckValue(v)
 	if err != nil {
 		d.errf(expr.Range(), field, "%v", err)
 		return false

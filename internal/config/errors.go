@@ -141,3 +141,11 @@ func sortRanges[T any](items []T, rng func(T) hcl.Range) {
 		return a.Start.Byte < b.Start.Byte
 	})
 }
+
+// ErrorOf returns nil, the only problem, or all problems (as Errors): the
+// error of a check made outside Load (package resolve).
+func ErrorOf(es []*Error) error { return toError(es) }
+
+// SortErrors orders problems as Load does: by file, in the order files
+// were read (see Config.Files), and position.
+func SortErrors(es []*Error, files []string) { sortErrors(es, files) }

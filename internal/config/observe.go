@@ -227,7 +227,7 @@ func (d *decoder) driftDetection(c *content, p string, t *rawTask) {
 // (nested blocks included) and task_env, the URLs and header values of
 // notification blocks, and the API token secrets. Values shorter than redact.MinSecretLength are left out.
 // Provider values read from Consul ({{ key }}) are included once
-// ResolveProviders has run.
+// resolve.Providers has run.
 func (c *Config) Secrets() []string {
 	var out []string
 	add := func(s string) {

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/ctsync/ctsync/internal/tmpl"
 )
 
 // This file lets a few secrets outside terraform_provider blocks come from
@@ -21,7 +22,7 @@ import (
 //	driver "terraform-cloud" { token = "{{ with secret ... }}" }
 //
 // {{ env "NAME" }} is resolved by Load. {{ with secret }} is resolved at
-// start-up by ResolveSecretFields, before the Consul client is built: until
+// start-up by resolve.SecretFields, before the Consul client is built: until
 // then the field is empty (an API token nobody can present) and the
 // template is kept in a SecretField. {{ key }} is refused in these fields:
 // the Consul token is needed to read Consul KV, and the others are read
@@ -48,13 +49,14 @@ type SecretField struct {
 	Field string
 	Range hcl.Range
 	// Keys are the config.SecretKey of the Vault secrets the last
-	// resolution read (set by ResolveSecretFields).
+	// resolution read (set by package resolve).
 	Keys []string
-	tmpl string
+	// Template is the value as written; package resolve renders it.
+	Template string
 }
 
 // SecretFields returns the fields of the configuration whose value comes
-// from Vault (empty until ResolveSecretFields).
+// from Vault (their Keys empty until resolve.SecretFields).
 func (c *Config) SecretFields() []SecretField { return slices.Clone(c.secretFields) }
 
 // secretFieldAllowed is the message for an unsupported action in these
@@ -87,11 +89,11 @@ func (d *decoder) secretTemplate(s string, rng hcl.Range, field, kind string) (v
 	if !strings.Contains(s, "{{") {
 		return s, false, true
 	}
-	if _, err := parseTemplate(s); err != nil {
+	if err := tmpl.Check(s); err != nil {
 		d.errf(rng, field, "%v", err)
 		return "", false, false
 	}
-	if hasKind(s, partKey) {
+	if tmpl.UsesKey(s) {
 		if kind == FieldConsulToken {
 			d.errf(rng, field, `{{ key }} cannot be used for the Consul token: ctsync needs the token to read Consul KV. Read it from Vault ({{ with secret "path" }}...{{ end }}) or the environment ({{ env "NAME" }})`)
 		} else {
@@ -99,10 +101,10 @@ func (d *decoder) secretTemplate(s string, rng hcl.Range, field, kind string) (v
 		}
 		return "", false, false
 	}
-	if hasKind(s, partSecret) {
+	if tmpl.UsesSecret(s) {
 		return "", true, true
 	}
-	v, err := render(s, nil)
+	v, err := tmpl.Render(s, tmpl.Lookups{})
 	if err != nil {
 		d.errf(rng, field, "%v", err)
 		return "", false, false
@@ -112,8 +114,8 @@ func (d *decoder) secretTemplate(s string, rng hcl.Range, field, kind string) (v
 
 // pendingSecret records a field to resolve from Vault. The Vault block is
 // checked in finishSecretFields.
-func (d *decoder) pendingSecret(f SecretField, tmpl string) {
-	f.tmpl = tmpl
+func (d *decoder) pendingSecret(f SecretField, template string) {
+	f.Template = template
 	d.secretFields = append(d.secretFields, f)
 }
 
@@ -142,7 +144,7 @@ func (d *decoder) finishSecretFields(r *rawConfig, cfg *Config) {
 			continue
 		}
 		if !cfg.Vault.Enabled {
-			d.errf(f.Range, f.Field, "%v", errMissingVault)
+			d.errf(f.Range, f.Field, "%v", tmpl.ErrMissingVault)
 			continue
 		}
 		cfg.secretFields = append(cfg.secretFields, f)
@@ -167,50 +169,10 @@ func secretFieldExists(cfg *Config, f SecretField) bool {
 	return false
 }
 
-// ResolveSecretField renders the field's template with the Vault reader
-// (within ProviderResolveTimeout) and checks the value as Load checks a
-// value written in the file. keys are the secrets it read. The error is an
-// *Error naming the field; it wraps ErrVaultUnavailable when Vault could
-// not be reached. It never holds the value.
-func ResolveSecretField(ctx context.Context, f SecretField, read SecretReader) (value string, keys []string, err error) {
-	bctx, cancel := context.WithTimeout(ctx, resolveTimeout)
-	defer cancel()
-	l := lookups{}
-	if read != nil {
-		l.secret = func(path string, params []string) (*Secret, error) {
-			if k := SecretKey(path, params); !slices.Contains(keys, k) {
-				keys = append(keys, k)
-			}
-			s, err := read(bctx, path, params)
-			switch {
-			case err != nil && bctx.Err() != nil && ctx.Err() == nil:
-				return nil, fmt.Errorf("timed out after %s reading Vault secret %q: %w", resolveTimeout, path, ErrVaultUnavailable)
-			case err != nil:
-				return nil, fmt.Errorf("reading Vault secret %q: %w", path, err)
-			case s == nil:
-				return nil, fmt.Errorf("Vault secret %q does not exist", path)
-			}
-			return s, nil
-		}
-	}
-	v, rerr := renderWith(f.tmpl, l)
-	if rerr == nil {
-		v, rerr = checkSecretFieldValue(f.Kind, v)
-	}
-	if rerr != nil {
-		e := &Error{Range: f.Range, Field: f.Field, Msg: rerr.Error()}
-		if errors.Is(rerr, ErrVaultUnavailable) {
-			return "", nil, fmt.Errorf("%w: %w", e, ErrVaultUnavailable)
-		}
-		return "", nil, e
-	}
-	slices.Sort(keys)
-	return v, keys, nil
-}
-
-// checkSecretFieldValue applies the rules of a value written in the file.
-// Its errors never quote the value.
-func checkSecretFieldValue(kind, v string) (string, error) {
+// CheckSecretFieldValue applies to a value read for a field of kind (one
+// of the Field* constants) the rules of a value written in the file, and
+// returns it as the field holds it. Its errors never quote the value.
+func CheckSecretFieldValue(kind, v string) (string, error) {
 	switch kind {
 	case FieldAPIToken:
 		v = strings.TrimSpace(v)
@@ -233,53 +195,22 @@ func checkSecretFieldValue(kind, v string) (string, error) {
 	return v, nil
 }
 
-// ResolveSecretFields resolves every SecretField of cfg through the Vault
-// reader and writes the values into cfg (Consul.Token, TFC.Token, the API
-// tokens' Secret, the notifications' Headers), so that Secrets includes
-// them. Call it once, before cfg is used. An error is an *Error or Errors
-// naming each field; when Vault could not be reached (and nothing else is
-// wrong) it wraps ErrVaultUnavailable and the caller may try again.
-func ResolveSecretFields(ctx context.Context, cfg *Config, read SecretReader) error {
-	var (
-		errs      []*Error
-		transient = true
-	)
-	for i := range cfg.secretFields {
-		f := &cfg.secretFields[i]
-		v, keys, err := ResolveSecretField(ctx, *f, read)
-		if err != nil {
-			var e *Error
-			if errors.As(err, &e) {
-				errs = append(errs, e)
-			}
-			transient = transient && errors.Is(err, ErrVaultUnavailable)
+// CheckTokenSecrets refuses two API tokens that share a secret, wherever
+// it comes from (the file, a secret file or Vault): one error per token
+// that repeats an earlier one's secret.
+func (c *Config) CheckTokenSecrets() []*Error {
+	var errs []*Error
+	seen := map[string]string{}
+	for _, t := range c.APIAuth.Tokens {
+		if other, dup := seen[t.Secret]; dup && t.Secret != "" {
+			f := secretFieldOf(c, FieldAPIToken, t.Name, "")
+			errs = append(errs, &Error{Range: f.Range, Field: f.Field,
+				Msg: fmt.Sprintf("token %q has the same secret as token %q: give each token its own secret", t.Name, other)})
 			continue
 		}
-		f.Keys = keys
-		setSecretField(cfg, *f, v)
+		seen[t.Secret] = t.Name
 	}
-	if len(errs) == 0 {
-		// Two API tokens cannot share a secret, wherever it comes from.
-		seen := map[string]string{}
-		for _, t := range cfg.APIAuth.Tokens {
-			if other, dup := seen[t.Secret]; dup && t.Secret != "" {
-				f := secretFieldOf(cfg, FieldAPIToken, t.Name, "")
-				errs = append(errs, &Error{Range: f.Range, Field: f.Field,
-					Msg: fmt.Sprintf("token %q has the same secret as token %q: give each token its own secret", t.Name, other)})
-				transient = false
-				continue
-			}
-			seen[t.Secret] = t.Name
-		}
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	sortErrors(errs, cfg.Files)
-	if transient {
-		return fmt.Errorf("%w: %w", toError(errs), ErrVaultUnavailable)
-	}
-	return toError(errs)
+	return errs
 }
 
 // secretFieldOf returns the recorded field (or one naming the API token's
@@ -296,6 +227,19 @@ func secretFieldOf(cfg *Config, kind, name, header string) SecretField {
 		}
 	}
 	return SecretField{Kind: kind, Name: name, Header: header, Field: kind}
+}
+
+// SetSecretField writes the resolved value of f into c (Consul.Token,
+// TFC.Token, the API token's Secret, the notification's header), so that
+// Secrets includes it, and records f.Keys (the secrets it was read from)
+// in the field SecretFields returns.
+func (c *Config) SetSecretField(f SecretField, v string) {
+	for i := range c.secretFields {
+		if r := &c.secretFields[i]; r.Kind == f.Kind && r.Name == f.Name && r.Header == f.Header {
+			r.Keys = f.Keys
+		}
+	}
+	setSecretField(c, f, v)
 }
 
 // setSecretField writes a resolved value into cfg.

@@ -170,7 +170,7 @@ type Provider struct {
 
 	// pending is set when the block holds {{ key }} templates: then every
 	// string value of the block (arguments and task_env) is still as
-	// written, until ResolveProviders resolves them all.
+	// written, until package resolve resolves them all.
 	pending bool
 	// taskEnvRng is where each task_env value with a template was written.
 	taskEnvRng map[string]hcl.Range

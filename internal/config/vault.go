@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/ctsync/ctsync/internal/tmpl"
 )
 
 // Vault is the vault block: the Vault that {{ with secret }} templates read
@@ -210,7 +212,7 @@ func (d *decoder) finishExt(r *rawExt, cfg *Config) {
 	for i := range cfg.Providers {
 		if p := &cfg.Providers[i]; p.UsesVault() {
 			field, rng := secretArgument(p)
-			d.errf(rng, field, "%v", errMissingVault)
+			d.errf(rng, field, "%v", tmpl.ErrMissingVault)
 		}
 	}
 }
@@ -223,7 +225,7 @@ func secretArgument(p *Provider) (string, hcl.Range) {
 	find = func(b *ProviderBody, path string) (string, hcl.Range, bool) {
 		for _, name := range sortedNames(b.Attrs) {
 			found := false
-			walkStrings(b.Attrs[name], func(s string) { found = found || hasKind(s, partSecret) })
+			walkStrings(b.Attrs[name], func(s string) { found = found || tmpl.UsesSecret(s) })
 			if r, ok := b.rng[name]; found && ok {
 				return path + "." + name, r, true
 			}

@@ -35,6 +35,7 @@ import (
 	"github.com/hashicorp/vault/api"
 
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/tmpl"
 )
 
 // Retry bounds of reads that failed because Vault was unavailable.
@@ -51,11 +52,11 @@ type Options struct {
 	Config config.Vault
 	Logger *slog.Logger
 	// OnChange is called (from the Manager's goroutines) with the
-	// config.SecretKey of each secret whose value changed.
+	// tmpl.SecretKey of each secret whose value changed.
 	OnChange func(keys []string)
 }
 
-// Manager reads and watches secrets. Read is a config.SecretReader.
+// Manager reads and watches secrets. Read is a resolve.SecretReader.
 type Manager struct {
 	api       *api.Client
 	log       *slog.Logger
@@ -75,7 +76,7 @@ type entry struct {
 	path   string
 	params []string
 	raw    *api.Secret
-	val    *config.Secret
+	val    *tmpl.Secret
 }
 
 // New builds the client from the vault block: address, namespace, TLS and
@@ -165,7 +166,7 @@ func readTokenFile(path string) (string, error) {
 }
 
 // classify marks the errors of a Vault that cannot answer (network, 5xx,
-// 429, a sealed Vault) with config.ErrVaultUnavailable. A 4xx (permission
+// 429, a sealed Vault) with tmpl.ErrVaultUnavailable. A 4xx (permission
 // denied, bad request) is not: waiting will not fix it.
 func classify(err error) error {
 	if err == nil {
@@ -174,11 +175,11 @@ func classify(err error) error {
 	var re *api.ResponseError
 	if errors.As(err, &re) {
 		if re.StatusCode >= 500 || re.StatusCode == http.StatusTooManyRequests {
-			return fmt.Errorf("%s: %w", oneLine(re), config.ErrVaultUnavailable)
+			return fmt.Errorf("%s: %w", oneLine(re), tmpl.ErrVaultUnavailable)
 		}
 		return errors.New(oneLine(re))
 	}
-	return fmt.Errorf("%v: %w", err, config.ErrVaultUnavailable)
+	return fmt.Errorf("%v: %w", err, tmpl.ErrVaultUnavailable)
 }
 
 // oneLine is a ResponseError as one line: status and Vault's messages.
@@ -190,11 +191,11 @@ func oneLine(re *api.ResponseError) string {
 	return msg
 }
 
-// Read is a config.SecretReader: it returns the current value of the
+// Read is a resolve.SecretReader: it returns the current value of the
 // secret, reading it from Vault the first time it is asked for; from then
 // on the Manager keeps it fresh (once Run runs).
-func (m *Manager) Read(ctx context.Context, path string, params []string) (*config.Secret, error) {
-	key := config.SecretKey(path, params)
+func (m *Manager) Read(ctx context.Context, path string, params []string) (*tmpl.Secret, error) {
+	key := tmpl.SecretKey(path, params)
 	m.mu.Lock()
 	if e, ok := m.secrets[key]; ok {
 		m.mu.Unlock()
@@ -240,8 +241,8 @@ func (m *Manager) fetch(ctx context.Context, path string, params []string) (*api
 }
 
 // convert turns the client's secret into what templates see.
-func convert(s *api.Secret) *config.Secret {
-	return &config.Secret{RequestID: s.RequestID, LeaseID: s.LeaseID, LeaseDuration: s.LeaseDuration,
+func convert(s *api.Secret) *tmpl.Secret {
+	return &tmpl.Secret{RequestID: s.RequestID, LeaseID: s.LeaseID, LeaseDuration: s.LeaseDuration,
 		Renewable: s.Renewable, Data: s.Data, Warnings: s.Warnings}
 }
 

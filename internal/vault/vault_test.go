@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/tmpl"
 	"github.com/ctsync/ctsync/internal/vault"
 	"github.com/ctsync/ctsync/internal/vault/vaulttest"
 )
@@ -127,7 +128,7 @@ func TestVaultDownKeepsValuesAndRecovers(t *testing.T) {
 	m, changes := newManager(t, v, nil)
 	v.SetDown(true)
 	_, err := m.Read(context.Background(), "secret/data/app", nil)
-	if !errors.Is(err, config.ErrVaultUnavailable) {
+	if !errors.Is(err, tmpl.ErrVaultUnavailable) {
 		t.Fatalf("read with Vault down: %v", err)
 	}
 	v.SetDown(false)
@@ -151,7 +152,7 @@ func TestTokenErrors(t *testing.T) {
 	v.PutKV2(t, "app", map[string]any{"password": "pw-one"})
 	m, _ := newManager(t, v, func(c *config.Vault) { c.Token = "wrong-token" })
 	_, err := m.Read(context.Background(), "secret/data/app", nil)
-	if err == nil || errors.Is(err, config.ErrVaultUnavailable) || !strings.Contains(err.Error(), "403") {
+	if err == nil || errors.Is(err, tmpl.ErrVaultUnavailable) || !strings.Contains(err.Error(), "403") {
 		t.Fatalf("wrong token: %v (must be a 403, not a wait)", err)
 	}
 	if strings.Contains(err.Error(), "wrong-token") {
@@ -168,7 +169,7 @@ func TestTokenErrors(t *testing.T) {
 	}
 	// Unreachable address: a wait, not a configuration error.
 	m, _ = newManager(t, v, func(c *config.Vault) { c.Address = "http://127.0.0.1:1" })
-	if _, err := m.Read(context.Background(), "secret/data/app", nil); !errors.Is(err, config.ErrVaultUnavailable) {
+	if _, err := m.Read(context.Background(), "secret/data/app", nil); !errors.Is(err, tmpl.ErrVaultUnavailable) {
 		t.Fatalf("unreachable: %v", err)
 	}
 }

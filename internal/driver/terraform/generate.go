@@ -112,7 +112,7 @@ func newRootModule(o *Options) (*rootModule, error) {
 			return nil, fmt.Errorf("task %q uses provider %q more than once; a task can use only one instance of a provider", s.Name, p.Name)
 		}
 		if p.NeedsResolution() {
-			return nil, fmt.Errorf("provider %s still holds {{ key }} templates: the configuration was not resolved (config.ResolveProviders)", p.Ref())
+			return nil, fmt.Errorf("provider %s still holds {{ key }} templates: the configuration was not resolved (resolve.Providers)", p.Ref())
 		}
 		if p.Name == "services" || p.Name == "catalog_services" || p.Name == "consul_kv" {
 			return nil, fmt.Errorf("provider name %q clashes with the module input variable of the same name", p.Name)

@@ -1,4 +1,4 @@
-package config_test
+package resolve_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/resolve"
+	"github.com/ctsync/ctsync/internal/tmpl"
 	"github.com/ctsync/ctsync/internal/vault"
 	"github.com/ctsync/ctsync/internal/vault/vaulttest"
 )
@@ -60,7 +62,7 @@ func writeCfg(t *testing.T, content string) string {
 	return p
 }
 
-func vaultReader(t *testing.T, v *vaulttest.Vault) config.SecretReader {
+func vaultReader(t *testing.T, v *vaulttest.Vault) resolve.SecretReader {
 	t.Helper()
 	m, err := vault.New(vault.Options{Logger: slog.New(slog.DiscardHandler), Config: config.Vault{
 		Enabled: true, Address: v.Addr, Token: v.Token, Transport: config.DefaultTransport, DefaultLeaseDuration: config.DefaultVaultLeaseDuration}})
@@ -89,7 +91,7 @@ func TestSecretFieldsFromVault(t *testing.T) {
 	if len(fields) != 3 {
 		t.Fatalf("secret fields: %+v", fields)
 	}
-	if err := config.ResolveSecretFields(context.Background(), cfg, vaultReader(t, v)); err != nil {
+	if err := resolve.SecretFields(context.Background(), cfg, vaultReader(t, v)); err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Consul.Token != consulTok {
@@ -126,7 +128,7 @@ func TestSecretFieldsFromVault(t *testing.T) {
 	}
 	// A new reader: the first one keeps the value it read until its
 	// Manager runs and notices the change.
-	got, _, err := config.ResolveSecretField(context.Background(), apiField, vaultReader(t, v))
+	got, _, err := resolve.SecretField(context.Background(), apiField, vaultReader(t, v))
 	if err != nil || got != apiTok+"-2" {
 		t.Errorf("rotated api token: %q, %v", got, err)
 	}
@@ -178,11 +180,11 @@ func TestSecretFieldErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = config.ResolveSecretFields(context.Background(), cfg, vaultReader(t, v))
+			err = resolve.SecretFields(context.Background(), cfg, vaultReader(t, v))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want %q", err, tc.want)
 			}
-			if errors.Is(err, config.ErrVaultUnavailable) {
+			if errors.Is(err, tmpl.ErrVaultUnavailable) {
 				t.Errorf("a bad value is reported as Vault being unavailable")
 			}
 			if strings.Contains(err.Error(), short) {
@@ -212,12 +214,12 @@ func TestSecretFieldsVaultDown(t *testing.T) {
 	}
 	v.SetDown(true)
 	read := vaultReader(t, v)
-	err = config.ResolveSecretFields(context.Background(), cfg, read)
-	if !errors.Is(err, config.ErrVaultUnavailable) || !strings.Contains(err.Error(), "consul.token") {
+	err = resolve.SecretFields(context.Background(), cfg, read)
+	if !errors.Is(err, tmpl.ErrVaultUnavailable) || !strings.Contains(err.Error(), "consul.token") {
 		t.Fatalf("error %v, want one naming consul.token and wrapping ErrVaultUnavailable", err)
 	}
 	v.SetDown(false)
-	if err := config.ResolveSecretFields(context.Background(), cfg, read); err != nil || cfg.Consul.Token != "consul-tok-3c1a9" {
+	if err := resolve.SecretFields(context.Background(), cfg, read); err != nil || cfg.Consul.Token != "consul-tok-3c1a9" {
 		t.Fatalf("after Vault is back: %v", err)
 	}
 }
