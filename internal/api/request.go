@@ -9,9 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
-
-	"github.com/hashicorp/cronexpr"
 
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -232,21 +229,21 @@ func (s *Server) decodeTask(raw json.RawMessage) (task.Spec, error) {
 	if c := spec.Condition.ConsulKV; c != nil {
 		c.UseAsModuleInput = useDefault(p.Condition.ConsulKV)
 	}
-	switch {
-	case spec.Condition.Schedule != nil:
-		spec.BufferPeriod = &task.BufferPeriod{}
-	case p.BufferPeriod == nil:
-		// No buffer_period: the global one.
-		bp := s.opts.BufferPeriod
-		spec.BufferPeriod = &bp
-	case p.BufferPeriod.Enabled == nil && !minSet && !maxSet:
-		// An empty block inherits too, as in configuration files.
-		bp := s.opts.BufferPeriod
-		spec.BufferPeriod = &bp
-	default:
-		enabled := p.BufferPeriod.Enabled
-		spec.BufferPeriod = resolveBuffer(spec.BufferPeriod, enabled == nil || *enabled, minSet, maxSet, s.opts.BufferPeriod)
+	// The task's own buffer_period (the fields it sets) over the global
+	// one; none for schedule tasks.
+	var own task.BufferSetting
+	if p.BufferPeriod != nil {
+		own.Enabled = p.BufferPeriod.Enabled
+		if bp := spec.BufferPeriod; bp != nil {
+			if minSet {
+				own.Min = &bp.Min
+			}
+			if maxSet {
+				own.Max = &bp.Max
+			}
+		}
 	}
+	spec.SetBufferPeriod(own, s.opts.BufferPeriod)
 
 	if err := validateTask(&spec); err != nil {
 		return task.Spec{}, err
@@ -263,40 +260,10 @@ func useDefault(u *useInput) bool {
 	return u == nil || u.UseAsModuleInput == nil || *u.UseAsModuleInput
 }
 
-// resolveBuffer applies the CTS rules to a task's own buffer_period: off
-// when disabled; otherwise min from the task, else the global min when the
-// global one is on, else 5s; max from the task, else 4 x min.
-func resolveBuffer(bp *task.BufferPeriod, enabled, minSet, maxSet bool, global task.BufferPeriod) *task.BufferPeriod {
-	if !enabled {
-		return &task.BufferPeriod{}
-	}
-	out := task.BufferPeriod{Enabled: true}
-	switch {
-	case minSet:
-		out.Min = bp.Min
-	case global.Enabled:
-		out.Min = global.Min
-	default:
-		out.Min = task.DefaultBufferPeriod.Min
-	}
-	if maxSet {
-		out.Max = bp.Max
-	} else {
-		out.Max = max(4*out.Min, out.Min)
-	}
-	return &out
-}
-
-// validateTask runs the task's own rules plus the checks that need a
-// parser: the cron expression of a schedule condition.
+// validateTask runs the task's rules (task.Spec.Validate).
 func validateTask(spec *task.Spec) error {
 	if err := spec.Validate(); err != nil {
 		return invalidTask(err)
-	}
-	if c := spec.Condition.Schedule; c != nil {
-		if err := checkCron(c.Cron); err != nil {
-			return badRequest("invalid task: condition.schedule.cron: %q %v", c.Cron, err)
-		}
 	}
 	return nil
 }
@@ -315,22 +282,4 @@ func invalidTask(err error) error {
 		return badRequest("invalid task: %s: %s", fe.Field, fe.Msg)
 	}
 	return badRequest("invalid task: %v", err)
-}
-
-// checkCron parses a cron expression and rejects one that never fires.
-// cronexpr panics on some malformed input; that is an error too.
-func checkCron(expr string) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = errors.New("is not a valid cron expression")
-		}
-	}()
-	e, perr := cronexpr.Parse(expr)
-	if perr != nil {
-		return fmt.Errorf("is not a valid cron expression: %v", perr)
-	}
-	if e.Next(time.Now()).IsZero() {
-		return errors.New("never fires")
-	}
-	return nil
 }

@@ -44,8 +44,6 @@ type rawBuffer struct {
 	rng      hcl.Range // where the (last) block was declared
 }
 
-func (b *rawBuffer) any() bool { return b.enabled.Set || b.min.Set || b.max.Set }
-
 type rawConsul struct {
 	address, token, kvPath opt[string]
 

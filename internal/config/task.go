@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/cronexpr"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
@@ -385,31 +384,12 @@ func quoteList(ss []string) string {
 	return strings.Join(q, ", ")
 }
 
-// checkCron parses a cron expression with hashicorp/cronexpr and rejects
-// one that never fires.
+// checkCron reports a cron expression that task.CheckCron refuses, where
+// it was written.
 func (d *decoder) checkCron(cron opt[string], field string) {
-	next, err := nextCron(cron.V, time.Now())
-	switch {
-	case err != nil:
-		d.errf(cron.Rng, field, "%q is not a valid cron expression: %v", cron.V, err)
-	case next.IsZero():
-		d.errf(cron.Rng, field, "%q never fires", cron.V)
+	if err := task.CheckCron(cron.V); err != nil {
+		d.errf(cron.Rng, field, "%q %v", cron.V, err)
 	}
-}
-
-// nextCron returns when the expression next fires after now (zero: never).
-// cronexpr panics on some malformed input, which is turned into an error.
-func nextCron(s string, now time.Time) (next time.Time, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			next, err = time.Time{}, fmt.Errorf("malformed expression")
-		}
-	}()
-	expr, err := cronexpr.Parse(s)
-	if err != nil {
-		return time.Time{}, err
-	}
-	return expr.Next(now), nil
 }
 
 func (d *decoder) moduleInput(b *hcl.Block, t *rawTask) {
@@ -478,45 +458,34 @@ func (d *decoder) useAsModuleInput(c *content, path string) bool {
 
 // ---- finishing a task ----
 
-// resolveBuffer applies the CTS inheritance rules of buffer_period.
+// resolveBuffer applies the CTS inheritance rules of buffer_period
+// (task.InheritBufferPeriod).
 func resolveBuffer(r rawBuffer, parent task.BufferPeriod) task.BufferPeriod {
-	if !r.any() {
-		return parent
+	return task.InheritBufferPeriod(r.setting(), parent)
+}
+
+// setting is the block as task.BufferSetting.
+func (b *rawBuffer) setting() task.BufferSetting {
+	var out task.BufferSetting
+	if b.enabled.Set {
+		out.Enabled = &b.enabled.V
 	}
-	if r.enabled.Set && !r.enabled.V {
-		return task.BufferPeriod{}
+	if b.min.Set {
+		d := task.Duration(b.min.V)
+		out.Min = &d
 	}
-	out := task.BufferPeriod{Enabled: true}
-	switch {
-	case r.min.Set:
-		out.Min = task.Duration(r.min.V)
-	case parent.Enabled:
-		out.Min = parent.Min
-	default:
-		out.Min = task.DefaultBufferPeriod.Min
-	}
-	if r.max.Set {
-		// An explicit max below min is reported by validation, not fixed.
-		out.Max = task.Duration(r.max.V)
-	} else {
-		out.Max = 4 * out.Min
-		if out.Min > out.Max {
-			out.Max = out.Min
-		}
+	if b.max.Set {
+		d := task.Duration(b.max.V)
+		out.Max = &d
 	}
 	return out
 }
 
 // finishTask applies inheritance and runs task validation.
 func (d *decoder) finishTask(t *rawTask, global task.BufferPeriod) {
-	bp := resolveBuffer(t.buffer, global)
-	if t.spec.Condition.Schedule != nil {
-		if t.buffer.any() {
-			d.warnf(t.buffer.rng, join(t.disp, "buffer_period"), "is ignored for schedule tasks")
-		}
-		bp = task.BufferPeriod{}
+	if ignored := t.spec.SetBufferPeriod(t.buffer.setting(), global); ignored {
+		d.warnf(t.buffer.rng, join(t.disp, "buffer_period"), "is ignored for schedule tasks")
 	}
-	t.spec.BufferPeriod = &bp
 	if t.failed {
 		return
 	}

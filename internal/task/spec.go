@@ -1,7 +1,10 @@
 // Package task holds the one task model used by configuration, the API, the
 // reconciler, the driver and the store. A Spec is a plain value: defaults are
 // applied once when it is decoded (from HCL/JSON config or from an API body),
-// and Validate is the single place where its rules live.
+// with the defaulting functions of rules.go both decoders use
+// (SetBufferPeriod), and Validate is the single place where its rules live
+// (CheckCron is the cron rule it applies, which configuration decoding also
+// uses to report the expression where it was written).
 package task
 
 import (
@@ -55,8 +58,8 @@ type DriftDetection struct {
 const MinDriftInterval = time.Second
 
 // BufferPeriod is the debounce window of a dynamic task (CTS semantics).
-// A nil *BufferPeriod on a Spec means "inherit the global one"; config
-// decoding resolves inheritance, so after decoding it is always set.
+// A nil *BufferPeriod on a Spec means "inherit the global one"; decoding
+// resolves inheritance (SetBufferPeriod), so after decoding it is always set.
 type BufferPeriod struct {
 	Enabled bool     `json:"enabled"`
 	Min     Duration `json:"min"`
@@ -280,6 +283,11 @@ func (s *Spec) Validate() error {
 	}
 	if s.Condition.ConsulKV != nil && s.ModuleInput.ConsulKV != nil {
 		return fieldErr("module_input.consul_kv", "the consul-kv condition already provides the consul_kv variable; a task cannot also have a consul-kv module_input")
+	}
+	if c := s.Condition.Schedule; c != nil {
+		if err := CheckCron(c.Cron); err != nil {
+			return fieldErr("condition.schedule.cron", "%q %v", c.Cron, err)
+		}
 	}
 	return nil
 }
