@@ -129,23 +129,9 @@ func (a *app) haElected(ctx context.Context) error {
 			"prefix", w.kv.Prefix())
 	}
 	// Reading the state may take a while (a large history, a slow Consul):
-	// keep trying while the lock is held (the heartbeats go on meanwhile)
-	// rather than giving the lock back after one slow read.
-	for attempt := 1; ; attempt++ {
-		err := w.kv.Load(ctx)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return err
-		}
-		delay := min(time.Duration(attempt)*500*time.Millisecond, 5*time.Second)
-		w.log.Warn("ha: reading the cluster's state failed; retrying while holding the lock", "attempt", attempt, "retry_in", delay, "error", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(delay):
-		}
+	// a new leader keeps trying while it holds the lock.
+	if err := ha.LoadState(ctx, w.kv.Load, w.log); err != nil {
+		return err
 	}
 	// A record is input from whoever can write the KV folder: only tasks
 	// the API would accept are applied (daemon_api.go).
