@@ -3,6 +3,8 @@ package consul
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/backoff"
 )
 
 // Retry timing for talking to Consul. The cap is short on purpose: after an
@@ -42,12 +44,7 @@ func NewBackoff(base, maxDelay time.Duration) *Backoff {
 
 // Next returns the delay before the next retry and advances one step.
 func (b *Backoff) Next() time.Duration {
-	c := b.Cap
-	if b.attempt < 62 {
-		if d := b.Base << uint(b.attempt); d > 0 && d < c && d>>uint(b.attempt) == b.Base {
-			c = d
-		}
-	}
+	c := backoff.Exp(b.Base, b.Cap, b.attempt)
 	b.attempt++
 	b.ceiling = c
 	return time.Duration(rand.Int64N(int64(c) + 1))

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	expbackoff "github.com/ctsync/ctsync/internal/backoff"
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/store"
 )
@@ -314,12 +315,10 @@ func scrub(err error) error {
 	return err
 }
 
-// backoff is the delay after the attempt-th failed attempt.
+// backoff is the delay after the attempt-th failed attempt: the
+// exponential step, ±20% jitter.
 func backoff(base time.Duration, attempt int) time.Duration {
-	d := base << (attempt - 1)
-	if d > maxBackoff || d <= 0 {
-		d = maxBackoff
-	}
+	d := expbackoff.Exp(base, maxBackoff, attempt-1)
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
