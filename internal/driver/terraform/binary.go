@@ -18,7 +18,10 @@ import (
 
 // MinVersion is the oldest Terraform (or OpenTofu) accepted. There is no
 // upper bound: newer releases are expected to keep the CLI contract we use.
-var MinVersion = version.Must(version.NewVersion("0.14.0"))
+var MinVersion = version.Must(version.NewVersion(minVersion))
+
+// minVersion is MinVersion as text, written once (see requiredVersion).
+const minVersion = "0.14.0"
 
 // binaryNames are looked up, in order, in a configured directory or on PATH.
 var binaryNames = []string{"terraform", "tofu"}

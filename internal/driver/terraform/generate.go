@@ -34,9 +34,9 @@ const (
 	fileModuleVarVals = "variables.auto.tfvars.json"
 )
 
-// requiredVersion is written into every generated root module. It matches
-// MinVersion: ctsync sets no upper bound.
-const requiredVersion = ">= 0.14.0"
+// requiredVersion is written into every generated root module: MinVersion,
+// and no upper bound.
+const requiredVersion = ">= " + minVersion
 
 // defaultKVPath is CTS's default consul.kv_path.
 const defaultKVPath = "consul-terraform-sync/"
