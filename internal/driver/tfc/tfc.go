@@ -232,9 +232,14 @@ func (d *Driver) connect(ctx context.Context) error {
 	}
 	counted := *hc
 	counted.Transport = countingTransport{base: base, n: &d.calls}
+	// go-tfe's own retries of connection and server errors wait longer at
+	// each attempt (30 attempts: minutes), which would hold a run while
+	// the API is down. Only rate limits (429) are retried by the client;
+	// any other failure ends the verb, and the task's retry with backoff
+	// runs it again, finding the run it queued by its message (pending).
 	c, err := tfe.NewClient(&tfe.Config{
 		Address: d.opts.Config.Address, Token: d.opts.Config.Token, HTTPClient: &counted,
-		RetryServerErrors: true, Headers: http.Header{"User-Agent": []string{"ctsync"}},
+		RetryServerErrors: false, Headers: http.Header{"User-Agent": []string{"ctsync"}},
 	})
 	if err != nil {
 		return d.apiError(ctx, "init", "connecting to "+d.opts.Config.Address, err)
