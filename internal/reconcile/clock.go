@@ -3,6 +3,8 @@ package reconcile
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/backoff"
 )
 
 // Clock is the controller's time source: buffer periods and retry delays
@@ -36,15 +38,7 @@ const (
 // quarter at random (jitter in [0,1)), so tasks that failed together do not
 // retry in lock-step while the delay still grows with every failure.
 func retryDelay(attempt int, base, maxDelay time.Duration, jitter float64) time.Duration {
-	d := maxDelay
-	if attempt < 1 {
-		attempt = 1
-	}
-	if attempt <= 62 {
-		if x := base << uint(attempt-1); x > 0 && x>>uint(attempt-1) == base && x < maxDelay {
-			d = x
-		}
-	}
+	d := backoff.Exp(base, maxDelay, max(attempt, 1)-1)
 	return d - time.Duration(jitter*float64(d)/4)
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/ctsync/ctsync/internal/backoff"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
@@ -735,7 +736,7 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			// leave the task behind the catalog until its next change.
 			// The delay doubles up to LockRetryCap.
 			e.lockWaits++
-			delay := min(c.opts.RetryBase<<min(e.lockWaits-1, 16), LockRetryCap)
+			delay := backoff.Exp(c.opts.RetryBase, LockRetryCap, e.lockWaits-1)
 			delay += time.Duration(rand.Int64N(int64(delay)/4 + 1))
 			c.log.Info("retrying task: its Terraform state is locked by another process", "task", name,
 				"attempt", e.lockWaits, "delay", delay.Round(time.Millisecond))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/ctsync/ctsync/internal/backoff"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
@@ -372,7 +373,7 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 		if !errors.Is(err, driver.ErrStateLocked) || ctx.Err() != nil {
 			break
 		}
-		delay := min(c.opts.RetryBase<<min(attempt-1, 16), LockRetryCap)
+		delay := backoff.Exp(c.opts.RetryBase, LockRetryCap, attempt-1)
 		c.log.Info("destroy waits: the task's Terraform state is locked by another process", "task", s.Name,
 			"attempt", attempt, "retry_in", delay)
 		t := time.NewTimer(delay)
