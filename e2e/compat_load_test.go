@@ -120,6 +120,7 @@ func (d *countingDriver) Init(context.Context) error { return nil }
 func (d *countingDriver) Plan(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
 	return driver.Result{}, nil
 }
+func (d *countingDriver) Forget(context.Context) error { return nil }
 func (d *countingDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
 	return driver.Result{}, nil
 }

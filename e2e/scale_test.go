@@ -225,6 +225,7 @@ func (d *simDriver) Init(context.Context) error { return nil }
 func (d *simDriver) Plan(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
 	return driver.Result{}, nil
 }
+func (d *simDriver) Forget(context.Context) error { return nil }
 func (d *simDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
 	return driver.Result{}, nil
 }

@@ -66,6 +66,7 @@ func (d *fakeDriver) Apply(ctx context.Context, _ driver.Run, _ *task.Inputs) (d
 	return driver.Result{Add: 1, Changes: true}, nil
 }
 
+func (d *fakeDriver) Forget(context.Context) error { return nil }
 func (d *fakeDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
 	d.h.destroyed <- d.name
 	return driver.Result{Destroy: 1, Changes: true}, nil

@@ -365,11 +365,5 @@ func (d *liveDriver) Destroy(ctx context.Context, run driver.Run) (driver.Result
 	return d.inner.Destroy(ctx, run)
 }
 
-// Forget passes on to the driver when it can forget its task's state
-// (reconcile and ha look for this method).
-func (d *liveDriver) Forget(ctx context.Context) error {
-	if f, ok := d.inner.(interface{ Forget(context.Context) error }); ok {
-		return f.Forget(ctx)
-	}
-	return nil
-}
+// Forget passes on to the driver.
+func (d *liveDriver) Forget(ctx context.Context) error { return d.inner.Forget(ctx) }

@@ -26,6 +26,10 @@ type Driver interface {
 	Apply(ctx context.Context, run Run, in *task.Inputs) (Result, error)
 	// Destroy destroys everything the task's state holds.
 	Destroy(ctx context.Context, run Run) (Result, error)
+	// Forget removes what the task leaves behind once its infrastructure
+	// is destroyed (task delete with destroy): its state and working
+	// files. A driver with nothing to remove does nothing.
+	Forget(ctx context.Context) error
 }
 
 // The parts of a task's desired state. A run's result is determined by all

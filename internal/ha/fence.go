@@ -45,14 +45,10 @@ func (x *fenced) Destroy(ctx context.Context, run driver.Run) (driver.Result, er
 	return x.do(ctx, "destroy", func(ctx context.Context) (driver.Result, error) { return x.d.Destroy(ctx, run) })
 }
 
-// Forget passes through to drivers that can forget their state (task delete
-// with destroy), fenced like a run.
+// Forget removes the task's state (task delete with destroy), fenced like a
+// run.
 func (x *fenced) Forget(ctx context.Context) error {
-	f, ok := x.d.(interface{ Forget(context.Context) error })
-	if !ok {
-		return nil
-	}
-	_, err := x.do(ctx, "forget", func(ctx context.Context) (driver.Result, error) { return driver.Result{}, f.Forget(ctx) })
+	_, err := x.do(ctx, "forget", func(ctx context.Context) (driver.Result, error) { return driver.Result{}, x.d.Forget(ctx) })
 	return err
 }
 

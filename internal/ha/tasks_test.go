@@ -24,6 +24,7 @@ func (nullWatcher) Unsubscribe(string, string)     {}
 func (nullWatcher) UnsubscribeAll(string)          {}
 func (nullWatcher) Get(string) (any, uint64, bool) { return nil, 0, false }
 func (nullDriver) Init(context.Context) error      { return nil }
+func (nullDriver) Forget(context.Context) error    { return nil }
 func (nullDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
 	return driver.Result{}, nil
 }

@@ -27,6 +27,7 @@ func (failingDriver) Plan(context.Context, driver.Run, *task.Inputs) (driver.Res
 func (failingDriver) Apply(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
 	return driver.Result{}, errors.New("Error: the module always fails")
 }
+func (failingDriver) Forget(context.Context) error { return nil }
 func (failingDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
 	return driver.Result{}, nil
 }

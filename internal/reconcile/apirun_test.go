@@ -18,6 +18,7 @@ func (d *ctxDriver) Init(context.Context) error { return nil }
 func (d *ctxDriver) Plan(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
 	return driver.Result{}, nil
 }
+func (d *ctxDriver) Forget(context.Context) error { return nil }
 func (d *ctxDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
 	return driver.Result{}, nil
 }

@@ -48,6 +48,7 @@ func (d *fakeDriver) Init(context.Context) error { return nil }
 func (d *fakeDriver) Plan(_ context.Context, _ driver.Run, in *task.Inputs) (driver.Result, error) {
 	return driver.Result{Output: "plan", Changes: true}, nil
 }
+func (d *fakeDriver) Forget(context.Context) error { return nil }
 func (d *fakeDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
 	return driver.Result{}, nil
 }

@@ -32,6 +32,7 @@ func (d *scripted) Init(context.Context) error { return nil }
 func (d *scripted) Plan(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
 	return driver.Result{}, nil
 }
+func (d *scripted) Forget(context.Context) error { return nil }
 func (d *scripted) Destroy(context.Context, driver.Run) (driver.Result, error) {
 	return driver.Result{}, nil
 }

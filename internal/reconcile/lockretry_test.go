@@ -23,6 +23,7 @@ func (d *lockedDriver) Init(context.Context) error { return nil }
 func (d *lockedDriver) Plan(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
 	return driver.Result{}, nil
 }
+func (d *lockedDriver) Forget(context.Context) error { return nil }
 func (d *lockedDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
 	return driver.Result{}, nil
 }

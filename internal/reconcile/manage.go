@@ -388,10 +388,7 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 	if err != nil {
 		return err
 	}
-	if f, ok := e.drv.(interface{ Forget(context.Context) error }); ok {
-		return f.Forget(ctx)
-	}
-	return nil
+	return e.drv.Forget(ctx)
 }
 
 // remove forgets a task: its watches, events and state.

@@ -38,6 +38,7 @@ func (d *logDriver) Init(context.Context) error { return nil }
 func (d *logDriver) Plan(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
 	return driver.Result{}, nil
 }
+func (d *logDriver) Forget(context.Context) error { return nil }
 func (d *logDriver) Destroy(context.Context, driver.Run) (driver.Result, error) {
 	return driver.Result{}, nil
 }

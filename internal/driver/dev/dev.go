@@ -53,6 +53,8 @@ func (d *Driver) Apply(_ context.Context, run driver.Run, in *task.Inputs) (driv
 }
 
 // Destroy logs that the task's resources would be destroyed.
+// Forget has nothing to remove: the development client writes nothing.
+func (d *Driver) Forget(context.Context) error { return nil }
 func (d *Driver) Destroy(_ context.Context, run driver.Run) (driver.Result, error) {
 	d.log.Info("development client: would run terraform destroy", "run_id", run.ID)
 	return driver.Result{Output: "development client: nothing destroyed"}, nil

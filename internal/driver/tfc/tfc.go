@@ -444,6 +444,9 @@ func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (dr
 }
 
 // Destroy queues a destroy run of the workspace's current configuration.
+// Forget keeps the task's workspace: its (now empty) state and run history
+// stay in HCP Terraform / Terraform Enterprise for the record.
+func (d *Driver) Forget(context.Context) error { return nil }
 func (d *Driver) Destroy(ctx context.Context, run driver.Run) (driver.Result, error) {
 	return d.do(ctx, "destroy", run, nil)
 }
