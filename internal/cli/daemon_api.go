@@ -57,7 +57,7 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 // The returned function waits for the registration attempt to end and
 // deregisters the service if it was registered.
 func (a *app) selfRegister(ctx context.Context) (deregister func()) {
-	reg, ok := consul.RegistrationFromConfig(a.cfg)
+	reg, ok := consul.RegistrationFromConfig(a.cfg.Consul.ServiceRegistration, a.cfg.ID, a.cfg.Port, a.cfg.TLS.Enabled)
 	if !ok {
 		return func() {}
 	}

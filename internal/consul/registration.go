@@ -63,23 +63,23 @@ type Registration struct {
 	TLS bool
 }
 
-// RegistrationFromConfig returns the registration the configuration asks
-// for, and false when consul.service_registration is disabled.
-func RegistrationFromConfig(cfg *config.Config) (Registration, bool) {
-	sr := cfg.Consul.ServiceRegistration
+// RegistrationFromConfig returns the registration consul.service_registration,
+// the instance id, the API port and whether the API uses TLS ask for, and
+// false when the registration is disabled.
+func RegistrationFromConfig(sr config.ServiceRegistration, id string, port int, tls bool) (Registration, bool) {
 	if !sr.Enabled {
 		return Registration{}, false
 	}
 	return Registration{
-		ID:           cfg.ID,
+		ID:           id,
 		Name:         sr.ServiceName,
 		Address:      sr.Address,
 		Namespace:    sr.Namespace,
-		Port:         cfg.Port,
+		Port:         port,
 		Tags:         []string{ServiceTag},
 		Check:        sr.DefaultCheck.Enabled,
 		CheckAddress: sr.DefaultCheck.Address,
-		TLS:          cfg.TLS.Enabled,
+		TLS:          tls,
 	}, true
 }
 

@@ -65,10 +65,9 @@ func fastRetries(t *testing.T) {
 }
 
 func TestRegistrationFromConfig(t *testing.T) {
-	cfg := &config.Config{ID: "cts-a", Port: 9999, TLS: config.APITLS{Enabled: true},
-		Consul: config.Consul{ServiceRegistration: config.ServiceRegistration{Enabled: true, ServiceName: "sync",
-			Address: "10.0.0.5", Namespace: "ns", DefaultCheck: config.DefaultCheck{Enabled: true}}}}
-	r, ok := RegistrationFromConfig(cfg)
+	sr := config.ServiceRegistration{Enabled: true, ServiceName: "sync",
+		Address: "10.0.0.5", Namespace: "ns", DefaultCheck: config.DefaultCheck{Enabled: true}}
+	r, ok := RegistrationFromConfig(sr, "cts-a", 9999, true)
 	if !ok {
 		t.Fatal("disabled")
 	}
@@ -88,18 +87,18 @@ func TestRegistrationFromConfig(t *testing.T) {
 		t.Errorf("check\n %+v\nwant\n %+v", *c, want)
 	}
 
-	cfg.Consul.ServiceRegistration.DefaultCheck.Address = "http://10.0.0.5:9999"
-	r, _ = RegistrationFromConfig(cfg)
+	sr.DefaultCheck.Address = "http://10.0.0.5:9999"
+	r, _ = RegistrationFromConfig(sr, "cts-a", 9999, true)
 	if got := r.service().Checks[0].HTTP; got != "http://10.0.0.5:9999/v1/health" {
 		t.Errorf("check address %q", got)
 	}
-	cfg.Consul.ServiceRegistration.DefaultCheck.Enabled = false
-	r, _ = RegistrationFromConfig(cfg)
+	sr.DefaultCheck.Enabled = false
+	r, _ = RegistrationFromConfig(sr, "cts-a", 9999, true)
 	if len(r.service().Checks) != 0 {
 		t.Error("check registered although disabled")
 	}
-	cfg.Consul.ServiceRegistration.Enabled = false
-	if _, ok := RegistrationFromConfig(cfg); ok {
+	sr.Enabled = false
+	if _, ok := RegistrationFromConfig(sr, "cts-a", 9999, true); ok {
 		t.Error("registration enabled")
 	}
 }
