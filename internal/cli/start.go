@@ -47,8 +47,28 @@ type startFlags struct {
 	clientType   string
 }
 
+// runStart is `ctsync start`: parse the flags, build the daemon's parts,
+// run them.
 func runStart(args []string, stdout, stderr io.Writer) int {
-	var f startFlags
+	f, code := parseStartFlags(args, stderr)
+	if code != ExitOK || f == nil {
+		return code
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGQUIT)
+	defer stop()
+	app, code := buildApp(ctx, f, stderr)
+	if app == nil {
+		return code
+	}
+	if f.once || f.inspect {
+		return app.runOnce(ctx, f.inspectTasks, f.inspect, stdout)
+	}
+	return app.runDaemon(ctx)
+}
+
+// parseStartFlags reads start's flags; a nil result with ExitOK is -help.
+func parseStartFlags(args []string, stderr io.Writer) (*startFlags, int) {
+	f := &startFlags{}
 	fs := newFlagSet("start", stderr)
 	fs.Var(&f.configs, "config-file", "A configuration file (HCL or JSON). Repeatable.")
 	fs.Var(&f.configs, "config-dir", "A directory of configuration files. Repeatable.")
@@ -63,26 +83,33 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
+			return nil, ExitOK
 		}
-		return ExitFlagParse
+		return nil, ExitFlagParse
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
-		return ExitFlagParse
+		return nil, ExitFlagParse
 	}
 	if len(f.configs) == 0 {
 		fmt.Fprintln(stderr, "no config file provided: use -config-file or -config-dir")
-		return ExitRequiredFlags
+		return nil, ExitRequiredFlags
 	}
 	if len(f.inspectTasks) > 0 {
 		f.inspect = true
 	}
 
+	return f, ExitOK
+}
+
+// buildApp loads the configuration and builds the daemon's parts: the
+// logger, the Terraform binary, the secrets (Vault, then Consul KV), the
+// Consul client, and the app. A nil app comes with the exit code.
+func buildApp(ctx context.Context, f *startFlags, stderr io.Writer) (*app, int) {
 	cfg, err := config.Load(f.configs)
 	if err != nil {
 		fmt.Fprintf(stderr, "configuration error: %v\n", err)
-		return ExitConfig
+		return nil, ExitConfig
 	}
 	logger := newLogger(cfg, stderr)
 	for _, w := range cfg.Warnings {
@@ -94,7 +121,7 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 		cfg.ClientType = strings.ToLower(f.clientType)
 	default:
 		fmt.Fprintf(stderr, "invalid value %q for -client-type: use %q or %q\n", f.clientType, config.ClientTerraform, config.ClientDevelopment)
-		return ExitFlagParse
+		return nil, ExitFlagParse
 	}
 
 	var bin string
@@ -104,7 +131,7 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 		b, ver, err := terraform.FindBinary(cfg.Driver.Path)
 		if err != nil {
 			logger.Error("terraform driver", "error", err)
-			return ExitDriver
+			return nil, ExitDriver
 		}
 		bin = b
 		logger.Info("using terraform binary", "path", bin, "version", ver.String())
@@ -114,12 +141,9 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 	if v := os.Getenv(onceWaitEnv); v != "" {
 		if wait, err = time.ParseDuration(v); err != nil || wait <= 0 {
 			fmt.Fprintf(stderr, "configuration error: %s=%q is not a positive duration (e.g. \"30s\")\n", onceWaitEnv, v)
-			return ExitConfig
+			return nil, ExitConfig
 		}
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGQUIT)
-	defer stop()
 
 	// {{ with secret }} outside terraform_provider blocks (the Consul token
 	// first of all): resolved before the Consul client is built
@@ -127,16 +151,16 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 	vm, err := newVault(cfg, logger)
 	if err != nil {
 		fmt.Fprintf(stderr, "configuration error: %v\n", err)
-		return ExitConfig
+		return nil, ExitConfig
 	}
 	if code := resolveSecretFields(ctx, cfg, vm, logger, f.once || f.inspect, wait, stderr); code != ExitOK {
-		return code
+		return nil, code
 	}
 
 	client, err := consul.NewClient(cfg.Consul)
 	if err != nil {
 		fmt.Fprintf(stderr, "configuration error: consul: %v\n", err)
-		return ExitConfig
+		return nil, ExitConfig
 	}
 
 	// {{ key "..." }} in terraform_provider blocks: read from Consul once.
@@ -153,17 +177,17 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return ExitInterrupt
+				return nil, ExitInterrupt
 			}
 			logger.Error("consul is not reachable: cannot resolve {{ key }} values of terraform_provider blocks",
 				"address", cfg.Consul.Address, "waited", wait, "error", err)
-			return ExitError
+			return nil, ExitError
 		}
 	}
 	// {{ key }} and {{ with secret }} values (secrets.go).
 	live, code := resolveProviders(ctx, cfg, client, vm, logger, f.once || f.inspect, wait, stderr)
 	if code != ExitOK {
-		return code
+		return nil, code
 	}
 
 	if f.once || f.inspect {
@@ -172,14 +196,11 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 	app, err := newApp(cfg, client, bin, logger, live)
 	if err != nil {
 		logger.Error("start-up failed", "error", err)
-		return ExitConfig
+		return nil, ExitConfig
 	}
 	app.onceWait = wait
 	app.haResetStorage(f.resetStorage)
-	if f.once || f.inspect {
-		return app.runOnce(ctx, f.inspectTasks, f.inspect, stdout)
-	}
-	return app.runDaemon(ctx)
+	return app, ExitOK
 }
 
 // app is the wired daemon: the watch registry feeding the controller, which
