@@ -136,6 +136,8 @@ type Controller struct {
 	// replaced by an open one when it stands by: see WaitActive.
 	active chan struct{}
 
+	handling int // notes taken off c.notes and not yet handled (Settled)
+
 	// Liveness (Live), guarded by mu: whether Run is running, and since
 	// when the note backlog and the run queue have waited without the note
 	// loop or a worker taking anything off them (zero: empty, or progress).
@@ -330,6 +332,7 @@ func (c *Controller) noteLoop(ctx context.Context) {
 			n := c.notes[0]
 			c.notes = c.notes[1:]
 			delete(c.noted, n)
+			c.handling++ // until the note is handled (Settled)
 			c.notesSince = time.Time{}
 			if len(c.notes) > 0 {
 				c.notesSince = c.opts.Clock.Now() // progress
@@ -343,17 +346,46 @@ func (c *Controller) noteLoop(ctx context.Context) {
 				spec = e.spec
 			}
 			c.mu.Unlock()
-			if e == nil {
-				continue
-			}
-			c.syncDynamic(n.task, e, &spec)
-			if throwaway {
-				signal(e.changed)
-				continue
-			}
-			c.handleNote(e, &spec, n.key)
+			c.handle(e, throwaway, n, &spec)
 		}
 	}
+}
+
+// handle applies one note (see noteLoop), then counts it as handled.
+func (c *Controller) handle(e *entry, throwaway bool, n note, spec *task.Spec) {
+	defer func() {
+		c.mu.Lock()
+		c.handling--
+		c.mu.Unlock()
+	}()
+	if e == nil {
+		return
+	}
+	c.syncDynamic(n.task, e, spec)
+	if throwaway {
+		signal(e.changed)
+		return
+	}
+	c.handleNote(e, spec, n.key)
+}
+
+// Settled reports whether the controller has nothing left to do for now:
+// every notification handled, no task queued (on a leader), running or
+// waiting on a buffer or retry timer. Tests use it as the positive signal that a change
+// was considered (and, say, skipped), instead of waiting to see nothing
+// happen.
+func (c *Controller) Settled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.notes) > 0 || c.handling > 0 || (len(c.queue) > 0 && !c.standby) {
+		return false
+	}
+	for _, e := range c.tasks {
+		if e.running || (e.queued && !c.standby) || e.timer != nil {
+			return false
+		}
+	}
+	return true // a follower's queue waits for it to lead
 }
 
 // syncDynamic subscribes a regexp selector to the health of every service it
