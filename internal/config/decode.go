@@ -47,8 +47,7 @@ type rawBuffer struct {
 type rawConsul struct {
 	address, token, kvPath opt[string]
 
-	tlsEnabled, tlsVerify                 opt[bool]
-	caCert, caPath, cert, key, serverName opt[string]
+	rawClientTLS                          // tls { ... } (clienttls.go)
 	authEnabled                           opt[bool]
 	username, password                    opt[string]
 	dialKeepAlive, dialTimeout            opt[time.Duration]
@@ -214,15 +213,7 @@ func (d *decoder) consul(b *hcl.Block, r *rawConsul) {
 		d.warnf(s.Rng, "consul.kv_namespace", "is ignored (CTS parses it but never uses it)")
 	}
 	if tb := d.onlyOne(c, "tls", path); tb != nil {
-		p := "consul.tls"
-		tc := d.content(tb.Body, p, attrs("enabled", "verify", "ca_cert", "ca_path", "cert", "key", "server_name"), nil)
-		r.tlsEnabled.merge(d.boolean(tc, "enabled", p))
-		r.tlsVerify.merge(d.boolean(tc, "verify", p))
-		r.caCert.merge(d.str(tc, "ca_cert", p))
-		r.caPath.merge(d.str(tc, "ca_path", p))
-		r.cert.merge(d.str(tc, "cert", p))
-		r.key.merge(d.str(tc, "key", p))
-		r.serverName.merge(d.str(tc, "server_name", p))
+		d.clientTLS(tb, "consul.tls", &r.rawClientTLS)
 	}
 	if ab := d.onlyOne(c, "auth", path); ab != nil {
 		p := "consul.auth"

@@ -66,14 +66,13 @@ type TFCTLS struct {
 func (t *TFCDriver) WorkspaceName(taskName string) string { return t.WorkspacePrefix + taskName }
 
 type rawTFC struct {
-	set                           bool
-	rng                           hcl.Range
-	hostname, org, token          opt[string]
-	prefix, oldPrefix             opt[string]
-	tags, allow, deny             opt[[]string]
-	required                      map[string]RequiredProvider
-	tlsEnabled, tlsVerify         opt[bool]
-	caCert, caPath, cert, key, sn opt[string]
+	set                  bool
+	rng                  hcl.Range
+	hostname, org, token opt[string]
+	prefix, oldPrefix    opt[string]
+	tags, allow, deny    opt[[]string]
+	required             map[string]RequiredProvider
+	rawClientTLS         // tls { ... } (clienttls.go)
 }
 
 var tfcKeys = []key{
@@ -113,15 +112,7 @@ func (d *decoder) tfcBlock(b *hcl.Block, r *rawTFC) {
 		r.deny.merge(deny)
 	}
 	if tb := d.onlyOne(c, "tls", path); tb != nil {
-		p := join(path, "tls")
-		tc := d.content(tb.Body, p, attrs("enabled", "verify", "ca_cert", "ca_path", "cert", "key", "server_name"), nil)
-		r.tlsEnabled.merge(d.boolean(tc, "enabled", p))
-		r.tlsVerify.merge(d.boolean(tc, "verify", p))
-		r.caCert.merge(d.str(tc, "ca_cert", p))
-		r.caPath.merge(d.str(tc, "ca_path", p))
-		r.cert.merge(d.str(tc, "cert", p))
-		r.key.merge(d.str(tc, "key", p))
-		r.sn.merge(d.str(tc, "server_name", p))
+		d.clientTLS(tb, join(path, "tls"), &r.rawClientTLS)
 	}
 	var rd rawDriver
 	d.requiredProviders(c, path, &rd)
@@ -223,7 +214,7 @@ func (d *decoder) finishTFC(r *rawConfig, cfg *Config) {
 		RequiredProviders: x.required,
 		Range:             x.rng,
 		TLS: TFCTLS{Enabled: x.tlsEnabled.V, Verify: x.tlsVerify.or(true), CACert: x.caCert.V, CAPath: x.caPath.V,
-			Cert: x.cert.V, Key: x.key.V, ServerName: x.sn.V},
+			Cert: x.cert.V, Key: x.key.V, ServerName: x.serverName.V},
 	}
 	where := func(o opt[string]) hcl.Range {
 		if o.Set {

@@ -58,14 +58,13 @@ type VaultTLS struct {
 const DefaultVaultLeaseDuration = 5 * time.Minute
 
 type rawVault struct {
-	set                                   bool
-	rng                                   hcl.Range
-	enabled, renew, unwrap                opt[bool]
-	address, namespace, token, agentFile  opt[string]
-	tlsEnabled, tlsVerify                 opt[bool]
-	caCert, caPath, cert, key, serverName opt[string]
-	transport                             rawConsul // its transport fields only
-	leaseDuration                         opt[time.Duration]
+	set                                  bool
+	rng                                  hcl.Range
+	enabled, renew, unwrap               opt[bool]
+	address, namespace, token, agentFile opt[string]
+	rawClientTLS                                   // tls { ... } (clienttls.go)
+	transport                            rawConsul // its transport fields only
+	leaseDuration                        opt[time.Duration]
 }
 
 var vaultKeys = []key{
@@ -95,15 +94,7 @@ func (d *decoder) vaultBlock(b *hcl.Block, r *rawVault) {
 		}
 	}
 	if tb := d.onlyOne(c, "tls", path); tb != nil {
-		p := "vault.tls"
-		tc := d.content(tb.Body, p, attrs("enabled", "verify", "ca_cert", "ca_path", "cert", "key", "server_name"), nil)
-		r.tlsEnabled.merge(d.boolean(tc, "enabled", p))
-		r.tlsVerify.merge(d.boolean(tc, "verify", p))
-		r.caCert.merge(d.str(tc, "ca_cert", p))
-		r.caPath.merge(d.str(tc, "ca_path", p))
-		r.cert.merge(d.str(tc, "cert", p))
-		r.key.merge(d.str(tc, "key", p))
-		r.serverName.merge(d.str(tc, "server_name", p))
+		d.clientTLS(tb, "vault.tls", &r.rawClientTLS)
 	}
 	if tb := d.onlyOne(c, "transport", path); tb != nil {
 		p := "vault.transport"
