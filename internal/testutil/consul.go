@@ -187,7 +187,9 @@ func (c *Consul) waitReady() error {
 		select {
 		case <-c.done:
 			logs := c.logs.String()
-			if strings.Contains(logs, "address already in use") {
+			// Two of the free ports can also coincide ("... already
+			// configured for HTTP"): new ports fix that too.
+			if strings.Contains(logs, "address already in use") || strings.Contains(logs, "already configured for") {
 				return fmt.Errorf("%w: %s", errPortTaken, logs)
 			}
 			return fmt.Errorf("consul exited early:\n%s", logs)
