@@ -450,6 +450,7 @@ func TestScheduleTaskRunsAtStartOnceDataArrives(t *testing.T) {
 	h.noApply(t, 100*time.Millisecond) // no data yet
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "cron")
+	waitFor(t, "the start-up run to be over", h.ctrl.Settled)
 	// Later changes wait for the schedule.
 	h.w.Set(healthKey("web"), []task.Service{inst("web-2", "web")})
 	h.noApply(t, 200*time.Millisecond)
