@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,18 +63,7 @@ task {
 	// environment variables, answers on standard input.
 	cli := func(stdin string, env []string, args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(ctsyncBin, args...)
-		cmd.Env = append(os.Environ(), "CTS_ADDRESS="+addr, "CTS_CACERT="+certs.CACert)
-		cmd.Env = append(cmd.Env, env...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var b bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &b, &b
-		err := cmd.Run()
-		code := 0
-		if err != nil {
-			code = cmd.ProcessState.ExitCode()
-		}
-		return b.String(), code
+		return runCLI(ctsyncBin, append([]string{"CTS_ADDRESS=" + addr, "CTS_CACERT=" + certs.CACert}, env...), stdin, args...)
 	}
 	withCert := []string{"CTS_CLIENT_CERT=" + certs.ClientCert, "CTS_CLIENT_KEY=" + certs.ClientKey}
 	mustCLI := func(stdin string, args ...string) string {

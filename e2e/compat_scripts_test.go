@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -59,17 +57,7 @@ task {
 	must(t, os.Symlink(ctsyncBin, cts))
 	run := func(stdin string, args ...string) (string, int) {
 		t.Helper()
-		cmd := exec.Command(cts, args...)
-		cmd.Env = append(os.Environ(), fmt.Sprintf("CTS_ADDRESS=https://127.0.0.1:%d", port), "CTS_CACERT="+certs.CACert)
-		cmd.Stdin = strings.NewReader(stdin)
-		var b bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &b, &b
-		err := cmd.Run()
-		code := 0
-		if err != nil {
-			code = cmd.ProcessState.ExitCode()
-		}
-		return b.String(), code
+		return runCLI(cts, []string{fmt.Sprintf("CTS_ADDRESS=https://127.0.0.1:%d", port), "CTS_CACERT=" + certs.CACert}, stdin, args...)
 	}
 	if o, code := run("", "-version"); code != 0 || !strings.HasPrefix(o, "consul-terraform-sync v") || !strings.Contains(o, "Compatible with Terraform") || !strings.Contains(o, "ctsync") {
 		t.Fatalf("-version as consul-terraform-sync (exit %d):\n%s", code, o)

@@ -139,6 +139,22 @@ func (p *proc) wait(t testing.TB, timeout time.Duration) int {
 	}
 }
 
+// runCLI runs the binary bin (the ctsync binary under some name) as an
+// operator would: env on top of this process's environment, stdin as
+// standard input; it returns the combined output and the exit code.
+func runCLI(bin string, env []string, stdin string, args ...string) (string, int) {
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	code := 0
+	if err := cmd.Run(); err != nil {
+		code = cmd.ProcessState.ExitCode()
+	}
+	return b.String(), code
+}
+
 // count returns how many times s occurs in the output.
 func (p *proc) count(s string) int { return strings.Count(p.out.String(), s) }
 
