@@ -200,13 +200,29 @@ func (c *Consul) waitReady() error {
 			var b [128]byte
 			n, _ := resp.Body.Read(b[:])
 			resp.Body.Close()
-			if resp.StatusCode == 200 && n > 2 && string(b[:n]) != `""` {
+			if resp.StatusCode == 200 && n > 2 && string(b[:n]) != `""` && c.nodeRegistered() {
 				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("consul at %s not ready after 30s:\n%s", c.Addr, c.logs.String())
+}
+
+// nodeRegistered reports whether the agent's own node is in the catalog:
+// until it is, creating a session fails ("Missing node registration").
+func (c *Consul) nodeRegistered() bool {
+	self, err := c.Client.Agent().Self()
+	if err != nil {
+		return false
+	}
+	cfg, _ := self["Config"]
+	name, _ := cfg["NodeName"].(string)
+	if name == "" {
+		return false
+	}
+	node, _, err := c.Client.Catalog().Node(name, nil)
+	return err == nil && node != nil && node.Node != nil
 }
 
 // Stop stops the agent (idempotent).
