@@ -3,7 +3,10 @@
 // own jitter to it.
 package backoff
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Exp returns base·2^n, capped at ceiling; n counts from 0. A step that
 // would overflow, and a negative n, give ceiling and base respectively.
@@ -17,4 +20,20 @@ func Exp(base, ceiling time.Duration, n int) time.Duration {
 		}
 	}
 	return ceiling
+}
+
+// Sleep waits d, or less when ctx ends first; it reports whether ctx is
+// still live. A d <= 0 does not wait.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

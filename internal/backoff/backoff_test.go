@@ -1,6 +1,7 @@
 package backoff
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -22,5 +23,16 @@ func TestExp(t *testing.T) {
 		if got := Exp(tt.base, tt.ceiling, tt.n); got != tt.want {
 			t.Errorf("Exp(%s, %s, %d) = %s, want %s", tt.base, tt.ceiling, tt.n, got, tt.want)
 		}
+	}
+}
+
+func TestSleep(t *testing.T) {
+	if !Sleep(context.Background(), time.Millisecond) || !Sleep(context.Background(), 0) {
+		t.Fatal("a live context ended the sleep")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if Sleep(ctx, time.Hour) || Sleep(ctx, 0) {
+		t.Fatal("an ended context did not end the sleep")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/ctsync/ctsync/internal/backoff"
 )
 
 // DefaultFollowInterval is the shortest time between two refreshes of a
@@ -48,21 +50,9 @@ func FollowState(ctx context.Context, o FollowOptions) {
 		index   uint64
 		last    time.Time
 		pending bool // the first answer (index 0) sets it
-		backoff time.Duration
+		retry   time.Duration
 	)
-	wait := func(d time.Duration) bool {
-		if d <= 0 {
-			return ctx.Err() == nil
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
-	}
+	wait := func(d time.Duration) bool { return backoff.Sleep(ctx, d) }
 	for ctx.Err() == nil {
 		if pending {
 			if !wait(time.Until(last.Add(o.Interval))) {
@@ -89,14 +79,14 @@ func FollowState(ctx context.Context, o FollowOptions) {
 			if ctx.Err() != nil {
 				return
 			}
-			backoff = min(max(2*backoff, time.Second), 30*time.Second)
-			o.Logger.Debug("ha: watching the cluster's state failed", "error", err, "retry_in", backoff)
-			if !wait(backoff) {
+			retry = min(max(2*retry, time.Second), 30*time.Second)
+			o.Logger.Debug("ha: watching the cluster's state failed", "error", err, "retry_in", retry)
+			if !wait(retry) {
 				return
 			}
 			continue
 		}
-		backoff = 0
+		retry = 0
 		switch {
 		case meta.LastIndex < index: // Consul lost its data, or another server
 			index = 0

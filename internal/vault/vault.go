@@ -34,6 +34,7 @@ import (
 
 	"github.com/hashicorp/vault/api"
 
+	"github.com/ctsync/ctsync/internal/backoff"
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/tmpl"
 )
@@ -330,7 +331,7 @@ func (m *Manager) waitLease(ctx context.Context, e *entry, raw *api.Secret) bool
 	// Read again at 85-95% of the lease, as consul-template does, so a
 	// new value is there before the old one expires.
 	d = time.Duration(float64(d) * (0.85 + 0.1*rand.Float64()))
-	return sleep(ctx, d)
+	return backoff.Sleep(ctx, d)
 }
 
 // refetch reads e again until it succeeds; failures keep the last value.
@@ -350,7 +351,7 @@ func (m *Manager) refetch(ctx context.Context, e *entry) (*api.Secret, bool) {
 			err = errors.New("the secret no longer exists")
 		}
 		m.log.Warn("reading vault secret failed; keeping its last value", "path", e.path, "retry_in", delay, "error", err)
-		if !sleep(ctx, delay) {
+		if !backoff.Sleep(ctx, delay) {
 			return nil, false
 		}
 		delay = min(2*delay, retryMax)
@@ -372,7 +373,7 @@ func (m *Manager) keepToken(ctx context.Context) {
 		s, err := m.api.Auth().Token().LookupSelfWithContext(ctx)
 		if err != nil || s == nil {
 			m.log.Warn("vault token lookup failed; retrying", "retry_in", delay, "error", classify(err))
-			if !sleep(ctx, delay) {
+			if !backoff.Sleep(ctx, delay) {
 				return
 			}
 			delay = min(2*delay, retryMax)
@@ -410,7 +411,7 @@ func (m *Manager) keepToken(ctx context.Context) {
 			}
 		}
 		w.Stop()
-		if !sleep(ctx, retryMax) {
+		if !backoff.Sleep(ctx, retryMax) {
 			return
 		}
 	}
@@ -423,7 +424,7 @@ func (m *Manager) followTokenFile(ctx context.Context) {
 	if fi, err := os.Stat(m.tokenFile); err == nil {
 		last = fi.ModTime()
 	}
-	for sleep(ctx, agentTokenPoll) {
+	for backoff.Sleep(ctx, agentTokenPoll) {
 		fi, err := os.Stat(m.tokenFile)
 		if err != nil || fi.ModTime().Equal(last) {
 			continue
@@ -436,17 +437,5 @@ func (m *Manager) followTokenFile(ctx context.Context) {
 		last = fi.ModTime()
 		m.api.SetToken(t)
 		m.log.Info("vault token read again from the agent's token file", "file", m.tokenFile)
-	}
-}
-
-// sleep waits d; false when ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

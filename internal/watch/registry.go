@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/ctsync/ctsync/internal/backoff"
 	"github.com/ctsync/ctsync/internal/consul"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -467,7 +468,7 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 			// After an error start over with a non-blocking read: Consul
 			// may have restarted with a smaller index.
 			waitIndex = 0
-			if !sleepCtx(ctx, delay) {
+			if !backoff.Sleep(ctx, delay) {
 				return
 			}
 			continue
@@ -488,7 +489,7 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 			// An answer that came back much sooner is a misbehaving
 			// endpoint or proxy; pause so the loop cannot spin.
 			if time.Since(started) < minUnchangedWait {
-				if !sleepCtx(ctx, spin.Next()) {
+				if !backoff.Sleep(ctx, spin.Next()) {
 					return
 				}
 			} else {
@@ -531,18 +532,6 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 // answers "no change" only after WaitTime, so this never delays real changes
 // from a healthy agent.
 const minUnchangedWait = 50 * time.Millisecond
-
-// sleepCtx waits d or until ctx ends; it reports whether ctx is still live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 func (r *Registry) notifyAll(ctx context.Context, v *view) {
 	r.mu.Lock()
