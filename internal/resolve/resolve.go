@@ -187,22 +187,7 @@ func resolveOne(ctx context.Context, p config.Provider, l Lookups) (res config.P
 	var used []string
 	lk := tmpl.Lookups{Key: key}
 	if l.Secret != nil {
-		lk.Secret = func(path string, params []string) (*tmpl.Secret, error) {
-			k := tmpl.SecretKey(path, params)
-			if !slices.Contains(used, k) {
-				used = append(used, k)
-			}
-			s, err := l.Secret(bctx, path, params)
-			switch {
-			case err != nil && bctx.Err() != nil && ctx.Err() == nil:
-				return nil, fmt.Errorf("timed out after %s reading Vault secret %q: %w", resolveTimeout, path, tmpl.ErrVaultUnavailable)
-			case err != nil:
-				return nil, fmt.Errorf("reading Vault secret %q: %w", path, err)
-			case s == nil:
-				return nil, fmt.Errorf("Vault secret %q does not exist", path)
-			}
-			return s, nil
-		}
+		lk.Secret = secretLookup(ctx, bctx, l.Secret, &used)
 	}
 	block := p.BlockField()
 	allTransient := true
@@ -241,21 +226,7 @@ func SecretField(ctx context.Context, f config.SecretField, read SecretReader) (
 	defer cancel()
 	l := tmpl.Lookups{}
 	if read != nil {
-		l.Secret = func(path string, params []string) (*tmpl.Secret, error) {
-			if k := tmpl.SecretKey(path, params); !slices.Contains(keys, k) {
-				keys = append(keys, k)
-			}
-			s, err := read(bctx, path, params)
-			switch {
-			case err != nil && bctx.Err() != nil && ctx.Err() == nil:
-				return nil, fmt.Errorf("timed out after %s reading Vault secret %q: %w", resolveTimeout, path, tmpl.ErrVaultUnavailable)
-			case err != nil:
-				return nil, fmt.Errorf("reading Vault secret %q: %w", path, err)
-			case s == nil:
-				return nil, fmt.Errorf("Vault secret %q does not exist", path)
-			}
-			return s, nil
-		}
+		l.Secret = secretLookup(ctx, bctx, read, &keys)
 	}
 	v, rerr := tmpl.Render(f.Template, l)
 	if rerr == nil {
@@ -309,4 +280,27 @@ func SecretFields(ctx context.Context, cfg *config.Config, read SecretReader) er
 		return fmt.Errorf("%w: %w", config.ErrorOf(errs), tmpl.ErrVaultUnavailable)
 	}
 	return config.ErrorOf(errs)
+}
+
+// secretLookup is the tmpl secret lookup of a resolution: it reads through
+// read within bctx (the resolution's bound; ctx is the caller's), records
+// each secret it reads in used, and says which of Vault's answers keep the
+// value from being known (timed out: Vault unavailable; an error; no such
+// secret).
+func secretLookup(ctx, bctx context.Context, read SecretReader, used *[]string) func(string, []string) (*tmpl.Secret, error) {
+	return func(path string, params []string) (*tmpl.Secret, error) {
+		if k := tmpl.SecretKey(path, params); !slices.Contains(*used, k) {
+			*used = append(*used, k)
+		}
+		s, err := read(bctx, path, params)
+		switch {
+		case err != nil && bctx.Err() != nil && ctx.Err() == nil:
+			return nil, fmt.Errorf("timed out after %s reading Vault secret %q: %w", resolveTimeout, path, tmpl.ErrVaultUnavailable)
+		case err != nil:
+			return nil, fmt.Errorf("reading Vault secret %q: %w", path, err)
+		case s == nil:
+			return nil, fmt.Errorf("Vault secret %q does not exist", path)
+		}
+		return s, nil
+	}
 }
