@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/ctsync/ctsync/internal/clock"
 	"github.com/ctsync/ctsync/internal/consul"
 )
 
@@ -53,21 +54,10 @@ type Options struct {
 
 // Clock is the elector's time source, so that tests can drive the timing
 // rules with a fake clock instead of sleeping.
-type Clock interface {
-	Now() time.Time
-	// AfterFunc calls f in its own goroutine once d has passed.
-	AfterFunc(d time.Duration, f func()) Timer
-}
+type Clock = clock.Clock
 
-// Timer is a pending AfterFunc call; Stop prevents the call and reports
-// whether it was pending. (An alias, so that a fake clock in another
-// package implements Clock without importing this one.)
-type Timer = interface{ Stop() bool }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                            { return time.Now() }
-func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+// Timer is a pending Clock.AfterFunc call.
+type Timer = clock.Timer
 
 // Elector campaigns for the lock and leads while it holds it. See the
 // package documentation for the rules and the timing.
@@ -143,7 +133,7 @@ func New(o Options) (*Elector, error) {
 		o.SetActive = func(bool) {}
 	}
 	if o.Clock == nil {
-		o.Clock = realClock{}
+		o.Clock = clock.Real{}
 	}
 	return &Elector{
 		o: o, t: t, log: o.Logger, key: strings.TrimRight(o.Prefix, "/") + "/leader", clock: o.Clock,

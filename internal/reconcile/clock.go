@@ -5,25 +5,16 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/backoff"
+	"github.com/ctsync/ctsync/internal/clock"
 )
 
-// Clock is the controller's time source: buffer periods and retry delays
-// run on it, so tests can drive them with a fake clock instead of sleeping.
-type Clock interface {
-	Now() time.Time
-	// AfterFunc calls f in its own goroutine once d has passed.
-	AfterFunc(d time.Duration, f func()) Timer
-}
+// Clock is the controller's time source: buffer periods, retry delays and
+// the schedule and drift loops run on it, so tests can drive them with a
+// fake clock instead of sleeping.
+type Clock = clock.Clock
 
-// Timer is a pending AfterFunc call; Stop prevents the call and reports
-// whether it was pending. (An alias, so that a fake clock in another
-// package implements Clock without importing this one.)
-type Timer = interface{ Stop() bool }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                            { return time.Now() }
-func (realClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+// Timer is a pending Clock.AfterFunc call.
+type Timer = clock.Timer
 
 // Retry timing of failed runs.
 const (

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ctsync/ctsync/internal/backoff"
+	"github.com/ctsync/ctsync/internal/clock"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
@@ -226,7 +227,7 @@ func New(opts Options, specs []task.Spec) *Controller {
 	}
 	opts.RetryMax = max(opts.RetryMax, opts.RetryBase)
 	if opts.Clock == nil {
-		opts.Clock = realClock{}
+		opts.Clock = clock.Real{}
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
