@@ -139,10 +139,12 @@ func TestVaultSecretsReachProviderAndRotate(t *testing.T) {
 		}
 	}
 	testutil.Eventually(t, 120*time.Second, "the provider to receive the Vault secret", providerGot(pw1))
-	env, _ := os.ReadFile(filepath.Join(out, "task_env.sha256"))
-	if strings.TrimSpace(string(env)) != sum(apiKey) {
-		t.Errorf("task_env did not receive the KV v1 secret")
-	}
+	// The provisioner that records task_env ends after the provider's file
+	// is written: wait for it in its turn.
+	testutil.Eventually(t, 60*time.Second, "task_env to receive the KV v1 secret", func() bool {
+		env, _ := os.ReadFile(filepath.Join(out, "task_env.sha256"))
+		return strings.TrimSpace(string(env)) == sum(apiKey)
+	})
 
 	// A new version of the secret: the task runs again with it.
 	v.PutKV2(t, "net", map[string]any{"password": pw2})
