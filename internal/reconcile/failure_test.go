@@ -301,12 +301,14 @@ func TestUnreadableDesiredStateIsAnErrorEvent(t *testing.T) {
 	// Nothing else stops: another task still runs.
 	h.w.Set(healthKey("db"), []task.Service{inst("db-1", "db")})
 	d.waitRun(t)
-	mu.Lock()
-	missing = false
-	mu.Unlock()
+	// The retry is scheduled (a change during the failing run may have
+	// made it run once more first); then the module comes back.
 	if !waitRetry(clk) {
 		t.Fatal("no retry scheduled")
 	}
+	mu.Lock()
+	missing = false
+	mu.Unlock()
 	clk.Advance(time.Hour)
 	d.waitRun(t)
 	waitFor(t, "a clean task", func() bool { return !h.st.Run("a").Dirty() && h.st.Run("a").Applied != "" })
