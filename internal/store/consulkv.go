@@ -58,6 +58,7 @@ type Tasks interface {
 //	<prefix>/events/<task>/<seq> one Event (seq: 20 digits, grows; the newest
 //	                             `history` are kept)
 //	<prefix>/tasks/<task>        a TaskRecord
+//	<prefix>/remote/<task>       a RemoteRun (terraform-cloud driver, remote.go)
 //
 // Task names are path-escaped. Reads are served from memory: Load fills the
 // cache when the instance becomes leader (one consistent recursive read),
@@ -87,6 +88,7 @@ type ConsulKV struct {
 	next   map[string]uint64     // next event sequence number per task
 	run    map[string]RunState
 	tasks  map[string]TaskRecord
+	remote map[string]RemoteRun // remote.go
 }
 
 type seqEvent struct {
@@ -126,6 +128,7 @@ func NewConsulKV(client *api.Client, prefix string, history int) *ConsulKV {
 		next:    map[string]uint64{},
 		run:     map[string]RunState{},
 		tasks:   map[string]TaskRecord{},
+		remote:  map[string]RemoteRun{},
 	}
 }
 
@@ -173,6 +176,7 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 	next := map[string]uint64{}
 	run := map[string]RunState{}
 	tasks := map[string]TaskRecord{}
+	remote := map[string]RemoteRun{}
 	for _, p := range pairs {
 		rest := strings.TrimPrefix(p.Key, s.prefix+"/")
 		parts := strings.Split(rest, "/")
@@ -202,6 +206,14 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 				continue
 			}
 			tasks[name] = rec
+		case len(parts) == 2 && parts[0] == "remote":
+			name, err := url.PathUnescape(parts[1])
+			if err == nil {
+				err = loadRemote(remote, name, p.Value)
+			}
+			if err != nil {
+				bad(err)
+			}
 		case len(parts) == 3 && parts[0] == "events":
 			name, err := url.PathUnescape(parts[1])
 			var seq uint64
@@ -234,7 +246,7 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 		events[name] = evs
 	}
 	s.mu.Lock()
-	s.events, s.next, s.run, s.tasks = events, next, run, tasks
+	s.events, s.next, s.run, s.tasks, s.remote = events, next, run, tasks, remote
 	s.mu.Unlock()
 	return nil
 }
@@ -258,6 +270,7 @@ func (s *ConsulKV) Reset(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.events, s.next, s.run, s.tasks = map[string][]seqEvent{}, map[string]uint64{}, map[string]RunState{}, map[string]TaskRecord{}
+	s.remote = map[string]RemoteRun{}
 	s.mu.Unlock()
 	return nil
 }
@@ -493,10 +506,12 @@ func (s *ConsulKV) DeleteTask(taskName string) error {
 	s.mu.Lock()
 	delete(s.events, taskName)
 	delete(s.run, taskName)
+	delete(s.remote, taskName)
 	s.mu.Unlock()
 	ops := api.KVTxnOps{
 		{Verb: api.KVDeleteTree, Key: s.key("events", esc(taskName)) + "/"},
 		{Verb: api.KVDelete, Key: s.key("run", esc(taskName))},
+		{Verb: api.KVDelete, Key: s.key("remote", esc(taskName))},
 	}
 	return s.logFailure("task deletion", taskName, s.write(context.Background(), ops))
 }

@@ -142,6 +142,7 @@ type Memory struct {
 	mu      sync.RWMutex
 	events  map[string][]Event
 	run     map[string]RunState
+	remote  map[string]RemoteRun // remote.go
 }
 
 var _ Store = (*Memory)(nil)
@@ -221,6 +222,7 @@ func (m *Memory) DeleteTask(taskName string) error {
 	defer m.mu.Unlock()
 	delete(m.events, taskName)
 	delete(m.run, taskName)
+	delete(m.remote, taskName)
 	return nil
 }
 
