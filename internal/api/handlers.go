@@ -391,7 +391,8 @@ func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
 // delete returned. Marking takes the controller's lock only, so this is
 // a matter of microseconds.
 func (s *Server) waitMarked(r *http.Request, name string, done <-chan error) error {
-	for delay := 50 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+	for {
+		changed := s.opts.Controller.StateChanged()
 		select {
 		case err := <-done:
 			return err
@@ -405,7 +406,7 @@ func (s *Server) waitMarked(r *http.Request, name string, done <-chan error) err
 			return err
 		case <-r.Context().Done():
 			return r.Context().Err()
-		case <-time.After(delay):
+		case <-changed:
 		}
 	}
 }

@@ -50,6 +50,8 @@ type Controller interface {
 	RunNow(ctx context.Context, name string) error
 	Delete(ctx context.Context, name string, destroy bool) error
 	Events(name string) []store.Event
+	// StateChanged is closed at the next change of a task's state.
+	StateChanged() <-chan struct{}
 }
 
 var _ Controller = (*reconcile.Controller)(nil)

@@ -222,7 +222,7 @@ func (a *app) haParts() []stagedPart {
 		}
 		return ha.NewCompat(ha.CompatOptions{
 			Client: a.client.Client, Prefix: w.cfg.Prefix(), Namespace: w.cfg.Namespace, Self: self,
-			Leader: w.el.Leader,
+			Leader: w.el.Leader, LeaderChanged: w.el.LeaderChanged,
 			Modules: func() []ha.Module {
 				// The controller's tasks, and the tasks created through
 				// the API that are stored in Consul KV (also those this

@@ -34,6 +34,7 @@ type fakeCtrl struct {
 	deleted   chan string
 	nextRun   time.Time
 	activeSet map[string]bool
+	changed   chan struct{} // closed on a delete (StateChanged)
 }
 
 func newFakeCtrl(specs ...task.Spec) *fakeCtrl {
@@ -132,9 +133,22 @@ func (f *fakeCtrl) Delete(_ context.Context, name string, destroy bool) error {
 	f.mu.Lock()
 	f.record("delete %s destroy=%v", name, destroy)
 	delete(f.tasks, name)
+	if f.changed != nil {
+		close(f.changed)
+		f.changed = nil
+	}
 	f.mu.Unlock()
 	f.deleted <- name
 	return nil
+}
+
+func (f *fakeCtrl) StateChanged() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.changed == nil {
+		f.changed = make(chan struct{})
+	}
+	return f.changed
 }
 
 func (f *fakeCtrl) Events(name string) []store.Event {

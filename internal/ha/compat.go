@@ -43,6 +43,10 @@ type CompatOptions struct {
 	Self Instance
 	// Leader returns the current leader's id ("" unknown).
 	Leader func() (id, address string)
+	// LeaderChanged, when set, returns a channel closed when Leader's
+	// answer may have changed (the elector's LeaderChanged); without it
+	// the first check waits the whole Settle for an unknown leader.
+	LeaderChanged func() <-chan struct{}
 	// Modules returns the module of every task this instance knows.
 	Modules func() []Module
 	// Logger gets the failures (use logger.With("component", "ha.compat")).
@@ -94,14 +98,23 @@ func (c *Compat) memberKey(id string) string {
 // Run checks once the leader is known (or after Settle), then every
 // Interval, until ctx is done.
 func (c *Compat) Run(ctx context.Context) error {
-	for deadline := time.Now().Add(c.o.Settle); time.Now().Before(deadline); {
+	settle := time.NewTimer(c.o.Settle)
+	defer settle.Stop()
+wait:
+	for {
+		var changed <-chan struct{}
+		if c.o.LeaderChanged != nil {
+			changed = c.o.LeaderChanged()
+		}
 		if id, _ := c.o.Leader(); id != "" {
 			break
 		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(100 * time.Millisecond):
+		case <-settle.C:
+			break wait
+		case <-changed:
 		}
 	}
 	every := time.NewTicker(c.o.Interval)

@@ -86,8 +86,11 @@ type Elector struct {
 	nextRenew    time.Time // follower session renewal (loop goroutine only)
 	sessionFails int       // failed session creations in a row (loop goroutine only)
 
-	wake       chan struct{}
-	resign     chan struct{}
+	wake   chan struct{}
+	resign chan struct{}
+	// changed is closed (and replaced) when this instance starts or stops
+	// leading, or reads the lock key (LeaderChanged). Guarded by mu.
+	changed    chan struct{}
 	resignOnce sync.Once
 
 	// waiting, when set (tests), is called by Run each time it is about to
@@ -139,7 +142,7 @@ func New(o Options) (*Elector, error) {
 		o: o, t: t, log: o.Logger, key: strings.TrimRight(o.Prefix, "/") + "/leader", clock: o.Clock,
 		kv: o.Client.KV(), sessions: o.Client.Session(),
 		own: map[string]bool{}, tr: tracker{takeover: t.Takeover},
-		wake: make(chan struct{}, 1), resign: make(chan struct{}),
+		wake: make(chan struct{}, 1), resign: make(chan struct{}), changed: make(chan struct{}),
 	}, nil
 }
 
@@ -169,6 +172,20 @@ func (e *Elector) Leader() (id, address string) {
 		return e.view.rec.ID, e.view.rec.Address
 	}
 	return "", ""
+}
+
+// LeaderChanged returns a channel closed the next time what Leader answers
+// may change. Take it before calling Leader, then wait on it.
+func (e *Elector) LeaderChanged() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.changed
+}
+
+// changedLocked wakes the waiters of LeaderChanged. e.mu is held.
+func (e *Elector) changedLocked() {
+	close(e.changed)
+	e.changed = make(chan struct{})
 }
 
 // LockSession returns the lock key and the session holding it while this
@@ -532,6 +549,7 @@ func (e *Elector) prepare(t *term) {
 		return
 	}
 	e.active = true
+	e.changedLocked()
 	e.o.SetActive(true)
 	e.o.Metrics.SetLeader(true)
 	e.log.Info("ha: leading: this instance runs the tasks", "id", e.o.ID, "prepared_in", e.clock.Now().Sub(start).Round(time.Millisecond))
@@ -549,6 +567,7 @@ func (e *Elector) endTerm(t *term, reason string) {
 	t.cancel()
 	if e.active {
 		e.active = false
+		e.changedLocked()
 		e.o.SetActive(false)
 		e.o.Metrics.SetLeader(false)
 	}
@@ -729,6 +748,7 @@ func (e *Elector) observe(pair *api.KVPair, idx uint64) uint64 {
 		e.tr.blind(now, e.term != nil)
 	}
 	e.view = v
+	e.changedLocked()
 	e.tr.observe(now, v, e.mineLocked)
 	if t := e.term; t != nil && (!v.held() || v.session != t.session) {
 		t.verify = true

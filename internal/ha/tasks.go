@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"time"
 
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
@@ -256,6 +255,7 @@ func ResumeDestroys(ctx context.Context, p *Persisting, names []string, log *slo
 // has in progress (from an earlier term) to end.
 func setEnabled(ctx context.Context, c *reconcile.Controller, name string, enabled bool) error {
 	for {
+		changed := c.StateChanged()
 		_, err := c.SetEnabled(ctx, name, enabled, "")
 		if !errors.Is(err, reconcile.ErrActive) {
 			if err != nil {
@@ -266,7 +266,7 @@ func setEnabled(ctx context.Context, c *reconcile.Controller, name string, enabl
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-changed: // the run ended, or the task moved on: try again
 		}
 	}
 }

@@ -130,9 +130,10 @@ type Controller struct {
 	closing bool
 	apiRuns sync.WaitGroup
 
-	// idle is closed (and replaced) each time a task stops running: a
-	// waiter (Delete) looks again. Guarded by mu.
-	idle chan struct{}
+	// changed is closed (and replaced) each time a task changes phase or
+	// is marked for deletion: a waiter (Delete, the API, high
+	// availability) looks again. Guarded by mu.
+	changed chan struct{}
 	// active is closed while the controller is active (not standby), and
 	// replaced by an open one when it stands by: see WaitActive.
 	active chan struct{}
@@ -171,10 +172,20 @@ func (c *Controller) Live() error {
 	return nil
 }
 
-// idleLocked wakes whoever waits for a task to stop running. c.mu is held.
-func (c *Controller) idleLocked() {
-	close(c.idle)
-	c.idle = make(chan struct{})
+// changedLocked wakes whoever waits for a task to change phase. c.mu is
+// held.
+func (c *Controller) changedLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// StateChanged returns a channel closed at the next change of any task's
+// phase (queued, running, deleting ...). Take it before looking at the
+// state, then wait on it: no change is missed in between.
+func (c *Controller) StateChanged() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
 }
 
 type note struct{ task, key string }
@@ -189,19 +200,24 @@ type entry struct {
 	lastNames []string               // catalog-services trigger state
 	nameSeen  bool
 
-	ranOnce  bool      // a run has started with complete data (buffering applies after it)
-	trigger  string    // what first marked the task dirty since its last run
-	queued   bool      // in Controller.queue
-	running  bool      // a worker runs it now
-	deleting bool      // marked for deletion
-	rerun    bool      // became due while running: run again afterwards
+	ranOnce bool   // a run has started with complete data (buffering applies after it)
+	trigger string // what first marked the task dirty since its last run
+	// phase is where the task is in its lifecycle (see transition): it
+	// changes only through stepLocked.
+	phase    phase
+	rerun    bool      // running: became due during the run, runs again afterwards
+	doomed   bool      // running: marked for deletion, deleted when the run ends
 	deferred bool      // notified during the first run: settle when it ends
 	force    bool      // next run applies even when the hash is unchanged
 	deadline time.Time // buffer period hard deadline
 	timer    Timer
-	gen      int // invalidates stale timers
-	retries  int // consecutive failed runs of the current desired state
-	failHash string
+	// timerPhase is what the armed timer waits for (phaseBuffering or
+	// phaseRetryWait): the phase a task returns to when a run it did not
+	// take from the queue ends.
+	timerPhase phase
+	gen        int // invalidates stale timers
+	retries    int // consecutive failed runs of the current desired state
+	failHash   string
 	// lockWaits counts consecutive runs that failed on a locked state
 	// (driver.ErrStateLocked); they are retried without a limit.
 	lockWaits int
@@ -247,7 +263,7 @@ func New(opts Options, specs []task.Spec) *Controller {
 		slots:      make(chan struct{}, opts.MaxParallel),
 		standby:    opts.Standby,
 		runCtx:     context.Background(),
-		idle:       make(chan struct{}),
+		changed:    make(chan struct{}),
 		active:     make(chan struct{}),
 	}
 	if !opts.Standby {
@@ -382,7 +398,7 @@ func (c *Controller) Settled() bool {
 		return false
 	}
 	for _, e := range c.tasks {
-		if e.running || (e.queued && !c.standby) || e.timer != nil {
+		if e.phase == phaseRunning || e.phase == phaseDeleting || (e.phase == phaseQueued && !c.standby) || e.timer != nil {
 			return false
 		}
 	}
@@ -458,7 +474,7 @@ func (c *Controller) markDirtyLocked(e *entry, trigger string) {
 	}
 	bp := e.spec.BufferPeriod
 	buffered := bp != nil && bp.Enabled && bp.Min > 0
-	if e.running && !e.ranOnce && buffered {
+	if e.phase == phaseRunning && !e.ranOnce && buffered {
 		// The task's first run is under way, and whether it has read its
 		// data yet is not known here: decide when it ends (buffered if it
 		// ran, at once if it found its data incomplete).
@@ -466,7 +482,7 @@ func (c *Controller) markDirtyLocked(e *entry, trigger string) {
 		return
 	}
 	if !e.ranOnce || !buffered {
-		c.enqueueLocked(e)
+		c.stepLocked(e, evQueue, wake{})
 		return
 	}
 	now := c.opts.Clock.Now()
@@ -477,7 +493,7 @@ func (c *Controller) markDirtyLocked(e *entry, trigger string) {
 	if until := e.deadline.Sub(now); d > until {
 		d = until
 	}
-	c.armLocked(e, d, func() { e.deadline = time.Time{} })
+	c.stepLocked(e, evBuffer, wake{d: d, before: func() { e.deadline = time.Time{} }})
 }
 
 // dueLocked makes an enabled task run as soon as its data is there, as at
@@ -498,47 +514,10 @@ func (c *Controller) dueLocked(e *entry, trigger string) {
 	c.enqueueLocked(e)
 }
 
-// armLocked (re)starts the task's timer; when it fires, before runs under
-// c.mu and the task is enqueued.
-func (c *Controller) armLocked(e *entry, d time.Duration, before func()) {
-	if e.timer != nil {
-		e.timer.Stop()
-	}
-	e.gen++
-	gen := e.gen
-	e.timer = c.opts.Clock.AfterFunc(d, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if e.gen != gen {
-			return
-		}
-		e.timer = nil
-		if before != nil {
-			before()
-		}
-		c.enqueueLocked(e)
-	})
-}
-
-// enqueueLocked puts the task on the run queue unless it is queued already;
-// a running task is marked to run again when it finishes.
+// enqueueLocked makes the task due now: it is queued, or, when it is
+// running, runs again once the run ends. c.mu is held.
 func (c *Controller) enqueueLocked(e *entry) {
-	if e.running {
-		e.rerun = true
-		return
-	}
-	if e.queued {
-		return
-	}
-	e.queued = true
-	c.queue = append(c.queue, e.spec.Name)
-	if c.queueSince.IsZero() {
-		c.queueSince = c.opts.Clock.Now()
-	}
-	if c.opts.Metrics != nil {
-		c.opts.Metrics.QueueDepth(len(c.queue))
-	}
-	signal(c.kick)
+	c.stepLocked(e, evQueue, wake{})
 }
 
 // unqueueLocked takes a task off the run queue (it was disabled or is being
@@ -644,7 +623,7 @@ func (c *Controller) SetActive(active bool) {
 	close(c.active)
 	c.log.Info("active: reconciling every task")
 	for _, e := range c.tasks {
-		if e.deleting {
+		if e.doomed || e.phase == phaseDeleting {
 			continue
 		}
 		if c.opts.Store.Run(e.spec.Name).InFlight != "" {
@@ -728,20 +707,9 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			c.opts.Metrics.QueueDepth(len(c.queue))
 		}
 		e := c.tasks[name]
-		if e == nil {
+		if e == nil || !c.stepLocked(e, evTake, wake{}) {
 			c.mu.Unlock()
 			continue
-		}
-		e.queued = false
-		e.running = true
-		e.rerun = false
-		if e.timer != nil {
-			// A retry or buffer timer is moot: this run reads the
-			// current data.
-			e.timer.Stop()
-			e.timer = nil
-			e.gen++
-			e.deadline = time.Time{}
 		}
 		trigger := e.trigger
 		e.trigger = ""
@@ -755,8 +723,6 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 		<-c.slots
 
 		c.mu.Lock()
-		e.running = false
-		c.idleLocked()
 		locked := res.failed && errors.Is(res.err, driver.ErrStateLocked)
 		if !locked {
 			e.lockWaits = 0
@@ -774,30 +740,26 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			c.log.Info("retrying task: its Terraform state is locked by another process", "task", name,
 				"attempt", e.lockWaits, "delay", delay.Round(time.Millisecond))
 			e.trigger = "retry"
-			c.armLocked(e, delay, nil)
+			e.rerun = false // a change does not free the lock: the retry reads it
+			c.stepLocked(e, evRetry, wake{d: delay})
 		case res.failed && res.terminal:
 			c.log.Warn("task failed with a terminal error: it runs again when its desired state changes",
 				"task", name, "error", res.err)
-			if e.rerun {
-				c.enqueueLocked(e) // a change came during the run
-			}
-		case res.failed && e.spec.Enabled && !e.deleting && (c.opts.MaxRetries == 0 || e.retries < c.opts.MaxRetries) && c.opts.MaxRetries >= 0:
+			c.stepLocked(e, evDone, wake{}) // a change that came during the run runs now
+		case res.failed && e.spec.Enabled && !e.doomed && (c.opts.MaxRetries == 0 || e.retries < c.opts.MaxRetries) && c.opts.MaxRetries >= 0:
 			e.retries++
 			delay := retryDelay(e.retries, c.opts.RetryBase, c.opts.RetryMax, jitterNow())
 			if !res.waiting {
 				c.log.Info("retrying task after failure", "task", name, "attempt", e.retries, "delay", delay.Round(time.Millisecond))
 			}
-			if e.rerun { // a change came during the run: it runs now
-				c.enqueueLocked(e)
-			} else {
-				c.armLocked(e, delay, func() {
-					if e.trigger == "" {
-						e.trigger = "retry"
-					}
-				})
-			}
-		case e.rerun:
-			c.enqueueLocked(e)
+			// A change that came during the run runs now.
+			c.stepLocked(e, evRetry, wake{d: delay, before: func() {
+				if e.trigger == "" {
+					e.trigger = "retry"
+				}
+			}})
+		default:
+			c.stepLocked(e, evDone, wake{})
 		}
 		c.undeferLocked(e)
 		c.mu.Unlock()

@@ -25,7 +25,7 @@ func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
 		c.mu.Lock()
 		for _, e := range c.tasks {
 			dd := e.spec.DriftDetection
-			if dd == nil || !e.spec.Enabled || e.deleting || c.standby {
+			if dd == nil || !e.spec.Enabled || e.doomed || e.phase == phaseDeleting || c.standby {
 				e.nextDrift = time.Time{}
 				continue
 			}
@@ -33,8 +33,7 @@ func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
 				e.nextDrift = now.Add(jitter(dd.Interval.D()))
 			}
 			if !e.nextDrift.After(now) {
-				if !e.running && !e.queued {
-					e.running = true // reserve, like a worker would
+				if c.stepLocked(e, evReserve, wake{}) { // not while queued or running
 					due = append(due, e)
 				}
 				e.nextDrift = now.Add(jitter(dd.Interval.D()))
@@ -109,7 +108,7 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 		c.mu.Lock()
 		e.force = true
 		e.trigger = "drift"
-		e.rerun = true // enqueued by release
+		c.stepLocked(e, evQueue, wake{}) // running: queued again when released
 		c.mu.Unlock()
 	}
 }

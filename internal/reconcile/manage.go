@@ -98,7 +98,8 @@ func (c *Controller) Task(name string) (TaskState, error) {
 
 func (c *Controller) stateLocked(e *entry) TaskState {
 	rs := c.opts.Store.Run(e.spec.Name)
-	return TaskState{Spec: e.spec, Active: e.running || e.queued, Deleting: e.deleting, NextRun: e.nextCron,
+	return TaskState{Spec: e.spec, Active: e.phase == phaseRunning || e.phase == phaseQueued,
+		Deleting: e.doomed || e.phase == phaseDeleting, NextRun: e.nextCron,
 		Drifted: e.drifted, LastDriftCheck: e.lastDriftCheck, Dirty: rs.Dirty(), Terminal: rs.Dirty() && rs.Terminal,
 		Waiting: e.waiting}
 }
@@ -121,7 +122,7 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 	}
 	e := &entry{spec: spec, changed: make(chan struct{}, 1)}
 	if runNow {
-		e.running = true // reserve: nothing else runs it meanwhile
+		c.stepLocked(e, evReserve, wake{}) // nothing else runs it meanwhile
 	}
 	c.tasks[spec.Name] = e
 	signal(c.driftKick) // schedule its drift checks
@@ -196,7 +197,7 @@ func (c *Controller) plan(ctx context.Context, e *entry, s *task.Spec) (PlanResu
 func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, mode string) (PlanResult, error) {
 	c.mu.Lock()
 	e := c.tasks[name]
-	if e == nil || e.deleting {
+	if e == nil || e.doomed || e.phase == phaseDeleting {
 		c.mu.Unlock()
 		return PlanResult{}, fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
@@ -204,12 +205,12 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	// so there a queued task is not active: a new leader applies the
 	// cluster's enabled flags to it before becoming active.
 	standbyFlag := c.standby && mode == ""
-	if e.running || (e.queued && !standbyFlag) {
+	if e.phase == phaseRunning || (e.phase == phaseQueued && !standbyFlag) {
 		c.mu.Unlock()
 		return PlanResult{}, fmt.Errorf("%w: task '%s' is active and cannot be updated at this time", ErrActive, name)
 	}
 	if mode == "inspect" {
-		e.running = true
+		c.stepLocked(e, evReserve, wake{})
 		spec := e.spec
 		c.mu.Unlock()
 		defer c.release(e)
@@ -218,15 +219,7 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	e.spec.Enabled = enabled
 	signal(c.driftKick) // drift checks follow the flag
 	if !enabled {
-		if e.queued { // standby only (above)
-			c.unqueueLocked(name)
-			e.queued = false
-		}
-		if e.timer != nil {
-			e.timer.Stop()
-			e.timer = nil
-		}
-		e.deadline = time.Time{}
+		c.stepLocked(e, evStop, wake{}) // off the queue (standby only, above), no timer
 		e.nextCron = time.Time{}
 		c.mu.Unlock()
 		return PlanResult{}, nil
@@ -237,7 +230,7 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 		c.mu.Unlock()
 		return PlanResult{}, nil
 	}
-	e.running = true
+	c.stepLocked(e, evReserve, wake{})
 	c.mu.Unlock()
 	_, err := c.runReserved(ctx, e, "api", true)
 	return PlanResult{}, err
@@ -247,15 +240,14 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 func (c *Controller) RunNow(ctx context.Context, name string) error {
 	c.mu.Lock()
 	e := c.tasks[name]
-	if e == nil || e.deleting {
+	if e == nil || e.doomed || e.phase == phaseDeleting {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
-	if e.running || e.queued {
+	if !c.stepLocked(e, evReserve, wake{}) { // queued or running
 		c.mu.Unlock()
 		return fmt.Errorf("%w: task '%s' is active and cannot be run at this time", ErrActive, name)
 	}
-	e.running = true
 	c.mu.Unlock()
 	_, err := c.runReserved(ctx, e, "api", true)
 	return err
@@ -283,15 +275,12 @@ func (c *Controller) runReserved(ctx context.Context, e *entry, trigger string, 
 func (c *Controller) release(e *entry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e.running = false
-	c.idleLocked()
-	if c.tasks[e.spec.Name] != e {
+	if c.tasks[e.spec.Name] != e { // gone meanwhile
+		e.phase = phaseIdle
+		c.changedLocked()
 		return
 	}
-	if e.rerun {
-		e.rerun = false
-		c.enqueueLocked(e)
-	}
+	c.stepLocked(e, evDone, wake{})
 	c.undeferLocked(e)
 }
 
@@ -301,42 +290,40 @@ func (c *Controller) release(e *entry) {
 func (c *Controller) Delete(ctx context.Context, name string, destroy bool) error {
 	c.mu.Lock()
 	e := c.tasks[name]
-	if e == nil || e.deleting {
+	if e == nil || e.doomed || e.phase == phaseDeleting {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
-	e.deleting = true
+	enabled := e.spec.Enabled
 	e.spec.Enabled = false
-	if e.timer != nil {
-		e.timer.Stop()
-	}
-	c.mu.Unlock()
+	c.stepLocked(e, evDelete, wake{}) // deleting now, or once the run in progress ends
 	// Wait until the run in progress (if any) has finished and recorded
-	// its outcome, as CTS does, then take the task.
-	for {
-		c.mu.Lock()
-		if !e.running {
-			e.running = true
-			if e.queued {
-				c.unqueueLocked(name)
-				e.queued = false
-			}
-			c.mu.Unlock()
-			break
-		}
-		idle := c.idle
+	// its outcome, as CTS does.
+	for e.phase != phaseDeleting {
+		changed := c.changed
 		c.mu.Unlock()
 		select {
 		case <-ctx.Done():
+			c.mu.Lock()
+			if e.phase == phaseDeleting {
+				c.stepLocked(e, evDone, wake{})
+			}
+			e.doomed = false // the deletion is abandoned: the task stays as it was
+			e.spec.Enabled = enabled
+			c.markDirtyLocked(e, "change") // a change its timer waited for is not lost
+			c.mu.Unlock()
 			return ctx.Err()
-		case <-idle:
+		case <-changed:
 		}
+		c.mu.Lock()
 	}
+	c.mu.Unlock()
 	if destroy {
 		s := e.spec
 		if err := c.destroy(ctx, e, &s); err != nil {
 			c.mu.Lock()
-			e.deleting, e.running = false, false
+			e.doomed = false
+			c.stepLocked(e, evDone, wake{}) // the task stays, disabled
 			c.mu.Unlock()
 			return fmt.Errorf("destroying the infrastructure of task %q: %w", name, err)
 		}

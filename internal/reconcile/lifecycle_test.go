@@ -1,0 +1,165 @@
+package reconcile
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// TestTransitionTable is the task lifecycle, every phase × event: where the
+// task goes, whether the event applies, and what happens to its timer. A
+// change to a rule shows up here as a changed row.
+func TestTransitionTable(t *testing.T) {
+	const (
+		I = phaseIdle
+		Q = phaseQueued
+		B = phaseBuffering
+		W = phaseRetryWait
+		R = phaseRunning
+		D = phaseDeleting
+	)
+	no := facts{}
+	rerun := facts{rerun: true}
+	doomed := facts{doomed: true, rerun: true}
+	buffered := facts{timer: true, timerPhase: B}
+	retrying := facts{timer: true, timerPhase: W}
+	ok := func(to phase) step { return step{to: to, ok: true} }
+	refused := func(p phase) step { return step{to: p} }
+	withStop := func(s step) step { s.stop = true; return s }
+	withArm := func(s step) step { s.arm = true; return s }
+	cases := []struct {
+		from phase
+		ev   event
+		f    facts
+		want step
+	}{
+		// A change with no buffer period, a tick, start-up, a new leader.
+		{I, evQueue, no, withStop(ok(Q))},
+		{Q, evQueue, no, ok(Q)},
+		{B, evQueue, buffered, withStop(ok(Q))}, // due now: the buffer timer is moot
+		{W, evQueue, retrying, withStop(ok(Q))},
+		{R, evQueue, no, step{to: R, ok: true, rerun: true}},
+		{D, evQueue, no, refused(D)},
+		// A change that waits out the buffer period.
+		{I, evBuffer, no, withArm(ok(B))},
+		{Q, evBuffer, no, ok(Q)}, // due already
+		{B, evBuffer, buffered, withArm(ok(B))},
+		{W, evBuffer, retrying, withArm(ok(B))},
+		{R, evBuffer, no, withArm(ok(R))}, // the period runs during the run
+		{D, evBuffer, no, refused(D)},
+		// The timer fires.
+		{I, evFire, no, refused(I)},
+		{Q, evFire, no, ok(Q)},
+		{B, evFire, no, ok(Q)},
+		{W, evFire, no, ok(Q)},
+		{R, evFire, no, step{to: R, ok: true, rerun: true}},
+		{D, evFire, no, refused(D)},
+		// A worker takes the task off the queue.
+		{Q, evTake, buffered, withStop(ok(R))},
+		{I, evTake, no, refused(I)},
+		{R, evTake, no, refused(R)},
+		// An API run or a drift check takes the task.
+		{I, evReserve, no, ok(R)},
+		{B, evReserve, buffered, ok(R)}, // the timer stays armed
+		{W, evReserve, retrying, ok(R)},
+		{Q, evReserve, no, refused(Q)},
+		{R, evReserve, no, refused(R)},
+		{D, evReserve, no, refused(D)},
+		// A failed run is retried.
+		{R, evRetry, no, withArm(ok(W))},
+		{R, evRetry, rerun, withStop(ok(Q))}, // a change came during the run: it runs now
+		{R, evRetry, doomed, withStop(ok(D))},
+		{I, evRetry, no, refused(I)},
+		// A run ends.
+		{R, evDone, no, ok(I)},
+		{R, evDone, rerun, withStop(ok(Q))},
+		{R, evDone, buffered, ok(B)},
+		{R, evDone, retrying, ok(W)},
+		{R, evDone, doomed, withStop(ok(D))},
+		{D, evDone, no, ok(I)}, // a failed deletion: the task stays
+		{I, evDone, no, refused(I)},
+		{Q, evDone, no, refused(Q)},
+		// Disabled.
+		{I, evStop, no, withStop(ok(I))},
+		{Q, evStop, no, withStop(ok(I))},
+		{B, evStop, buffered, withStop(ok(I))},
+		{W, evStop, retrying, withStop(ok(I))},
+		{R, evStop, no, refused(R)},
+		{D, evStop, no, refused(D)},
+		// Deleted.
+		{I, evDelete, no, withStop(ok(D))},
+		{Q, evDelete, no, withStop(ok(D))},
+		{B, evDelete, buffered, withStop(ok(D))},
+		{W, evDelete, retrying, withStop(ok(D))},
+		{R, evDelete, no, step{to: R, ok: true, stop: true, doom: true}},
+		{D, evDelete, no, refused(D)},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%s+%s", tc.from, tc.ev), func(t *testing.T) {
+			if got := transition(tc.from, tc.ev, tc.f); got != tc.want {
+				t.Errorf("transition(%s, %s, %+v) = %+v, want %+v", tc.from, tc.ev, tc.f, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTransitionRefusalsChangeNothing checks the invariant every caller
+// relies on: an event that does not apply leaves the task where it was,
+// with its timer and flags untouched.
+func TestTransitionRefusalsChangeNothing(t *testing.T) {
+	for p := phaseIdle; p <= phaseDeleting; p++ {
+		for ev := evQueue; ev <= evDelete; ev++ {
+			for _, f := range []facts{{}, {rerun: true}, {doomed: true}, {timer: true, timerPhase: phaseBuffering}} {
+				s := transition(p, ev, f)
+				if !s.ok && (s.to != p || s.arm || s.stop || s.rerun || s.doom) {
+					t.Errorf("transition(%s, %s, %+v) refused but changes something: %+v", p, ev, f, s)
+				}
+				if s.ok && s.arm && s.stop {
+					t.Errorf("transition(%s, %s, %+v) both arms and stops the timer", p, ev, f)
+				}
+				if s.ok && s.to == phaseRunning && p != phaseRunning && ev != evTake && ev != evReserve {
+					t.Errorf("transition(%s, %s) starts a run: only a worker or a reservation may", p, ev)
+				}
+			}
+		}
+	}
+}
+
+// TestStepLockedQueue checks stepLocked's effects on the run queue: a task
+// is on it exactly while it is queued, once.
+func TestStepLockedQueue(t *testing.T) {
+	c := New(Options{}, nil)
+	e := &entry{spec: task.Spec{Name: "a", Enabled: true}}
+	c.tasks["a"] = e
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stepLocked(e, evQueue, wake{})
+	c.stepLocked(e, evQueue, wake{})
+	if len(c.queue) != 1 || e.phase != phaseQueued {
+		t.Fatalf("queued twice: queue %v, phase %s", c.queue, e.phase)
+	}
+	c.stepLocked(e, evStop, wake{})
+	if len(c.queue) != 0 || e.phase != phaseIdle {
+		t.Fatalf("disabled: queue %v, phase %s", c.queue, e.phase)
+	}
+	c.stepLocked(e, evReserve, wake{})
+	c.stepLocked(e, evQueue, wake{}) // a change during the run
+	if len(c.queue) != 0 || !e.rerun {
+		t.Fatalf("change while running: queue %v, rerun %v", c.queue, e.rerun)
+	}
+	idle := c.changed
+	c.stepLocked(e, evDone, wake{})
+	if len(c.queue) != 1 || e.phase != phaseQueued || e.rerun {
+		t.Fatalf("run ended with a rerun due: queue %v, phase %s, rerun %v", c.queue, e.phase, e.rerun)
+	}
+	select {
+	case <-idle:
+	default:
+		t.Fatal("the end of the run did not wake waiters")
+	}
+	c.stepLocked(e, evDelete, wake{})
+	if len(c.queue) != 0 || e.phase != phaseDeleting {
+		t.Fatalf("deleted: queue %v, phase %s", c.queue, e.phase)
+	}
+}
