@@ -46,6 +46,7 @@ type rawBuffer struct {
 
 type rawConsul struct {
 	address, token, kvPath opt[string]
+	useCache               opt[bool]
 
 	rawClientTLS                          // tls { ... } (clienttls.go)
 	authEnabled                           opt[bool]
@@ -198,7 +199,7 @@ func (d *decoder) bufferBlock(b *hcl.Block, path string, r *rawBuffer) {
 // ---- consul ----
 
 var consulKeys = []key{
-	{name: "address"}, {name: "token"}, {name: "kv_path"}, {name: "kv_namespace"},
+	{name: "address"}, {name: "token"}, {name: "kv_path"}, {name: "kv_namespace"}, {name: "use_cache"},
 	{name: "tls", kind: kBlock}, {name: "auth", kind: kBlock},
 	{name: "transport", kind: kBlock}, {name: "service_registration", kind: kBlock},
 }
@@ -209,6 +210,7 @@ func (d *decoder) consul(b *hcl.Block, r *rawConsul) {
 	r.address.merge(d.str(c, "address", path))
 	r.token.merge(d.templStr(c, "token", path)) // {{ env }}, {{ with secret }}: secretfields.go
 	r.kvPath.merge(d.str(c, "kv_path", path))
+	r.useCache.merge(d.boolean(c, "use_cache", path))
 	if s := d.str(c, "kv_namespace", path); s.Set {
 		d.warnf(s.Rng, "consul.kv_namespace", "is ignored (CTS parses it but never uses it)")
 	}

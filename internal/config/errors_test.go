@@ -94,7 +94,7 @@ func TestLoadErrors(t *testing.T) {
 		{"two conditions", hclFile(lines(okTask(`  condition "consul-kv" {`, `    path = "a"`, `  }`)...)), "c.hcl", 7, `task "web".condition`, "only one condition"},
 		{"two conditions json", []srcSpec{{"c.json", lines(`{"task": {"name": "web", "module": "m",`, `  "condition": {"services": {"names": ["a"]},`, `  "consul-kv": {"path": "p"}}}}`)}},
 			"c.json", 3, `task "web".condition`, "only one condition"},
-		{"unknown condition type", hclFile(lines("task {", `  name = "web"`, `  module = "m"`, `  condition "nodes" {`, "  }", "}")), "c.hcl", 4, `task "web".condition`, `"services", "catalog-services", "consul-kv", "schedule"`},
+		{"unknown condition type", hclFile(lines("task {", `  name = "web"`, `  module = "m"`, `  condition "checks" {`, "  }", "}")), "c.hcl", 4, `task "web".condition`, `"services", "catalog-services", "consul-kv", "schedule", "nodes", "intentions"`},
 		{"catalog module_input", hclFile(lines(okTask(`  module_input "catalog-services" {`, `  }`)...)), "c.hcl", 4, `task "web".module_input`, `unknown module_input type "catalog-services"`},
 		{"duplicate module_input", hclFile(lines("task {", `  name = "web"`, `  module = "m"`, `  module_input "consul-kv" {`, `    path = "a"`, "  }", `  source_input "consul-kv" {`, `    path = "b"`, "  }",
 			`  condition "services" {`, `    names = ["a"]`, "  }", "}")), "c.hcl", 7, `task "web".source_input "consul-kv"`, "only one module_input"},

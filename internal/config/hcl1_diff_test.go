@@ -326,6 +326,7 @@ func ctsFlat(t *testing.T, src []byte) flat {
 	f.set("consul.address", strOr(c, "address", "localhost:8500"))
 	f.set("consul.token", strOr(c, "token", ""))
 	f.set("consul.kv_path", strOr(c, "kv_path", "consul-terraform-sync/"))
+	f.set("consul.use_cache", boolOr(c, "use_cache", false)) // ctsync extension
 	tls := one(c["tls"])
 	f.set("consul.tls.enabled", boolOr(tls, "enabled", len(tls) > 0))
 	f.set("consul.tls.verify", boolOr(tls, "verify", true))
@@ -471,6 +472,34 @@ func ctsSelector(f flat, p, typ string, m map[string]any, cond bool) {
 		if v, ok := m["cts_user_defined_meta"]; ok {
 			f.set(p+".cts_user_defined_meta", weakMap(v))
 		}
+		// ctsync extensions, read the same generic way.
+		if v, ok := m["status"]; ok {
+			f.set(p+".status", weakList(v))
+		}
+		f.set(p+".peer", strOr(m, "peer", ""))
+		f.set(p+".partition", strOr(m, "partition", ""))
+	case "nodes": // ctsync extension
+		f.set(p+".datacenter", strOr(m, "datacenter", ""))
+		f.set(p+".filter", strOr(m, "filter", ""))
+		if v, ok := m["node_meta"]; ok {
+			f.set(p+".node_meta", weakMap(v))
+		}
+	case "intentions": // ctsync extension
+		f.set(p+".datacenter", strOr(m, "datacenter", ""))
+		f.set(p+".namespace", strOr(m, "namespace", ""))
+		f.set(p+".partition", strOr(m, "partition", ""))
+		for _, side := range []string{"source_services", "destination_services"} {
+			sm := one(m[side])
+			if sm == nil {
+				continue
+			}
+			if v, ok := sm["names"]; ok {
+				f.set(p+"."+side+".names", weakList(v))
+			}
+			if s, ok := weak(sm["regexp"]); ok {
+				f.set(p+"."+side+".regexp", s)
+			}
+		}
 	case "catalog-services":
 		f.set(p+".regexp", strOr(m, "regexp", ""))
 		f.set(p+".datacenter", strOr(m, "datacenter", ""))
@@ -503,6 +532,7 @@ func ctsyncFlat(cfg *Config, withID bool) flat {
 	f.set("consul.address", c.Address)
 	f.set("consul.token", c.Token)
 	f.set("consul.kv_path", c.KVPath)
+	f.set("consul.use_cache", c.UseCache)
 	f.set("consul.tls.enabled", c.TLS.Enabled)
 	f.set("consul.tls.verify", c.TLS.Verify)
 	f.set("consul.tls.ca_cert", c.TLS.CACert)
@@ -586,12 +616,26 @@ func ctsyncFlat(cfg *Config, withID bool) flat {
 		case cond.Schedule != nil:
 			f.set(p+".condition.type", "schedule")
 			f.set(p+".condition.cron", cond.Schedule.Cron)
+		case cond.Nodes != nil:
+			f.set(p+".condition.type", "nodes")
+			nodesFlat(f, p+".condition", &cond.Nodes.NodesSelector)
+			f.set(p+".condition.use_as_module_input", cond.Nodes.UseAsModuleInput)
+		case cond.Intentions != nil:
+			f.set(p+".condition.type", "intentions")
+			intentionsFlat(f, p+".condition", &cond.Intentions.IntentionsSelector)
+			f.set(p+".condition.use_as_module_input", cond.Intentions.UseAsModuleInput)
 		}
 		if s.ModuleInput.Services != nil {
 			selFlat(f, p+".module_input.services", s.ModuleInput.Services)
 		}
 		if s.ModuleInput.ConsulKV != nil {
 			kvFlat(f, p+".module_input.consul-kv", s.ModuleInput.ConsulKV)
+		}
+		if s.ModuleInput.Nodes != nil {
+			nodesFlat(f, p+".module_input.nodes", s.ModuleInput.Nodes)
+		}
+		if s.ModuleInput.Intentions != nil {
+			intentionsFlat(f, p+".module_input.intentions", s.ModuleInput.Intentions)
 		}
 	}
 	return f
@@ -609,6 +653,40 @@ func selFlat(f flat, p string, s *task.ServicesSelector) {
 	f.set(p+".filter", s.Filter)
 	if s.CTSUserDefinedMeta != nil {
 		f.set(p+".cts_user_defined_meta", s.CTSUserDefinedMeta)
+	}
+	if s.Status != nil {
+		f.set(p+".status", s.Status)
+	}
+	f.set(p+".peer", s.Peer)
+	f.set(p+".partition", s.Partition)
+}
+
+// nodesFlat and intentionsFlat flatten the ctsync extensions.
+func nodesFlat(f flat, p string, s *task.NodesSelector) {
+	f.set(p+".datacenter", s.Datacenter)
+	f.set(p+".filter", s.Filter)
+	if s.NodeMeta != nil {
+		f.set(p+".node_meta", s.NodeMeta)
+	}
+}
+
+func intentionsFlat(f flat, p string, s *task.IntentionsSelector) {
+	f.set(p+".datacenter", s.Datacenter)
+	f.set(p+".namespace", s.Namespace)
+	f.set(p+".partition", s.Partition)
+	for _, side := range []struct {
+		name string
+		m    *task.NameMatch
+	}{{"source_services", s.Source}, {"destination_services", s.Destination}} {
+		if side.m == nil {
+			continue
+		}
+		if side.m.Names != nil {
+			f.set(p+"."+side.name+".names", side.m.Names)
+		}
+		if side.m.Regexp != nil {
+			f.set(p+"."+side.name+".regexp", *side.m.Regexp)
+		}
 	}
 }
 

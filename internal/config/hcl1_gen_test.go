@@ -139,9 +139,15 @@ func (g gen) task(i int, providers []string) gNode {
 	}
 	var cond gNode
 	input := ""
-	switch g.r.IntN(4) {
+	switch g.r.IntN(6) {
 	case 0:
 		sel := []gNode{attr("names", []string{g.word(), "web"})}
+		if g.maybe(0.3) {
+			sel = append(sel, attr("status", []string{"passing", g.pick("warning", "critical", "maintenance")}))
+		}
+		if g.maybe(0.3) {
+			sel = append(sel, attr("peer", g.word()), attr("partition", g.word()))
+		}
 		if g.maybe(0.4) {
 			sel = append(sel, attr("cts_user_defined_meta", map[string]string{"owner": g.word()}))
 		}
@@ -157,8 +163,17 @@ func (g gen) task(i int, providers []string) gNode {
 			attr("node_meta", map[string]string{"rack": g.word()})), "services"
 	case 2:
 		cond, input = blk("condition", []string{"consul-kv"}, attr("path", "k/"+g.pick("a", "b")), attr("recurse", g.maybe(0.5))), "services"
-	default:
+	case 3:
 		cond, input = blk("condition", []string{"schedule"}, attr("cron", g.pick("* * * * *", "0 */5 * * * * *"))), "services"
+	case 4: // ctsync extension
+		cond, input = blk("condition", []string{"nodes"}, attr("datacenter", "dc1"), attr("filter", g.word()),
+			attr("node_meta", map[string]string{"rack": g.word()}), attr("use_as_module_input", g.maybe(0.5))), "services"
+	default: // ctsync extension
+		sides := []gNode{blk("source_services", nil, attr("regexp", g.pick("^web", "")))}
+		if g.maybe(0.5) {
+			sides = append(sides, blk("destination_services", nil, attr("names", []string{g.word(), "api"})))
+		}
+		cond, input = blk("condition", []string{"intentions"}, append(sides, attr("namespace", g.word()))...), "services"
 	}
 	items = append(items, cond)
 	if g.maybe(0.4) {

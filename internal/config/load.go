@@ -305,9 +305,10 @@ func firstEnv(names ...string) string {
 // the field but does not by itself turn TLS on.
 func consulConfig(r *rawConsul) Consul {
 	c := Consul{
-		Address: nonEmpty(r.address.V, nonEmpty(os.Getenv("CONSUL_HTTP_ADDR"), DefaultConsulAddress)),
-		Token:   nonEmpty(r.token.V, firstEnv("CONSUL_TOKEN", "CONSUL_HTTP_TOKEN")),
-		KVPath:  nonEmpty(r.kvPath.V, DefaultKVPath),
+		Address:  nonEmpty(r.address.V, nonEmpty(os.Getenv("CONSUL_HTTP_ADDR"), DefaultConsulAddress)),
+		Token:    nonEmpty(r.token.V, firstEnv("CONSUL_TOKEN", "CONSUL_HTTP_TOKEN")),
+		KVPath:   nonEmpty(r.kvPath.V, DefaultKVPath),
+		UseCache: r.useCache.V,
 	}
 
 	anyTLS := r.tlsVerify.Set || r.caCert.Set || r.caPath.Set || r.cert.Set || r.key.Set || r.serverName.Set

@@ -54,7 +54,10 @@ var taskKeys = []key{
 var taskRejects = map[string]string{}
 
 // conditionTypes are the valid condition labels, in HCL spelling.
-var conditionTypes = []string{"services", "catalog-services", "consul-kv", "schedule"}
+var conditionTypes = []string{"services", "catalog-services", "consul-kv", "schedule", "nodes", "intentions"}
+
+// moduleInputTypes are the valid module_input labels.
+var moduleInputTypes = []string{"services", "consul-kv", "nodes", "intentions"}
 
 // peekName reads a task's name before the rest, so that every error about
 // the task can name it.
@@ -316,9 +319,29 @@ func (d *decoder) readVarFile(field, name string, rng hcl.Range, vars map[string
 
 func servicesKeys(cond bool) []key {
 	ks := []key{{name: "names"}, {name: "regexp"}, {name: "datacenter"}, {name: "namespace"},
-		{name: "filter"}, {name: "cts_user_defined_meta", kind: kMap}}
+		{name: "filter"}, {name: "cts_user_defined_meta", kind: kMap},
+		{name: "status"}, {name: "peer"}, {name: "partition"}} // ctsync extensions
 	if cond {
 		ks = append(ks, key{name: "use_as_module_input"}, key{name: "source_includes_var"})
+	}
+	return ks
+}
+
+// nodesKeys and intentionsKeys are the fields of the nodes and intentions
+// conditions and module inputs (ctsync extensions).
+func nodesKeys(cond bool) []key {
+	ks := []key{{name: "datacenter"}, {name: "filter"}, {name: "node_meta", kind: kMap}}
+	if cond {
+		ks = append(ks, key{name: "use_as_module_input"})
+	}
+	return ks
+}
+
+func intentionsKeys(cond bool) []key {
+	ks := []key{{name: "datacenter"}, {name: "namespace"}, {name: "partition"},
+		{name: "source_services", kind: kBlock}, {name: "destination_services", kind: kBlock}}
+	if cond {
+		ks = append(ks, key{name: "use_as_module_input"})
 	}
 	return ks
 }
@@ -370,6 +393,15 @@ func (d *decoder) condition(b *hcl.Block, t *rawTask) {
 			d.checkCron(cron, join(path, "cron"))
 		}
 		cond.Schedule = &task.ScheduleCondition{Cron: cron.V}
+	case "nodes":
+		c := d.content(b.Body, path, nodesKeys(true), nil)
+		t.recordAll(fk, c)
+		cond.Nodes = &task.NodesCondition{NodesSelector: d.nodesSelector(c, path), UseAsModuleInput: d.useAsModuleInput(c, path)}
+	case "intentions":
+		c := d.content(b.Body, path, intentionsKeys(true), nil)
+		t.recordAll(fk, c)
+		cond.Intentions = &task.IntentionsCondition{IntentionsSelector: d.intentionsSelector(c, path, fk, t),
+			UseAsModuleInput: d.useAsModuleInput(c, path)}
 	default:
 		d.errf(labelRange(b, 0), join(t.disp, "condition"), "unknown condition type %q; valid types are %s",
 			typ, quoteList(conditionTypes))
@@ -408,8 +440,18 @@ func (d *decoder) moduleInput(b *hcl.Block, t *rawTask) {
 		t.recordAll(fk, c)
 		sel := d.kvSelector(c, path)
 		t.spec.ModuleInput.ConsulKV = &sel
+	case "nodes":
+		c := d.content(b.Body, path, nodesKeys(false), nil)
+		t.recordAll(fk, c)
+		sel := d.nodesSelector(c, path)
+		t.spec.ModuleInput.Nodes = &sel
+	case "intentions":
+		c := d.content(b.Body, path, intentionsKeys(false), nil)
+		t.recordAll(fk, c)
+		sel := d.intentionsSelector(c, path, fk, t)
+		t.spec.ModuleInput.Intentions = &sel
 	default:
-		d.errf(labelRange(b, 0), join(t.disp, b.Type), `unknown module_input type %q; valid types are "services", "consul-kv"`, typ)
+		d.errf(labelRange(b, 0), join(t.disp, b.Type), "unknown module_input type %q; valid types are %s", typ, quoteList(moduleInputTypes))
 	}
 }
 
@@ -426,6 +468,54 @@ func (d *decoder) servicesSelector(c *content, path, fk string, t *rawTask) task
 	sel.Filter = d.str(c, "filter", path).V
 	if m, _ := d.strMap(c, "cts_user_defined_meta", path); m.Set {
 		sel.CTSUserDefinedMeta = m.V
+	}
+	// Values are checked by task.Spec.Validate, which names status[i].
+	status, elems := d.strList(c, "status", path)
+	if status.Set {
+		sel.Status = status.V
+		t.recordList(fk+".status", elems)
+	}
+	sel.Peer = d.str(c, "peer", path).V
+	sel.Partition = d.str(c, "partition", path).V
+	return sel
+}
+
+func (d *decoder) nodesSelector(c *content, path string) task.NodesSelector {
+	sel := task.NodesSelector{
+		Datacenter: d.str(c, "datacenter", path).V,
+		Filter:     d.str(c, "filter", path).V,
+	}
+	if m, _ := d.strMap(c, "node_meta", path); m.Set {
+		sel.NodeMeta = m.V
+	}
+	return sel
+}
+
+func (d *decoder) intentionsSelector(c *content, path, fk string, t *rawTask) task.IntentionsSelector {
+	sel := task.IntentionsSelector{
+		Datacenter: d.str(c, "datacenter", path).V,
+		Namespace:  d.str(c, "namespace", path).V,
+		Partition:  d.str(c, "partition", path).V,
+	}
+	for _, side := range []struct {
+		name string
+		dst  **task.NameMatch
+	}{{"source_services", &sel.Source}, {"destination_services", &sel.Destination}} {
+		b := d.onlyOne(c, side.name, path)
+		if b == nil {
+			continue
+		}
+		p, f := join(path, side.name), fk+"."+side.name
+		bc := d.content(b.Body, p, attrs("names", "regexp"), nil)
+		t.recordAll(f, bc)
+		m := &task.NameMatch{}
+		names, elems := d.strList(bc, "names", p)
+		m.Names = names.V
+		t.recordList(f+".names", elems)
+		if re := d.str(bc, "regexp", p); re.Set {
+			m.Regexp = &re.V
+		}
+		*side.dst = m
 	}
 	return sel
 }

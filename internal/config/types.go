@@ -80,6 +80,10 @@ type Consul struct {
 	TLS       ConsulTLS
 	Auth      ConsulAuth
 	Transport Transport
+	// UseCache asks the agent for cached health answers (?cached), kept
+	// current by its streaming backend: the servers answer one stream per
+	// service instead of one blocking query per change (ctsync extension).
+	UseCache bool
 	// ServiceRegistration is how ctsync registers itself as a Consul service.
 	ServiceRegistration ServiceRegistration
 }

@@ -111,6 +111,7 @@ func NewClient(c config.Consul) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consul client for %s: %w", c.Address, err)
 	}
+	client.UseCache = c.UseCache
 	return client, nil
 }
 

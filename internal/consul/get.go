@@ -22,6 +22,10 @@ type Client struct {
 	base  string // scheme://host:port[/prefix]; empty: no fast path (unix socket)
 	token string
 	auth  *api.HttpBasicAuth
+
+	// UseCache makes the watch package's health queries ask for the
+	// agent's cached answer (?cached: consul { use_cache = true }).
+	UseCache bool
 }
 
 // FromAPIConfig builds a Client from an API client configuration. NewClient

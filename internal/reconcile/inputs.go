@@ -46,15 +46,47 @@ func kvSource(s *task.Spec) (sel *task.ConsulKVSelector, renders bool) {
 	return nil, false
 }
 
+// nodesSource is the task's one source of the `nodes` variable.
+func nodesSource(s *task.Spec) (sel *task.NodesSelector, renders bool) {
+	if c := s.Condition.Nodes; c != nil {
+		return &c.NodesSelector, c.UseAsModuleInput
+	}
+	if m := s.ModuleInput.Nodes; m != nil {
+		return m, true
+	}
+	return nil, false
+}
+
+// intentionsSource is the task's one source of the `intentions` variable.
+func intentionsSource(s *task.Spec) (sel *task.IntentionsSelector, renders bool) {
+	if c := s.Condition.Intentions; c != nil {
+		return &c.IntentionsSelector, c.UseAsModuleInput
+	}
+	if m := s.ModuleInput.Intentions; m != nil {
+		return m, true
+	}
+	return nil, false
+}
+
 // healthQuery is the health query of one service name of a selector, with
 // the options that apply to that name (see ServicesSelector.Options).
 func healthQuery(sel *task.ServicesSelector, name string) watch.Query {
 	o := sel.Options(name)
-	return watch.HealthService(name, watch.ServiceOptions{Datacenter: o.Datacenter, Namespace: o.Namespace, Filter: o.Filter})
+	return watch.HealthService(name, watch.ServiceOptions{Datacenter: o.Datacenter, Namespace: o.Namespace,
+		Partition: o.Partition, Peer: o.Peer, Filter: o.Filter, Status: o.Status})
 }
 
 func selectorCatalog(sel *task.ServicesSelector) watch.Query {
-	return watch.CatalogServices(watch.CatalogOptions{Datacenter: sel.Datacenter, Namespace: sel.Namespace})
+	return watch.CatalogServices(watch.CatalogOptions{Datacenter: sel.Datacenter, Namespace: sel.Namespace,
+		Partition: sel.Partition, Peer: sel.Peer})
+}
+
+func nodesQuery(sel *task.NodesSelector) watch.Query {
+	return watch.CatalogNodes(watch.NodesOptions{Datacenter: sel.Datacenter, Filter: sel.Filter, NodeMeta: sel.NodeMeta})
+}
+
+func intentionsQuery(sel *task.IntentionsSelector) watch.Query {
+	return watch.ServiceIntentions(watch.IntentionsOptions{Datacenter: sel.Datacenter, Namespace: sel.Namespace, Partition: sel.Partition})
 }
 
 func conditionCatalog(c *task.CatalogServicesCondition) watch.Query {
@@ -84,6 +116,12 @@ func StaticQueries(s *task.Spec) []watch.Query {
 	}
 	if sel, _ := kvSource(s); sel != nil {
 		qs = append(qs, kvQuery(sel))
+	}
+	if sel, _ := nodesSource(s); sel != nil {
+		qs = append(qs, nodesQuery(sel))
+	}
+	if sel, _ := intentionsSource(s); sel != nil {
+		qs = append(qs, intentionsQuery(sel))
 	}
 	return dedupe(qs)
 }
@@ -201,7 +239,71 @@ func BuildInputs(s *task.Spec, get Getter) (in task.Inputs, ready bool) {
 			}
 		}
 	}
+	if sel, renders := nodesSource(s); sel != nil {
+		v, ok := get(nodesQuery(sel).Key())
+		if !ok {
+			return in, false
+		}
+		if renders {
+			in.Nodes, _ = v.([]task.Node)
+			if in.Nodes == nil {
+				in.Nodes = []task.Node{}
+			}
+		}
+	}
+	if sel, renders := intentionsSource(s); sel != nil {
+		matched, ok := matchingIntentions(sel, get)
+		if !ok {
+			return in, false
+		}
+		if renders {
+			in.Intentions = matched
+		}
+	}
 	return in, true
+}
+
+// matchingIntentions returns the intentions (in the watched order) whose
+// source and destination names the selector matches; never nil when ok.
+// Names are compared as written, so a wildcard intention ("*") matches
+// names = ["*"] or a regexp that matches "*", not every name.
+func matchingIntentions(sel *task.IntentionsSelector, get Getter) ([]task.Intention, bool) {
+	v, ok := get(intentionsQuery(sel).Key())
+	if !ok {
+		return nil, false
+	}
+	src, err1 := newNameMatcher(sel.Source)
+	dst, err2 := newNameMatcher(sel.Destination)
+	if err1 != nil || err2 != nil { // validated at decode
+		return nil, false
+	}
+	all, _ := v.([]task.Intention)
+	out := []task.Intention{}
+	for _, in := range all {
+		if src(in.SourceName) && dst(in.DestinationName) {
+			out = append(out, in)
+		}
+	}
+	return out, true
+}
+
+// newNameMatcher compiles a NameMatch; nil matches every name.
+func newNameMatcher(m *task.NameMatch) (func(string) bool, error) {
+	switch {
+	case m == nil:
+		return func(string) bool { return true }, nil
+	case m.Regexp != nil:
+		re, err := regexp.Compile(*m.Regexp)
+		if err != nil {
+			return nil, err
+		}
+		return re.MatchString, nil
+	}
+	names := map[string]bool{}
+	for _, n := range m.Names {
+		names[n] = true
+	}
+	return func(n string) bool { return names[n] }, nil
 }
 
 // selectedNames lists the service names a selector watches: its names, or
@@ -328,6 +430,28 @@ func DataDigest(s *task.Spec, get Getter, digest DigestGetter) (fp string, ready
 			return "", false
 		}
 		write("consul-kv", key, string(d[:]))
+	}
+	if sel, _ := nodesSource(s); sel != nil {
+		key := nodesQuery(sel).Key()
+		d, ok := digest(key)
+		if !ok {
+			return "", false
+		}
+		write("nodes", key, string(d[:]))
+	}
+	if sel, _ := intentionsSource(s); sel != nil {
+		// All intentions of the datacenter share one query: only the ones
+		// the task selects count, so a change to another service's
+		// intentions does not run it.
+		matched, ok := matchingIntentions(sel, get)
+		if !ok {
+			return "", false
+		}
+		d, err := watch.DigestOf(matched)
+		if err != nil {
+			panic(fmt.Sprintf("fingerprint intentions: %v", err)) // a known type
+		}
+		write("intentions", intentionsQuery(sel).Key(), string(d[:]))
 	}
 	return hex.EncodeToString(h.Sum(nil)), true
 }

@@ -39,11 +39,46 @@ func (s *Service) Key() string {
 	return key
 }
 
+// Node is one entry of the module's `nodes` variable (a ctsync extension):
+// a catalog node as /v1/catalog/nodes returns it.
+type Node struct {
+	ID              string            `json:"id"`
+	Node            string            `json:"node"`
+	Address         string            `json:"address"`
+	Datacenter      string            `json:"datacenter"`
+	TaggedAddresses map[string]string `json:"tagged_addresses"`
+	Meta            map[string]string `json:"meta"`
+}
+
+// Intention is one entry of the module's `intentions` variable (a ctsync
+// extension): one source of a service-intentions config entry, flattened
+// with its destination. Action is "allow" or "deny", or "" when the source
+// has L7 Permissions instead (then Permissions holds them as Consul's JSON
+// array, else "[]").
+type Intention struct {
+	SourceName           string            `json:"source_name"`
+	SourceNamespace      string            `json:"source_namespace"`
+	SourcePartition      string            `json:"source_partition"`
+	SourcePeer           string            `json:"source_peer"`
+	SourceSamenessGroup  string            `json:"source_sameness_group"`
+	SourceType           string            `json:"source_type"`
+	DestinationName      string            `json:"destination_name"`
+	DestinationNamespace string            `json:"destination_namespace"`
+	DestinationPartition string            `json:"destination_partition"`
+	Action               string            `json:"action"`
+	Permissions          string            `json:"permissions"`
+	Precedence           int               `json:"precedence"`
+	Description          string            `json:"description"`
+	Meta                 map[string]string `json:"meta"`
+}
+
 // Inputs is everything a task's module receives from Consul. Services is
-// always set (possibly empty); CatalogServices and ConsulKV are nil when the
-// task does not render them, and then the variable is not declared at all.
+// always set (possibly empty); the others are nil when the task does not
+// render them, and then the variable is not declared at all.
 type Inputs struct {
 	Services        map[string]Service  `json:"services"`
 	CatalogServices map[string][]string `json:"catalog_services,omitempty"`
 	ConsulKV        map[string]string   `json:"consul_kv,omitempty"`
+	Nodes           []Node              `json:"nodes,omitempty"`
+	Intentions      []Intention         `json:"intentions,omitempty"`
 }

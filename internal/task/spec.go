@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -72,6 +74,9 @@ type Condition struct {
 	CatalogServices *CatalogServicesCondition `json:"catalog_services,omitempty"`
 	ConsulKV        *ConsulKVCondition        `json:"consul_kv,omitempty"`
 	Schedule        *ScheduleCondition        `json:"schedule,omitempty"`
+	// Nodes and Intentions are ctsync extensions (CTS has neither).
+	Nodes      *NodesCondition      `json:"nodes,omitempty"`
+	Intentions *IntentionsCondition `json:"intentions,omitempty"`
 }
 
 // ServicesSelector selects service instances from the health endpoint. It is
@@ -83,6 +88,16 @@ type ServicesSelector struct {
 	Namespace          string            `json:"namespace"`
 	Filter             string            `json:"filter"`
 	CTSUserDefinedMeta map[string]string `json:"cts_user_defined_meta"`
+	// Status lists the aggregated health states of the instances to watch
+	// (StatusPassing, StatusWarning, StatusCritical, StatusMaintenance).
+	// nil is CTS's rule: passing only, unless Filter mentions Checks.Status.
+	// A ctsync extension, left out of the JSON when not set.
+	Status []string `json:"status,omitempty"`
+	// Peer and Partition are query options (?peer=, ?partition=): services
+	// imported from a cluster peer, services of an admin partition. ctsync
+	// extensions, left out of the JSON when not set.
+	Peer      string `json:"peer,omitempty"`
+	Partition string `json:"partition,omitempty"`
 	// PerService holds, for some of Names, query options and metadata that
 	// replace the selector's own. Only the deprecated CTS form produces it:
 	// a task's `services = [...]` list whose entries refer to top-level
@@ -93,23 +108,41 @@ type ServicesSelector struct {
 }
 
 // ServiceOptions are the query options and metadata of one service name in
-// a ServicesSelector's PerService.
+// a ServicesSelector's PerService. Status, Peer and Partition are always
+// the selector's (service blocks have none of them).
 type ServiceOptions struct {
 	Datacenter         string
 	Namespace          string
 	Filter             string
 	CTSUserDefinedMeta map[string]string
+	Status             []string
+	Peer               string
+	Partition          string
 }
 
 // Options returns the query options and metadata that apply to the service
 // name: its PerService entry when there is one, else the selector's own.
 func (sel *ServicesSelector) Options(name string) ServiceOptions {
-	if o, ok := sel.PerService[name]; ok {
-		return o
+	o, ok := sel.PerService[name]
+	if !ok {
+		o = ServiceOptions{Datacenter: sel.Datacenter, Namespace: sel.Namespace, Filter: sel.Filter,
+			CTSUserDefinedMeta: sel.CTSUserDefinedMeta}
 	}
-	return ServiceOptions{Datacenter: sel.Datacenter, Namespace: sel.Namespace, Filter: sel.Filter,
-		CTSUserDefinedMeta: sel.CTSUserDefinedMeta}
+	o.Status, o.Peer, o.Partition = sel.Status, sel.Peer, sel.Partition
+	return o
 }
+
+// Health states of a service instance, as Consul aggregates its checks
+// (the worst wins: maintenance, critical, warning, passing).
+const (
+	StatusPassing     = "passing"
+	StatusWarning     = "warning"
+	StatusCritical    = "critical"
+	StatusMaintenance = "maintenance"
+)
+
+// Statuses are the valid values of a selector's status list.
+var Statuses = []string{StatusPassing, StatusWarning, StatusCritical, StatusMaintenance}
 
 // ServicesCondition triggers on any change to the matching healthy instances.
 type ServicesCondition struct {
@@ -145,16 +178,62 @@ type ScheduleCondition struct {
 	Cron string `json:"cron"`
 }
 
+// NodesSelector selects catalog nodes (/v1/catalog/nodes). It is shared by
+// condition "nodes" and module_input "nodes".
+type NodesSelector struct {
+	Datacenter string `json:"datacenter"`
+	// Filter is a Consul filter expression over the catalog's node
+	// objects (Node, Address, Datacenter, TaggedAddresses, Meta, ...).
+	Filter   string            `json:"filter"`
+	NodeMeta map[string]string `json:"node_meta"`
+}
+
+// NodesCondition triggers on any change to the selected nodes: one added or
+// removed, or a change of its address, tagged addresses or meta.
+type NodesCondition struct {
+	NodesSelector
+	UseAsModuleInput bool `json:"use_as_module_input"`
+}
+
+// NameMatch selects service names: exactly one of Names (exact names) and
+// Regexp (an empty regexp matches every name) is set.
+type NameMatch struct {
+	Names  []string `json:"names,omitempty"`
+	Regexp *string  `json:"regexp,omitempty"`
+}
+
+// IntentionsSelector selects service intentions (config entries of kind
+// service-intentions) by their source and destination service names. At
+// least one of Source and Destination is set; one that is not set matches
+// every name. It is shared by condition "intentions" and module_input
+// "intentions".
+type IntentionsSelector struct {
+	Datacenter  string     `json:"datacenter"`
+	Namespace   string     `json:"namespace"`
+	Partition   string     `json:"partition,omitempty"`
+	Source      *NameMatch `json:"source_services,omitempty"`
+	Destination *NameMatch `json:"destination_services,omitempty"`
+}
+
+// IntentionsCondition triggers on any change to the selected intentions.
+type IntentionsCondition struct {
+	IntentionsSelector
+	UseAsModuleInput bool `json:"use_as_module_input"`
+}
+
 // ModuleInputs are extra data sources for the module besides the
 // condition's. As in CTS, a change to them makes a dynamic task run; a
 // schedule task only reads them on its cron ticks.
 type ModuleInputs struct {
-	Services *ServicesSelector `json:"services,omitempty"`
-	ConsulKV *ConsulKVSelector `json:"consul_kv,omitempty"`
+	Services   *ServicesSelector   `json:"services,omitempty"`
+	ConsulKV   *ConsulKVSelector   `json:"consul_kv,omitempty"`
+	Nodes      *NodesSelector      `json:"nodes,omitempty"`
+	Intentions *IntentionsSelector `json:"intentions,omitempty"`
 }
 
 // Type returns the condition's type name as written in HCL ("services",
-// "catalog-services", "consul-kv", "schedule"), or "" if none is set.
+// "catalog-services", "consul-kv", "schedule", "nodes", "intentions"), or
+// "" if none is set.
 func (c Condition) Type() string {
 	switch {
 	case c.Services != nil:
@@ -165,6 +244,10 @@ func (c Condition) Type() string {
 		return "consul-kv"
 	case c.Schedule != nil:
 		return "schedule"
+	case c.Nodes != nil:
+		return "nodes"
+	case c.Intentions != nil:
+		return "intentions"
 	}
 	return ""
 }
@@ -172,7 +255,8 @@ func (c Condition) Type() string {
 // count returns how many condition types are set.
 func (c Condition) count() int {
 	n := 0
-	for _, set := range []bool{c.Services != nil, c.CatalogServices != nil, c.ConsulKV != nil, c.Schedule != nil} {
+	for _, set := range []bool{c.Services != nil, c.CatalogServices != nil, c.ConsulKV != nil, c.Schedule != nil,
+		c.Nodes != nil, c.Intentions != nil} {
 		if set {
 			n++
 		}
@@ -278,11 +362,27 @@ func (s *Spec) Validate() error {
 	}
 	// One source per variable type: a condition and a module_input cannot
 	// both feed the same variable, even when use_as_module_input is false.
+	if c := s.Condition.Intentions; c != nil {
+		if err := c.IntentionsSelector.validate("condition.intentions"); err != nil {
+			return err
+		}
+	}
+	if m := s.ModuleInput.Intentions; m != nil {
+		if err := m.validate("module_input.intentions"); err != nil {
+			return err
+		}
+	}
 	if s.Condition.Services != nil && s.ModuleInput.Services != nil {
 		return fieldErr("module_input.services", "the services condition already provides the services variable; a task cannot also have a services module_input")
 	}
 	if s.Condition.ConsulKV != nil && s.ModuleInput.ConsulKV != nil {
 		return fieldErr("module_input.consul_kv", "the consul-kv condition already provides the consul_kv variable; a task cannot also have a consul-kv module_input")
+	}
+	if s.Condition.Nodes != nil && s.ModuleInput.Nodes != nil {
+		return fieldErr("module_input.nodes", "the nodes condition already provides the nodes variable; a task cannot also have a nodes module_input")
+	}
+	if s.Condition.Intentions != nil && s.ModuleInput.Intentions != nil {
+		return fieldErr("module_input.intentions", "the intentions condition already provides the intentions variable; a task cannot also have an intentions module_input")
 	}
 	if c := s.Condition.Schedule; c != nil {
 		if err := CheckCron(c.Cron); err != nil {
@@ -307,7 +407,59 @@ func (sel *ServicesSelector) validate(field string) error {
 			return fieldErr(fmt.Sprintf("%s.names[%d]", field, i), "cannot be empty")
 		}
 	}
+	if sel.Status != nil {
+		if len(sel.Status) == 0 {
+			return fieldErr(field+".status", "must list at least one of %s (or be left out: passing only)", quoted(Statuses))
+		}
+		seen := map[string]bool{}
+		for i, st := range sel.Status {
+			if !slices.Contains(Statuses, st) {
+				return fieldErr(fmt.Sprintf("%s.status[%d]", field, i), "%q is not a health status; use %s", st, quoted(Statuses))
+			}
+			if seen[st] {
+				return fieldErr(fmt.Sprintf("%s.status[%d]", field, i), "%q is listed twice", st)
+			}
+			seen[st] = true
+		}
+	}
 	return nil
+}
+
+func (sel *IntentionsSelector) validate(field string) error {
+	if sel.Source == nil && sel.Destination == nil {
+		return fieldErr(field, "at least one of source_services and destination_services must be set (regexp = \"\" matches every name)")
+	}
+	for _, m := range []struct {
+		name string
+		m    *NameMatch
+	}{{"source_services", sel.Source}, {"destination_services", sel.Destination}} {
+		if m.m == nil {
+			continue
+		}
+		f := field + "." + m.name
+		if (m.m.Regexp != nil) == (len(m.m.Names) > 0) {
+			return fieldErr(f, "exactly one of regexp or names must be set")
+		}
+		if m.m.Regexp != nil {
+			if _, err := regexp.Compile(*m.m.Regexp); err != nil {
+				return fieldErr(f+".regexp", "does not compile: %v", err)
+			}
+		}
+		for i, n := range m.m.Names {
+			if n == "" {
+				return fieldErr(fmt.Sprintf("%s.names[%d]", f, i), "cannot be empty")
+			}
+		}
+	}
+	return nil
+}
+
+func quoted(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
 }
 
 // IsDynamic reports whether the task is triggered by Consul data (as opposed

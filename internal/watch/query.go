@@ -7,9 +7,11 @@
 //
 // Values are plain, sorted, comparable Go values:
 //
-//	HealthService   []task.Service       sorted by node, id, namespace, datacenter
-//	CatalogServices map[string][]string  tags sorted and de-duplicated
-//	KV              map[string]string    key -> raw value bytes as a string
+//	HealthService     []task.Service       sorted by node, id, namespace, datacenter
+//	CatalogServices   map[string][]string  tags sorted and de-duplicated
+//	KV                map[string]string    key -> raw value bytes as a string
+//	CatalogNodes      []task.Node          sorted by node name, then id
+//	ServiceIntentions []task.Intention     sorted (see ServiceIntentions)
 //
 // Values handed out by Registry.Get are shared between all readers and must
 // be treated as read-only.
@@ -58,37 +60,74 @@ func queryOptions(ctx context.Context, waitIndex uint64, dc, ns string) *api.Que
 type ServiceOptions struct {
 	Datacenter string
 	Namespace  string
-	// Filter is a Consul filter expression. Only passing instances are
-	// returned unless the filter mentions Checks.Status (CTS rule): then the
-	// filter decides which health states are wanted.
+	Partition  string
+	Peer       string
+	// Filter is a Consul filter expression.
 	Filter string
+	// Status lists the aggregated health states wanted (task.Statuses).
+	// nil is CTS's rule: passing instances only, unless the filter
+	// mentions Checks.Status, and then the filter alone decides.
+	Status []string
 }
 
 type healthService struct {
 	name string
 	o    ServiceOptions
+	// passingOnly: Consul returns passing instances only (?passing).
+	passingOnly bool
+	// keep, when not nil, are the aggregated states kept of what Consul
+	// returns (a set Consul's ?passing cannot express).
+	keep map[string]bool
 	key  string
 }
 
 // HealthService watches /v1/health/service/<name>: the instances of one
 // service with their node and aggregated health. The value is a
 // []task.Service (never nil).
+//
+// The status choice is applied by Consul when it is "passing" alone
+// (?passing, as CTS does), else here, on each instance's aggregated status
+// (the worst of its checks, maintenance above critical): Consul's ?passing
+// drops an instance with any check that is not passing, and a filter on
+// Checks.Status sees the checks one by one, so neither can select, say,
+// "passing or warning" by the aggregated status. Equal choices give equal
+// keys: the status list is sorted, and "passing" alone is the default when
+// the filter does not mention Checks.Status.
 func HealthService(name string, o ServiceOptions) Query {
+	h := &healthService{name: name, o: o}
+	statusFilter := strings.Contains(o.Filter, "Checks.Status")
+	var status []string
+	switch {
+	case o.Status == nil:
+		h.passingOnly = !statusFilter
+	default:
+		status = slices.Compact(slices.Sorted(slices.Values(o.Status)))
+		if len(status) == 1 && status[0] == task.StatusPassing {
+			h.passingOnly = true
+			if !statusFilter {
+				status = nil // the same query as the default
+			}
+		} else if len(status) < len(task.Statuses) {
+			h.keep = map[string]bool{}
+			for _, s := range status {
+				h.keep[s] = true
+			}
+		}
+	}
+	h.o.Status = status
 	k := keyBuilder{}
 	k.path("health/service/", name, "/")
 	k.param("dc", o.Datacenter)
 	k.param("filter", o.Filter)
 	k.param("ns", o.Namespace)
-	return &healthService{name: name, o: o, key: k.String()}
+	k.param("partition", o.Partition)
+	k.param("peer", o.Peer)
+	k.param("status", strings.Join(status, ","))
+	h.key = k.String()
+	return h
 }
 
 func (h *healthService) Key() string { return h.key }
-
-// passingOnly reports whether the query asks Consul for passing instances
-// only: always, unless the filter itself selects on Checks.Status.
-func (h *healthService) passingOnly() bool {
-	return !strings.Contains(h.o.Filter, "Checks.Status")
-}
 
 func (h *healthService) Fetch(ctx context.Context, c *consul.Client, waitIndex uint64) (any, uint64, error) {
 	p := url.Values{}
@@ -98,16 +137,27 @@ func (h *healthService) Fetch(ctx context.Context, c *consul.Client, waitIndex u
 	}
 	setNonEmpty(p, "dc", h.o.Datacenter)
 	setNonEmpty(p, "ns", h.o.Namespace)
+	setNonEmpty(p, "partition", h.o.Partition)
+	setNonEmpty(p, "peer", h.o.Peer)
 	setNonEmpty(p, "filter", h.o.Filter)
-	if h.passingOnly() {
+	if h.passingOnly {
 		p.Set("passing", "1")
+	}
+	if c.UseCache {
+		// The agent answers from its cache, kept current by the streaming
+		// backend where the agent has it, instead of asking a server.
+		p.Set("cached", "")
 	}
 	var entries []*healthEntry
 	index, err := c.BlockingGet(ctx, "/v1/health/service/"+url.PathEscape(h.name), p, &entries)
 	if err != nil {
 		return nil, 0, err
 	}
-	return normaliseHealth(entries), index, nil
+	out := normaliseHealth(entries)
+	if h.keep != nil {
+		out = slices.DeleteFunc(out, func(s task.Service) bool { return !h.keep[s.Status] })
+	}
+	return out, index, nil
 }
 
 func setNonEmpty(p url.Values, k, v string) {
@@ -236,6 +286,8 @@ func nonNil(m map[string]string) map[string]string {
 type CatalogOptions struct {
 	Datacenter string
 	Namespace  string
+	Partition  string
+	Peer       string
 	NodeMeta   map[string]string
 }
 
@@ -256,6 +308,8 @@ func CatalogServices(o CatalogOptions) Query {
 		k.param("node-meta", escape(mk, ":")+":"+o.NodeMeta[mk])
 	}
 	k.param("ns", o.Namespace)
+	k.param("partition", o.Partition)
+	k.param("peer", o.Peer)
 	return &catalogServices{o: o, key: k.String()}
 }
 
@@ -264,6 +318,8 @@ func (c *catalogServices) Key() string { return c.key }
 func (c *catalogServices) Fetch(ctx context.Context, cl *consul.Client, waitIndex uint64) (any, uint64, error) {
 	q := queryOptions(ctx, waitIndex, c.o.Datacenter, c.o.Namespace)
 	q.NodeMeta = c.o.NodeMeta
+	q.Partition = c.o.Partition
+	q.Peer = c.o.Peer
 	svcs, meta, err := cl.Catalog().Services(q)
 	if err != nil {
 		return nil, 0, err
@@ -343,9 +399,11 @@ func (k *kvQuery) Fetch(ctx context.Context, c *consul.Client, waitIndex uint64)
 
 // Keys look like URLs so they read well in logs and metrics:
 //
-//	health/service/<name>[?dc=<dc>][&filter=<filter>][&ns=<ns>]
-//	catalog/services[?dc=<dc>][&node-meta=<k>:<v>...][&ns=<ns>]
+//	health/service/<name>[?dc=<dc>][&filter=<filter>][&ns=<ns>][&partition=<p>][&peer=<p>][&status=<s>,...]
+//	catalog/services[?dc=<dc>][&node-meta=<k>:<v>...][&ns=<ns>][&partition=<p>][&peer=<p>]
 //	kv/<path>[?dc=<dc>][&ns=<ns>][&recurse]
+//	catalog/nodes[?dc=<dc>][&filter=<filter>][&node-meta=<k>:<v>...]
+//	config/service-intentions[?dc=<dc>][&ns=<ns>][&partition=<p>]
 //
 // Parameters come in this fixed order and are left out when empty;
 // node-meta pairs are sorted by key. Each part is escaped so the encoding

@@ -117,6 +117,24 @@ func DigestOf(v any) (Digest, error) {
 		}
 	case map[string]string:
 		h.dict(v)
+	case []task.Node:
+		h.int(len(v))
+		for i := range v {
+			n := &v[i]
+			h.str(n.ID, n.Node, n.Address, n.Datacenter)
+			h.dict(n.TaggedAddresses)
+			h.dict(n.Meta)
+		}
+	case []task.Intention:
+		h.int(len(v))
+		for i := range v {
+			in := &v[i]
+			h.str(in.SourceName, in.SourceNamespace, in.SourcePartition, in.SourcePeer, in.SourceSamenessGroup,
+				in.SourceType, in.DestinationName, in.DestinationNamespace, in.DestinationPartition,
+				in.Action, in.Permissions, in.Description)
+			h.int(in.Precedence)
+			h.dict(in.Meta)
+		}
 	default:
 		return Digest{}, fmt.Errorf("no digest for %T", v)
 	}

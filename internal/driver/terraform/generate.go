@@ -62,6 +62,35 @@ var servicesFields = []struct{ name, typ string }{
 	{"cts_user_defined_meta", "map(string)"},
 }
 
+// nodesFields and intentionsFields are the object types of the elements of
+// the nodes and intentions variables (ctsync extensions), in the order the
+// inputs file writes them.
+var nodesFields = []struct{ name, typ string }{
+	{"id", "string"},
+	{"node", "string"},
+	{"address", "string"},
+	{"datacenter", "string"},
+	{"tagged_addresses", "map(string)"},
+	{"meta", "map(string)"},
+}
+
+var intentionsFields = []struct{ name, typ string }{
+	{"source_name", "string"},
+	{"source_namespace", "string"},
+	{"source_partition", "string"},
+	{"source_peer", "string"},
+	{"source_sameness_group", "string"},
+	{"source_type", "string"},
+	{"destination_name", "string"},
+	{"destination_namespace", "string"},
+	{"destination_partition", "string"},
+	{"action", "string"},
+	{"permissions", "string"},
+	{"precedence", "number"},
+	{"description", "string"},
+	{"meta", "map(string)"},
+}
+
 // reservedModuleArgs cannot be task variables: they are module meta-arguments
 // or arguments the driver sets itself.
 var reservedModuleArgs = map[string]bool{
@@ -80,6 +109,8 @@ type rootModule struct {
 	backend         config.Backend
 	catalogServices bool // render the catalog_services variable
 	consulKV        bool // render the consul_kv variable
+	nodes           bool // render the nodes variable
+	intentions      bool // render the intentions variable
 	varNames        []string
 	varValues       map[string]json.RawMessage
 }
@@ -102,6 +133,11 @@ func newRootModule(o *Options) (*rootModule, error) {
 	if c := s.Condition.ConsulKV; (c != nil && c.UseAsModuleInput) || s.ModuleInput.ConsulKV != nil {
 		m.consulKV = true
 	}
+	m.nodes = (s.Condition.Nodes != nil && s.Condition.Nodes.UseAsModuleInput) || s.ModuleInput.Nodes != nil
+	m.intentions = (s.Condition.Intentions != nil && s.Condition.Intentions.UseAsModuleInput) || s.ModuleInput.Intentions != nil
+	// nodes and intentions are ordinary names for a task that does not
+	// render them (CTS configurations may use them).
+	extraInputs := map[string]bool{"nodes": m.nodes, "intentions": m.intentions}
 
 	m.providers = append([]config.Provider(nil), o.Providers...)
 	sort.SliceStable(m.providers, func(i, j int) bool { return m.providers[i].Name < m.providers[j].Name })
@@ -116,7 +152,7 @@ func newRootModule(o *Options) (*rootModule, error) {
 		if p.NeedsResolution() {
 			return nil, fmt.Errorf("provider %s still holds {{ key }} templates: the configuration was not resolved (resolve.Providers)", p.Ref())
 		}
-		if p.Name == "services" || p.Name == "catalog_services" || p.Name == "consul_kv" {
+		if p.Name == "services" || p.Name == "catalog_services" || p.Name == "consul_kv" || extraInputs[p.Name] {
 			return nil, fmt.Errorf("provider name %q clashes with the module input variable of the same name", p.Name)
 		}
 		seen[p.Name] = true
@@ -129,7 +165,7 @@ func newRootModule(o *Options) (*rootModule, error) {
 		if !hclsyntax.ValidIdentifier(name) {
 			return nil, fmt.Errorf("task variable %q: not a valid variable name", name)
 		}
-		if reservedModuleArgs[name] {
+		if reservedModuleArgs[name] || extraInputs[name] {
 			return nil, fmt.Errorf("task variable %q: the name is reserved (module argument set by ctsync)", name)
 		}
 		if seen[name] {
@@ -423,6 +459,12 @@ func (m *rootModule) mainTF() []byte {
 	if m.consulKV {
 		mod.SetAttributeTraversal("consul_kv", varRef("consul_kv"))
 	}
+	if m.nodes {
+		mod.SetAttributeTraversal("nodes", varRef("nodes"))
+	}
+	if m.intentions {
+		mod.SetAttributeTraversal("intentions", varRef("intentions"))
+	}
 	if len(m.varNames) > 0 {
 		mod.AppendNewline()
 		for _, name := range m.varNames {
@@ -492,6 +534,18 @@ func (m *rootModule) variablesTF() []byte {
 		kv.SetAttributeValue("description", cty.StringVal("Consul KV pairs, keyed by their full key path"))
 		kv.SetAttributeRaw("type", typeTokens("map(string)"))
 	}
+	if m.nodes {
+		root.AppendNewline()
+		v := root.AppendNewBlock("variable", []string{"nodes"}).Body()
+		v.SetAttributeValue("description", cty.StringVal("Consul catalog nodes the task selects, sorted by node name"))
+		v.SetAttributeRaw("type", objectListType(nodesFields))
+	}
+	if m.intentions {
+		root.AppendNewline()
+		v := root.AppendNewBlock("variable", []string{"intentions"}).Body()
+		v.SetAttributeValue("description", cty.StringVal("Consul service intentions the task selects, one per source, highest precedence first"))
+		v.SetAttributeRaw("type", objectListType(intentionsFields))
+	}
 	for _, p := range m.providers {
 		root.AppendNewline()
 		v := root.AppendNewBlock("variable", []string{p.Name}).Body()
@@ -500,6 +554,15 @@ func (m *rootModule) variablesTF() []byte {
 		v.SetAttributeValue("sensitive", cty.True)
 	}
 	return formatFile(f)
+}
+
+// objectListType renders list(object({ ... })) of the fields.
+func objectListType(fields []struct{ name, typ string }) hclwrite.Tokens {
+	attrs := make([]hclwrite.ObjectAttrTokens, 0, len(fields))
+	for _, fld := range fields {
+		attrs = append(attrs, hclwrite.ObjectAttrTokens{Name: hclwrite.TokensForIdentifier(fld.name), Value: typeTokens(fld.typ)})
+	}
+	return hclwrite.TokensForFunctionCall("list", hclwrite.TokensForFunctionCall("object", hclwrite.TokensForObject(attrs)))
 }
 
 // typeTokens renders a type expression such as "map(list(string))". Only
@@ -657,6 +720,12 @@ func (m *rootModule) inputsTFVars(in *task.Inputs) ([]byte, error) {
 			for _, k := range sortedKeys(in.ConsulKV) {
 				entries = append(entries, enc.key(k).with(enc.str(in.ConsulKV[k])))
 			}
+		case "nodes":
+			writeObjectList(&buf, name, len(in.Nodes), func(i int) []objEntry { return enc.nodeEntries(&in.Nodes[i]) })
+			continue
+		case "intentions":
+			writeObjectList(&buf, name, len(in.Intentions), func(i int) []objEntry { return enc.intentionEntries(&in.Intentions[i]) })
+			continue
 		}
 		// An empty map is written over two lines, "{" and "}", as CTS does.
 		buf.WriteString(name + " = {\n")
@@ -683,8 +752,12 @@ func (m *rootModule) inputOrder() []string {
 	add("services", c.Services != nil && c.Services.UseAsModuleInput)
 	add("catalog_services", m.catalogServices)
 	add("consul_kv", c.ConsulKV != nil && c.ConsulKV.UseAsModuleInput)
+	add("nodes", c.Nodes != nil && c.Nodes.UseAsModuleInput)
+	add("intentions", c.Intentions != nil && c.Intentions.UseAsModuleInput)
 	add("services", mi.Services != nil)
 	add("consul_kv", m.consulKV)
+	add("nodes", m.nodes)
+	add("intentions", m.intentions)
 	add("services", true)
 	return order
 }
@@ -832,6 +905,55 @@ func (c *textCache) serviceEntries(s *task.Service) []objEntry {
 	}
 }
 
+// writeObjectList writes `name = [ { ... }, ... ]`, one object per element
+// (entries(i) are the fields of element i); an empty list is "[]".
+func writeObjectList(buf *bytes.Buffer, name string, n int, entries func(i int) []objEntry) {
+	if n == 0 {
+		buf.WriteString(name + " = []\n")
+		return
+	}
+	buf.WriteString(name + " = [\n")
+	for i := 0; i < n; i++ {
+		buf.WriteString("  {\n")
+		writeEntries(buf, 4, entries(i))
+		buf.WriteString("  },\n")
+	}
+	buf.WriteString("]\n")
+}
+
+// nodeEntries is one nodes element, fields in nodesFields order.
+func (c *textCache) nodeEntries(n *task.Node) []objEntry {
+	return []objEntry{
+		identKey("id").with(c.str(n.ID)),
+		identKey("node").with(c.str(n.Node)),
+		identKey("address").with(c.str(n.Address)),
+		identKey("datacenter").with(c.str(n.Datacenter)),
+		c.strMap(identKey("tagged_addresses"), n.TaggedAddresses),
+		c.strMap(identKey("meta"), n.Meta),
+	}
+}
+
+// intentionEntries is one intentions element, fields in intentionsFields
+// order.
+func (c *textCache) intentionEntries(in *task.Intention) []objEntry {
+	return []objEntry{
+		identKey("source_name").with(c.str(in.SourceName)),
+		identKey("source_namespace").with(c.str(in.SourceNamespace)),
+		identKey("source_partition").with(c.str(in.SourcePartition)),
+		identKey("source_peer").with(c.str(in.SourcePeer)),
+		identKey("source_sameness_group").with(c.str(in.SourceSamenessGroup)),
+		identKey("source_type").with(c.str(in.SourceType)),
+		identKey("destination_name").with(c.str(in.DestinationName)),
+		identKey("destination_namespace").with(c.str(in.DestinationNamespace)),
+		identKey("destination_partition").with(c.str(in.DestinationPartition)),
+		identKey("action").with(c.str(in.Action)),
+		identKey("permissions").with(c.str(in.Permissions)),
+		identKey("precedence").with(strconv.AppendInt(nil, int64(in.Precedence), 10)),
+		identKey("description").with(c.str(in.Description)),
+		c.strMap(identKey("meta"), in.Meta),
+	}
+}
+
 // checkKeys refuses inputs with two map keys that Terraform would see as
 // one: the encoder writes each invalid UTF-8 byte as U+FFFD, and Terraform
 // normalises text to Unicode normal form C, so "\xe2" and "\xe3", or "é"
@@ -853,6 +975,18 @@ func checkKeys(in *task.Inputs) error {
 	}
 	if err := distinctKeys("catalog_services", in.CatalogServices); err != nil {
 		return err
+	}
+	for i, n := range in.Nodes {
+		for field, m := range map[string]map[string]string{"meta": n.Meta, "tagged_addresses": n.TaggedAddresses} {
+			if err := distinctKeys(fmt.Sprintf("nodes[%d].%s", i, field), m); err != nil {
+				return err
+			}
+		}
+	}
+	for i, in := range in.Intentions {
+		if err := distinctKeys(fmt.Sprintf("intentions[%d].meta", i), in.Meta); err != nil {
+			return err
+		}
 	}
 	return distinctKeys("consul_kv", in.ConsulKV)
 }
