@@ -183,15 +183,34 @@ func haGet(port int, path string) (int, http.Header, []byte) {
 	return resp.StatusCode, resp.Header, b
 }
 
-// waitIdle waits until the leader has no run in progress or queued.
+// waitIdle waits until the leader has no run in progress or queued: every
+// run it logged has ended, and its API shows no task active.
 func waitIdle(t *testing.T, in *haInstance) {
 	t.Helper()
 	testutil.Eventually(t, 60*time.Second, in.id+" idle", func() bool {
 		started := len(haLines(in.proc(), `msg="running task"`))
 		ended := len(haLines(in.proc(), `msg="task run succeeded"`)) + len(haLines(in.proc(), `msg="task run failed"`))
-		return started == ended
+		if started != ended {
+			return false
+		}
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/status/tasks", in.port))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var tasks map[string]struct {
+			Active bool `json:"active"`
+		}
+		if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&tasks) != nil {
+			return false
+		}
+		for _, st := range tasks {
+			if st.Active {
+				return false
+			}
+		}
+		return true
 	})
-	time.Sleep(300 * time.Millisecond) // let Consul's anti-entropy and views settle
 }
 
 // runInterval is one Terraform run of one instance, from its logs.
@@ -461,11 +480,23 @@ func TestHighAvailability(t *testing.T) {
 	measured["cut: acquired -> changes applied"] = applied.Sub(at)
 	leader.proxy.Restore()
 	healed := time.Now()
+	cutOne := leader
 	leader = c.leading(30 * time.Second)
 	if leader != next {
 		t.Fatalf("after the link healed %s leads, want %s", leader.id, next.id)
 	}
-	time.Sleep(2 * time.Second)
+	// The healed instance has read the lock key again once it names the
+	// new leader to API callers: from then on it cannot take the lock
+	// while the new leader holds it.
+	testutil.Eventually(t, 30*time.Second, cutOne.id+" to see "+next.id+" lead", func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/status/tasks", cutOne.port))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), "'"+next.id+"'")
+	})
 	for _, in := range c.insts {
 		if ls := haLines(in.proc(), `msg="ha: acquired leadership"`); len(ls) > 0 && ls[len(ls)-1].at.After(healed) {
 			t.Fatalf("%s acquired the lead after the link healed", in.id)

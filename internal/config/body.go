@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
@@ -660,93 +661,13 @@ func (d *decoder) exprText(expr hcl.Expression, v cty.Value) string {
 	return hclLiteral(v)
 }
 
-// hclLiteral renders a constant value as HCL expression text. The output is
-// JSON-like (JSON text of strings, numbers, bools, lists and objects is
-// valid HCL), except that "${" and "%{" in strings are escaped as "$${" and
-// "%%{" so that HCL reads the same string back instead of a template.
+// hclLiteral renders a constant value as HCL expression text, with
+// hclwrite (which escapes "${" and "%{" in strings so that HCL reads the
+// same string back instead of a template). A value that is not wholly known
+// (never the case for constants) is rendered as null.
 func hclLiteral(v cty.Value) string {
-	var b strings.Builder
-	writeHCL(&b, v)
-	return b.String()
-}
-
-func writeHCL(b *strings.Builder, v cty.Value) {
-	if v == cty.NilVal || v.IsNull() || !v.IsKnown() {
-		b.WriteString("null")
-		return
+	if v == cty.NilVal || !v.IsWhollyKnown() {
+		return "null"
 	}
-	ty := v.Type()
-	switch {
-	case ty == cty.String:
-		writeHCLString(b, v.AsString())
-	case ty == cty.Number:
-		bf := v.AsBigFloat()
-		switch exp := bf.MantExp(nil); {
-		case bf.IsInf():
-			b.WriteString("null")
-		case exp > 200 || exp < -200:
-			b.WriteString(bf.Text('g', -1))
-		default:
-			b.WriteString(bf.Text('f', -1))
-		}
-	case ty == cty.Bool:
-		if v.True() {
-			b.WriteString("true")
-		} else {
-			b.WriteString("false")
-		}
-	case ty.IsListType() || ty.IsSetType() || ty.IsTupleType():
-		b.WriteByte('[')
-		i := 0
-		for it := v.ElementIterator(); it.Next(); i++ {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			_, e := it.Element()
-			writeHCL(b, e)
-		}
-		b.WriteByte(']')
-	case ty.IsMapType() || ty.IsObjectType():
-		b.WriteByte('{')
-		i := 0
-		for it := v.ElementIterator(); it.Next(); i++ {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			k, e := it.Element()
-			writeHCLString(b, k.AsString())
-			b.WriteString(": ")
-			writeHCL(b, e)
-		}
-		b.WriteByte('}')
-	default:
-		b.WriteString("null")
-	}
-}
-
-func writeHCLString(b *strings.Builder, s string) {
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"':
-			b.WriteString(`\"`)
-		case c == '\\':
-			b.WriteString(`\\`)
-		case c == '\n':
-			b.WriteString(`\n`)
-		case c == '\r':
-			b.WriteString(`\r`)
-		case c == '\t':
-			b.WriteString(`\t`)
-		case (c == '$' || c == '%') && i+1 < len(s) && s[i+1] == '{':
-			b.WriteByte(c)
-			b.WriteByte(c)
-		case c < 0x20 || c == 0x7f:
-			fmt.Fprintf(b, `\u%04x`, c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
+	return string(hclwrite.TokensForValue(v).Bytes())
 }

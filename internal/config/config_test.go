@@ -619,7 +619,11 @@ func TestHCLLiteral(t *testing.T) {
 		"l": cty.TupleVal([]cty.Value{cty.True, cty.NullVal(cty.DynamicPseudoType), cty.NumberIntVal(1000000)}),
 	})
 	text := hclLiteral(v)
-	want := `{"l": [true, null, 1000000], "n": 1.5, "s": "a\"b\\c\n$${x}%%{y}$z"}`
+	want := `{
+  l = [true, null, 1000000]
+  n = 1.5
+  s = "a\"b\\c\n$${x}%%{y}$z"
+}`
 	if text != want {
 		t.Errorf("hclLiteral = %s\nwant          %s", text, want)
 	}

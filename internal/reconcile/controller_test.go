@@ -180,7 +180,7 @@ func (h *harness) waitApplied(t *testing.T, name string) {
 // no apply happened: a positive signal that the change was considered,
 // rather than a wait to see nothing happen. (The duration is ignored; kept
 // so the call sites read as before.)
-func (h *harness) noApply(t *testing.T, _ time.Duration) {
+func (h *harness) noApply(t *testing.T) {
 	t.Helper()
 	waitFor(t, "the controller to settle", h.ctrl.Settled)
 	select {
@@ -199,7 +199,7 @@ func TestRunsWhenDataArrivesAndSkipsUnchangedInputs(t *testing.T) {
 	}
 	// Same value again (e.g. only a check's output changed upstream): no run.
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
-	h.noApply(t, 100*time.Millisecond)
+	h.noApply(t)
 	// A real change runs.
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
 	h.waitApplied(t, "a")
@@ -227,7 +227,7 @@ func TestChangeDuringRunIsAppliedAfterwards(t *testing.T) {
 	if n := len(h.rec.last("a").Services); n != 3 {
 		t.Fatalf("rerun saw %d services, want the latest 3", n)
 	}
-	h.noApply(t, 100*time.Millisecond) // two changes coalesced into one rerun
+	h.noApply(t) // two changes coalesced into one rerun
 	if h.rec.overlap {
 		t.Fatal("a task ran twice at once")
 	}
@@ -317,7 +317,7 @@ func TestBufferPeriodCoalesces(t *testing.T) {
 	if n := len(h.rec.last("a").Services); n != 5 {
 		t.Fatalf("buffered run saw %d services, want 5", n)
 	}
-	h.noApply(t, 300*time.Millisecond)
+	h.noApply(t)
 }
 
 func TestRegexpFollowsCatalog(t *testing.T) {
@@ -416,7 +416,7 @@ func TestDriftDetectedAndRemediated(t *testing.T) {
 func TestStandbyRunsNothingUntilActive(t *testing.T) {
 	h := start(t, 4, nil, func(o *Options) { o.Standby = true }, servicesTask("a", "web"), servicesTask("b", "web"))
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
-	h.noApply(t, 200*time.Millisecond)
+	h.noApply(t)
 	// What a previous leader left in the shared store: "a" applied these
 	// inputs completely; "b" applied them too but died during a later run.
 	for _, name := range []string{"a", "b"} {
@@ -430,7 +430,7 @@ func TestStandbyRunsNothingUntilActive(t *testing.T) {
 	_ = h.st.StartRun("b", "run-that-died")
 	h.ctrl.SetActive(true)
 	h.waitApplied(t, "b")
-	h.noApply(t, 200*time.Millisecond) // "a" is up to date: not run
+	h.noApply(t) // "a" is up to date: not run
 	if got := h.rec.count("a"); got != 0 {
 		t.Fatalf("a ran %d times although its inputs were applied", got)
 	}
@@ -439,7 +439,7 @@ func TestStandbyRunsNothingUntilActive(t *testing.T) {
 	}
 	h.ctrl.SetActive(false)
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
-	h.noApply(t, 200*time.Millisecond)
+	h.noApply(t)
 }
 
 func TestScheduleTaskRunsAtStartOnceDataArrives(t *testing.T) {
@@ -447,11 +447,11 @@ func TestScheduleTaskRunsAtStartOnceDataArrives(t *testing.T) {
 		Condition:   task.Condition{Schedule: &task.ScheduleCondition{Cron: "0 0 1 1 * 2099"}},
 		ModuleInput: task.ModuleInputs{Services: &task.ServicesSelector{Names: []string{"web"}}}}
 	h := start(t, 4, nil, s)
-	h.noApply(t, 100*time.Millisecond) // no data yet
+	h.noApply(t) // no data yet
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "cron")
 	waitFor(t, "the start-up run to be over", h.ctrl.Settled)
 	// Later changes wait for the schedule.
 	h.w.Set(healthKey("web"), []task.Service{inst("web-2", "web")})
-	h.noApply(t, 200*time.Millisecond)
+	h.noApply(t)
 }
