@@ -293,7 +293,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 			return dev.New(spec, logger.With("component", "driver")), nil
 		}
 		if cfg.TFC != nil {
-			return tfc.New(tfcOptions(cfg, o)) // tfc.go
+			return tfc.New(tfcOptions(cfg, o, a.store)) // tfc.go
 		}
 		return terraform.New(o)
 	}
@@ -308,7 +308,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 			return nil, nil // the run reports it (the driver cannot be built)
 		}
 		if cfg.TFC != nil {
-			return tfc.DesiredState(ctx, tfcOptions(cfg, o)) // tfc.go
+			return tfc.DesiredState(ctx, tfcOptions(cfg, o, nil)) // tfc.go
 		}
 		return terraform.DesiredState(ctx, o)
 	}

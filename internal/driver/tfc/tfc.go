@@ -16,11 +16,18 @@
 //
 // The Consul data and the task's variables travel inside the upload as
 // auto-loaded variable files, so a configuration version is the whole
-// desired state of its run. Every run's message names the task, the
-// verb and a digest of the upload: before queuing, the driver looks for an
-// unfinished run of the same digest in the workspace (queued by this
-// instance before a failure, or by a previous leader) and waits for it
-// instead of queuing a duplicate.
+// desired state of its run. Before queuing an apply or a destroy, the
+// driver records the run in the task's store entry (Options.Runs: Consul
+// KV under high availability): first its configuration version, then its
+// id. The next attempt of the same configuration (a retry after the API
+// went away, or a new leader after a failover) finds that run by its id
+// (or by its configuration version, when the id was not recorded) and
+// waits for it, or takes its result when it has already applied, instead
+// of queuing a duplicate; queue explains what a crash at each point
+// leaves. Every run's message also names the task, the verb and a digest
+// of the upload, and an unfinished run with the same message is waited for
+// too: that finds runs the record does not know of on servers that keep
+// messages (HCP Terraform, Terraform Enterprise; OTF v0.1.0 drops them).
 package tfc
 
 import (
@@ -51,6 +58,7 @@ import (
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/driver/terraform"
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -82,6 +90,18 @@ type Options struct {
 	KeepRunLogs int
 	// HTTPClient, when set, is used instead of one built from Config.TLS.
 	HTTPClient *http.Client
+	// Runs is where the run the driver queues for the task is recorded
+	// and where the outcomes of runs are read (the daemon's store: Consul
+	// KV under high availability, so that a new leader finds the run of
+	// the old one). Nil: the driver remembers its last run in memory.
+	Runs Runs
+}
+
+// Runs is the part of the store the driver uses: the task's run record
+// and its events (which tell whether a run's outcome was recorded).
+type Runs interface {
+	store.RemoteRuns
+	Events(taskName string) []store.Event
 }
 
 // Driver runs one task in its workspace. It implements driver.Driver; its
@@ -93,6 +113,9 @@ type Driver struct {
 	ws     *tfe.Workspace
 	log    *slog.Logger
 	calls  atomic.Int64 // API requests made, retries included
+
+	mem      *store.RemoteRun // the run record without Options.Runs
+	returned string           // the last remote run whose result was returned
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -483,51 +506,49 @@ func (d *Driver) do(ctx context.Context, op string, run driver.Run, in *task.Inp
 	}
 	message := fmt.Sprintf("%s%s %s %s", messagePrefix, d.opts.Spec.Name, op, digest)
 
-	r, err := d.pending(ctx, op, message)
-	if err != nil {
-		return res, err
-	}
-	if r != nil {
-		d.log.Info("waiting for an unfinished run of the same configuration instead of queuing another", "run_id", r.ID, "status", r.Status)
-		fmt.Fprintf(lg, "# found unfinished run %s of the same configuration: waiting for it\n", r.ID)
-	} else {
-		opts := tfe.RunCreateOptions{Workspace: d.ws, Message: tfe.String(message)}
-		switch op {
-		case "plan":
-			opts.PlanOnly = tfe.Bool(true)
-		case "apply":
-			opts.AutoApply = tfe.Bool(true)
-		case "destroy":
-			opts.IsDestroy = tfe.Bool(true)
-			opts.AutoApply = tfe.Bool(true)
+	var r *tfe.Run
+	if op != "plan" {
+		// The run this task recorded last, when it is of the same
+		// configuration and its outcome was never recorded (see
+		// recorded): wait for it, or take its result.
+		if r, err = d.recordedRun(ctx, op, digest); err != nil {
+			return res, err
 		}
-		if op == "destroy" {
-			// The configuration of the last apply: a speculative one
-			// (of a later plan) cannot be applied.
-			cvs, err := d.client.ConfigurationVersions.List(ctx, d.ws.ID, &tfe.ConfigurationVersionListOptions{ListOptions: tfe.ListOptions{PageSize: 50}})
-			if err != nil {
-				return res, d.apiError(ctx, op, "listing configuration versions", err)
-			}
-			for _, cv := range cvs.Items {
-				if !cv.Speculative && cv.Status == tfe.ConfigurationUploaded {
-					opts.ConfigurationVersion = cv
-					break
+		if r != nil && final(r.Status) {
+			res.RunURL = d.runURL(r.ID)
+			if r.Status == tfe.RunApplied || r.Status == tfe.RunPlannedAndFinished {
+				fmt.Fprintf(lg, "# the recorded run %s of the same configuration has ended (%s): its result is this run's\n", r.ID, r.Status)
+				out, ferr := d.finish(ctx, op, r, res, lg)
+				if ferr == nil {
+					d.log.Info("the run recorded for this configuration has already ended: taking its result, not queuing another",
+						"run_id", r.ID, "status", r.Status)
+					d.done(r.ID)
+					return out, nil
 				}
+				res = driver.Result{LogPath: logPath}
 			}
-			if opts.ConfigurationVersion == nil {
-				fmt.Fprintln(lg, "# the workspace has no applied configuration: nothing to destroy")
-				return res, nil
-			}
-		} else {
-			cv, err := d.upload(ctx, op, stage)
-			if err != nil {
-				return res, err
-			}
-			opts.ConfigurationVersion = cv
+			fmt.Fprintf(lg, "# the recorded run %s of the same configuration ended %s: queuing a new one\n", r.ID, r.Status)
+			r = nil
 		}
-		r, err = d.client.Runs.Create(ctx, opts)
-		if err != nil {
-			return res, d.apiError(ctx, op, fmt.Sprintf("queuing a run in workspace %q", d.name), err)
+		if r != nil {
+			d.log.Info("waiting for the run recorded for this configuration instead of queuing another", "run_id", r.ID, "status", r.Status)
+			fmt.Fprintf(lg, "# found the recorded, unfinished run %s of the same configuration: waiting for it\n", r.ID)
+		}
+	}
+	if r == nil {
+		// Fallback: a run found by its message (a server that keeps run
+		// messages; OTF v0.1.0 does not).
+		if r, err = d.pending(ctx, op, message); err != nil {
+			return res, err
+		}
+		if r != nil {
+			d.log.Info("waiting for an unfinished run of the same configuration instead of queuing another", "run_id", r.ID, "status", r.Status)
+			fmt.Fprintf(lg, "# found unfinished run %s of the same configuration: waiting for it\n", r.ID)
+		}
+	}
+	if r == nil {
+		if r, err = d.queue(ctx, op, run, digest, message, stage, lg); err != nil || r == nil {
+			return res, err
 		}
 	}
 	res.RunURL = d.runURL(r.ID)
@@ -536,7 +557,181 @@ func (d *Driver) do(ctx context.Context, op string, run driver.Run, in *task.Inp
 	if err != nil {
 		return res, err
 	}
-	return d.finish(ctx, op, r, res, lg)
+	res, err = d.finish(ctx, op, r, res, lg)
+	if err == nil && op != "plan" {
+		d.done(r.ID)
+	}
+	return res, err
+}
+
+// queue uploads the configuration (or, for a destroy, picks the last
+// applied one), records it and queues the run. It returns nil without an
+// error when there is nothing to destroy.
+//
+// The record (recordRun) is written twice around Runs.Create: before it,
+// with the configuration version, and after it, with the run's id. What a
+// crash (or a lost lead) at each point leaves to the next attempt, here or
+// on a new leader:
+//
+//   - before the first write: no run exists; the next attempt queues one.
+//   - the first write fails (Consul unreachable, or the instance no longer
+//     leads: the write is fenced): the run is not created; the verb fails
+//     and is retried.
+//   - between the first write and the creation: the record names a
+//     configuration version no run uses; the next attempt finds none and
+//     queues a run.
+//   - the request to create the run was sent but its answer (or the second
+//     write) was lost: the record has no run id; the next attempt lists the
+//     workspace's runs and finds the run by its configuration version.
+//   - after the second write: the next attempt reads the run by its id.
+//
+// So no duplicate comes from a crash. One remains possible: an old leader
+// whose create request reaches the server after the new leader has looked
+// at the workspace. The HA timing bounds that (a deposed leader's runs are
+// cancelled before anyone can take over, docs/ha.md), and a duplicate run
+// of the same configuration is idempotent: it plans no changes.
+func (d *Driver) queue(ctx context.Context, op string, run driver.Run, digest, message, stage string, lg io.Writer) (*tfe.Run, error) {
+	opts := tfe.RunCreateOptions{Workspace: d.ws, Message: tfe.String(message)}
+	switch op {
+	case "plan":
+		opts.PlanOnly = tfe.Bool(true)
+	case "apply":
+		opts.AutoApply = tfe.Bool(true)
+	case "destroy":
+		opts.IsDestroy = tfe.Bool(true)
+		opts.AutoApply = tfe.Bool(true)
+	}
+	if op == "destroy" {
+		// The configuration of the last apply: a speculative one (of a
+		// later plan) cannot be applied.
+		cvs, err := d.client.ConfigurationVersions.List(ctx, d.ws.ID, &tfe.ConfigurationVersionListOptions{ListOptions: tfe.ListOptions{PageSize: 50}})
+		if err != nil {
+			return nil, d.apiError(ctx, op, "listing configuration versions", err)
+		}
+		for _, cv := range cvs.Items {
+			if !cv.Speculative && cv.Status == tfe.ConfigurationUploaded {
+				opts.ConfigurationVersion = cv
+				break
+			}
+		}
+		if opts.ConfigurationVersion == nil {
+			fmt.Fprintln(lg, "# the workspace has no applied configuration: nothing to destroy")
+			return nil, nil
+		}
+	} else {
+		cv, err := d.upload(ctx, op, stage)
+		if err != nil {
+			return nil, err
+		}
+		opts.ConfigurationVersion = cv
+	}
+	rec := store.RemoteRun{Op: op, Digest: digest, ConfigurationVersion: opts.ConfigurationVersion.ID, Run: run.ID, At: time.Now().UTC()}
+	if op != "plan" {
+		if err := d.recordRun(rec); err != nil {
+			return nil, &driver.Error{Op: op, Err: err,
+				Summary: fmt.Sprintf("not queuing a run in workspace %q: recording it for the task failed: %v", d.name, err)}
+		}
+	}
+	r, err := d.client.Runs.Create(ctx, opts)
+	if err != nil {
+		return nil, d.apiError(ctx, op, fmt.Sprintf("queuing a run in workspace %q", d.name), err)
+	}
+	if op != "plan" {
+		rec.ID = r.ID
+		if err := d.recordRun(rec); err != nil {
+			// The run is found by its configuration version instead.
+			d.log.Warn("the queued run's id could not be recorded", "run_id", r.ID, "error", err)
+		}
+	}
+	d.log.Info("queued a remote run", "op", op, "run_id", r.ID, "configuration_version", rec.ConfigurationVersion)
+	return r, nil
+}
+
+// ---- the run record ----
+
+// record returns the task's run record.
+func (d *Driver) record() (store.RemoteRun, bool) {
+	if d.opts.Runs != nil {
+		return d.opts.Runs.RemoteRun(d.opts.Spec.Name)
+	}
+	if d.mem == nil {
+		return store.RemoteRun{}, false
+	}
+	return *d.mem, true
+}
+
+// recordRun replaces the task's run record.
+func (d *Driver) recordRun(r store.RemoteRun) error {
+	if d.opts.Runs != nil {
+		return d.opts.Runs.SetRemoteRun(d.opts.Spec.Name, r)
+	}
+	d.mem = &r
+	return nil
+}
+
+// done notes that the outcome of the recorded run id is being returned to
+// the caller.
+func (d *Driver) done(id string) { d.returned = id }
+
+// recorded reports whether the outcome of remote run id was recorded as a
+// success: an event of the task names the run (tfc_run_url) and succeeded.
+// Such a run is history; a later apply of the same configuration (a
+// schedule tick, a drift remediation, a re-run) queues a new run. Without
+// a store (Options.Runs), the driver knows only what it returned itself.
+func (d *Driver) recorded(id string) bool {
+	if id == "" {
+		return false
+	}
+	if d.opts.Runs == nil {
+		return d.returned == id
+	}
+	suffix := "/runs/" + id
+	for _, ev := range d.opts.Runs.Events(d.opts.Spec.Name) {
+		if ev.Success && strings.HasSuffix(ev.TFCRunURL, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// recordedRun returns the run the task's record names when it is of the
+// same verb and configuration and its outcome was not recorded: the run
+// an attempt queued before it failed, or before its instance stopped
+// leading (crash, partition, SIGKILL). Nil otherwise.
+func (d *Driver) recordedRun(ctx context.Context, op, digest string) (*tfe.Run, error) {
+	rec, ok := d.record()
+	if !ok || d.recorded(rec.ID) {
+		return nil, nil
+	}
+	if rec.Op != op || rec.Digest != digest {
+		// A run of an older configuration whose outcome nobody recorded:
+		// one that waits for a confirmation would hold up the
+		// workspace's queue (and the new run behind it) for ever.
+		d.discardStale(ctx, rec.ID)
+		return nil, nil
+	}
+	if rec.ID != "" {
+		r, err := d.client.Runs.Read(ctx, rec.ID)
+		switch {
+		case errors.Is(err, tfe.ErrResourceNotFound):
+			return nil, nil
+		case err != nil:
+			return nil, d.apiError(ctx, op, "reading run "+rec.ID, err)
+		}
+		return r, nil
+	}
+	// Recorded before the run was created: it may or may not exist.
+	list, err := d.client.Runs.List(ctx, d.ws.ID, &tfe.RunListOptions{ListOptions: tfe.ListOptions{PageSize: 20}})
+	if err != nil {
+		return nil, d.apiError(ctx, op, fmt.Sprintf("listing the runs of workspace %q", d.name), err)
+	}
+	for _, r := range list.Items { // newest first
+		if r.ConfigurationVersion != nil && r.ConfigurationVersion.ID == rec.ConfigurationVersion && r.IsDestroy == (op == "destroy") {
+			d.log.Info("found the run of the recorded configuration version", "run_id", r.ID, "configuration_version", rec.ConfigurationVersion)
+			return r, nil
+		}
+	}
+	return nil, nil
 }
 
 func outcome(err error) string {
@@ -580,6 +775,21 @@ func (d *Driver) pending(ctx context.Context, op, message string) (*tfe.Run, err
 		}
 	}
 	return found, nil
+}
+
+// discardStale discards run id when it waits for a confirmation.
+func (d *Driver) discardStale(ctx context.Context, id string) {
+	if id == "" {
+		return
+	}
+	r, err := d.client.Runs.Read(ctx, id)
+	if err != nil || r.Actions == nil || !r.Actions.IsConfirmable {
+		return
+	}
+	d.log.Info("discarding the recorded run of an older configuration: it waits for confirmation", "run_id", id)
+	if err := d.client.Runs.Discard(ctx, id, tfe.RunDiscardOptions{Comment: tfe.String("superseded by a newer ctsync run")}); err != nil {
+		d.log.Warn("discarding a stale run failed", "run_id", id, "error", err)
+	}
 }
 
 // final reports whether a run status is one a run never leaves.
