@@ -475,7 +475,23 @@ func TaskView(s task.Spec) task.Spec {
 		mm := displaySelector(*m)
 		s.ModuleInput.Services = &mm
 	}
+	if c := s.Condition.Nodes; c != nil {
+		cc := *c
+		cc.NodesSelector = displayNodes(cc.NodesSelector)
+		s.Condition.Nodes = &cc
+	}
+	if m := s.ModuleInput.Nodes; m != nil {
+		mm := displayNodes(*m)
+		s.ModuleInput.Nodes = &mm
+	}
 	return s
+}
+
+func displayNodes(sel task.NodesSelector) task.NodesSelector {
+	if sel.NodeMeta == nil {
+		sel.NodeMeta = map[string]string{}
+	}
+	return sel
 }
 
 func displaySelector(sel task.ServicesSelector) task.ServicesSelector {

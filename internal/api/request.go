@@ -171,6 +171,8 @@ type taskPresence struct {
 		Services        *useInput `json:"services"`
 		CatalogServices *useInput `json:"catalog_services"`
 		ConsulKV        *useInput `json:"consul_kv"`
+		Nodes           *useInput `json:"nodes"`
+		Intentions      *useInput `json:"intentions"`
 	} `json:"condition"`
 }
 
@@ -228,6 +230,12 @@ func (s *Server) decodeTask(raw json.RawMessage) (task.Spec, error) {
 	}
 	if c := spec.Condition.ConsulKV; c != nil {
 		c.UseAsModuleInput = useDefault(p.Condition.ConsulKV)
+	}
+	if c := spec.Condition.Nodes; c != nil {
+		c.UseAsModuleInput = useDefault(p.Condition.Nodes)
+	}
+	if c := spec.Condition.Intentions; c != nil {
+		c.UseAsModuleInput = useDefault(p.Condition.Intentions)
 	}
 	// The task's own buffer_period (the fields it sets) over the global
 	// one; none for schedule tasks.
