@@ -989,12 +989,7 @@ func (c *Controller) finish(ctx context.Context, name string, st store.RunState,
 		delay := retryDelay(attempt, finishRetryBase, finishRetryMax, jitterNow())
 		c.log.Warn("recording the run outcome failed; retrying", "task", name, "attempt", attempt,
 			"delay", delay.Round(time.Millisecond), "error", err)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		backoff.Sleep(ctx, delay)
 	}
 }
 

@@ -363,12 +363,7 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 		delay := backoff.Exp(c.opts.RetryBase, LockRetryCap, attempt-1)
 		c.log.Info("destroy waits: the task's Terraform state is locked by another process", "task", s.Name,
 			"attempt", attempt, "retry_in", delay)
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-		case <-t.C:
-		}
-		t.Stop()
+		backoff.Sleep(ctx, delay)
 	}
 	c.log.Info("destroyed task infrastructure", "task", s.Name, "destroyed", res.Destroy, "error", err,
 		"duration", time.Since(start).Round(time.Millisecond))
