@@ -20,6 +20,8 @@ const (
 	MinSessionTTL = 10 * time.Second
 	// MaxSessionTTL is the longest TTL Consul accepts (24h).
 	MaxSessionTTL = 24 * time.Hour
+	// MaxWeight bounds instance.weight.
+	MaxWeight = 1000
 )
 
 // HA is the high_availability block. Config.HA is nil when the block is
@@ -45,6 +47,14 @@ type HA struct {
 	// only tasks whose inputs differ from the last applied ones, or that
 	// were being applied when the previous leader stopped, run).
 	RerunAllOnFailover bool
+	// SpreadTasks is cluster.spread_tasks (ctsync extension, default
+	// false): instead of one leader running every task, each task is owned
+	// by one member and the tasks are spread over all members (see
+	// package ha, Spreader).
+	SpreadTasks bool
+	// Weight is instance.weight (spread mode): this instance's share of
+	// the tasks relative to the other members' (default 1).
+	Weight int
 	// AcceptUnlockedBackend is accept_unlocked_backend (ctsync extension,
 	// default false): the operator acknowledges a Terraform backend whose
 	// state locking is disabled, so that only ctsync's own fencing (the
@@ -73,6 +83,8 @@ type rawHA struct {
 	address    opt[string]
 	rerunAll   opt[bool]
 	acceptUnl  opt[bool]
+	spread     opt[bool]
+	weight     opt[int]
 }
 
 type rawTLS struct {
@@ -87,7 +99,7 @@ var (
 		{name: "cluster", kind: kBlock}, {name: "instance", kind: kBlock},
 		{name: "rerun_all_on_failover"}, {name: "accept_unlocked_backend"},
 	}
-	haClusterKeys = []key{{name: "name"}, {name: "storage", kind: kBlock, labels: 1, label: "type"}}
+	haClusterKeys = []key{{name: "name"}, {name: "spread_tasks"}, {name: "storage", kind: kBlock, labels: 1, label: "type"}}
 	haStorageKeys = attrs("parent_path", "namespace", "session_ttl")
 	apiTLSKeys    = attrs("enabled", "cert", "key", "verify_incoming", "ca_cert", "ca_path")
 )
@@ -104,6 +116,7 @@ func (d *decoder) haBlock(b *hcl.Block, r *rawHA) {
 	if cb := d.onlyOne(c, "cluster", path); cb != nil {
 		const cp = path + ".cluster"
 		cc := d.content(cb.Body, cp, haClusterKeys, nil)
+		r.spread.merge(d.boolean(cc, "spread_tasks", cp))
 		if n := d.str(cc, "name", cp); n.Set {
 			n.V = strings.TrimSpace(n.V)
 			switch {
@@ -138,8 +151,15 @@ func (d *decoder) haBlock(b *hcl.Block, r *rawHA) {
 	}
 	if ib := d.onlyOne(c, "instance", path); ib != nil {
 		const ip = path + ".instance"
-		ic := d.content(ib.Body, ip, attrs("address"), nil)
+		ic := d.content(ib.Body, ip, attrs("address", "weight"), nil)
 		r.address.merge(d.str(ic, "address", ip))
+		if w := d.integer(ic, "weight", ip); w.Set {
+			if w.V < 1 || w.V > MaxWeight {
+				d.errf(w.Rng, ip+".weight", "(%d) must be between 1 and %d: it is this instance's share of the tasks relative to the other members' in spread mode", w.V, MaxWeight)
+			} else {
+				r.weight.merge(w)
+			}
+		}
 	}
 }
 
@@ -176,6 +196,11 @@ func (d *decoder) finishHA(r *rawConfig, cfg *Config) {
 		InstanceAddress:       strings.TrimSpace(h.address.V),
 		RerunAllOnFailover:    h.rerunAll.V,
 		AcceptUnlockedBackend: h.acceptUnl.V,
+		SpreadTasks:           h.spread.V,
+		Weight:                h.weight.or(1),
+	}
+	if h.weight.Set && !h.spread.V {
+		d.warnf(h.weight.Rng, "high_availability.instance.weight", "is ignored: it only applies with high_availability.cluster.spread_tasks = true")
 	}
 	b := r.driver.backend
 	if b == nil {

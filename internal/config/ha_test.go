@@ -17,7 +17,7 @@ func TestHADefaultsAndFields(t *testing.T) {
 	}
 
 	cfg = mustLoad(t, writeFile(t, dir, "min.hcl", "high_availability {\n  cluster {\n    name = \"prod\"\n  }\n}\n"))
-	want := HA{ClusterName: "prod", ParentPath: DefaultHAParentPath, SessionTTL: 15 * time.Second}
+	want := HA{ClusterName: "prod", ParentPath: DefaultHAParentPath, SessionTTL: 15 * time.Second, Weight: 1}
 	if cfg.HA == nil || *cfg.HA != want {
 		t.Fatalf("defaults: got %+v, want %+v", cfg.HA, want)
 	}
@@ -43,7 +43,7 @@ high_availability {
 }
 `))
 	want = HA{ClusterName: "prod", ParentPath: "/teams/net/", Namespace: "ns1", SessionTTL: 30 * time.Second,
-		InstanceAddress: "cts-01.example.com", RerunAllOnFailover: true}
+		InstanceAddress: "cts-01.example.com", RerunAllOnFailover: true, Weight: 1}
 	if *cfg.HA != want {
 		t.Fatalf("full: got %+v, want %+v", *cfg.HA, want)
 	}
@@ -59,7 +59,7 @@ high_availability {
 	  "storage": {"consul": {"session_ttl": "20s"}}}, "instance": {"address": "10.0.0.1"}}}`)
 	h := writeFile(t, dir, "b.hcl", "high_availability {\n  instance {\n    address = \"10.0.0.2\"\n  }\n}\n")
 	cfg = mustLoad(t, j, h)
-	want = HA{ClusterName: "prod", ParentPath: DefaultHAParentPath, SessionTTL: 20 * time.Second, InstanceAddress: "10.0.0.2"}
+	want = HA{ClusterName: "prod", ParentPath: DefaultHAParentPath, SessionTTL: 20 * time.Second, InstanceAddress: "10.0.0.2", Weight: 1}
 	if *cfg.HA != want {
 		t.Fatalf("json + merge: got %+v, want %+v", *cfg.HA, want)
 	}
@@ -117,6 +117,12 @@ func TestHAAndTLSErrors(t *testing.T) {
 			2, `backend "s3".use_lockfile`, "does not lock the Terraform state"},
 		{"unlocked backend not acknowledged", "driver \"terraform\" {\n  backend \"s3\" {\n    bucket = \"b\"\n    use_lockfile = false\n  }\n}\nhigh_availability {\n  cluster {\n    name = \"c\"\n  }\n  accept_unlocked_backend = false\n}\n",
 			2, `backend "s3"`, "only ctsync's own fencing"},
+		{"weight zero", "high_availability {\n  cluster {\n    name = \"c\"\n    spread_tasks = true\n  }\n  instance {\n    weight = 0\n  }\n}\n",
+			7, "high_availability.instance.weight", "must be between 1 and 1000"},
+		{"weight not a number", "high_availability {\n  cluster {\n    name = \"c\"\n    spread_tasks = true\n  }\n  instance {\n    weight = \"big\"\n  }\n}\n",
+			7, "high_availability.instance.weight", ""},
+		{"spread_tasks not a bool", "high_availability {\n  cluster {\n    name = \"c\"\n    spread_tasks = \"yes please\"\n  }\n}\n",
+			4, "high_availability.cluster.spread_tasks", ""},
 		{"tls without cert", "tls {\n  key = \"k\"\n}\n", 1, "tls.cert", "is required when TLS is enabled"},
 		{"verify_incoming without ca", "tls {\n  cert = \"c\"\n  key = \"k\"\n  verify_incoming = true\n}\n", 4, "tls.verify_incoming", "needs ca_cert or ca_path"},
 		{"tls unknown key", "tls {\n  cert = \"c\"\n  key = \"k\"\n  verify_outgoing = true\n}\n", 4, "tls.verify_outgoing", "unknown field"},
@@ -159,5 +165,35 @@ func TestHAUnlockedBackendAcknowledged(t *testing.T) {
 		if want := name == "acknowledged"; cfg.HA.AcceptUnlockedBackend != want {
 			t.Errorf("%s: AcceptUnlockedBackend = %v", name, cfg.HA.AcceptUnlockedBackend)
 		}
+	}
+}
+
+// spread_tasks and instance.weight, in HCL (read with HCL 1, as CTS reads
+// files: here in a form only HCL 1 accepts, a one-line block with commas)
+// and JSON.
+func TestHASpreadTasks(t *testing.T) {
+	clearConsulEnv(t)
+	dir := t.TempDir()
+	cfg := mustLoad(t, writeFile(t, dir, "spread.hcl", `high_availability {
+  cluster {
+    name         = "prod"
+    spread_tasks = true
+  }
+  instance { address = "cts-01", weight = 3 }
+}
+`))
+	want := HA{ClusterName: "prod", ParentPath: DefaultHAParentPath, SessionTTL: 15 * time.Second,
+		InstanceAddress: "cts-01", SpreadTasks: true, Weight: 3}
+	if *cfg.HA != want {
+		t.Fatalf("got %+v, want %+v", *cfg.HA, want)
+	}
+	cfg = mustLoad(t, writeFile(t, dir, "spread.json",
+		`{"high_availability": {"cluster": {"name": "prod", "spread_tasks": true}, "instance": {"weight": 2}}}`))
+	if !cfg.HA.SpreadTasks || cfg.HA.Weight != 2 {
+		t.Fatalf("json: %+v", *cfg.HA)
+	}
+	cfg = mustLoad(t, writeFile(t, dir, "plain.hcl", "high_availability {\n  cluster {\n    name = \"prod\"\n  }\n}\n"))
+	if cfg.HA.SpreadTasks || cfg.HA.Weight != 1 {
+		t.Fatalf("defaults: %+v", *cfg.HA)
 	}
 }

@@ -78,8 +78,9 @@ type ConsulKV struct {
 	timeout time.Duration
 	log     *slog.Logger
 
-	fmu   sync.RWMutex
-	fence func() (key, session string, ok bool)
+	fmu       sync.RWMutex
+	fence     func() (key, session string, ok bool)
+	taskFence func(task string) (key, session string, ok bool)
 
 	wmu sync.Mutex // serialises writes, so the KV sees them in cache order
 
@@ -89,6 +90,9 @@ type ConsulKV struct {
 	run    map[string]RunState
 	tasks  map[string]TaskRecord
 	remote map[string]RemoteRun // remote.go
+	// claimed holds the tasks this instance owns in spread mode: their
+	// cached state is the one this instance writes, and Load keeps it.
+	claimed map[string]bool
 }
 
 type seqEvent struct {
@@ -129,6 +133,7 @@ func NewConsulKV(client *api.Client, prefix string, history int) *ConsulKV {
 		run:     map[string]RunState{},
 		tasks:   map[string]TaskRecord{},
 		remote:  map[string]RemoteRun{},
+		claimed: map[string]bool{},
 	}
 }
 
@@ -140,6 +145,114 @@ func (s *ConsulKV) SetFence(fence func() (key, session string, ok bool)) {
 	s.fmu.Lock()
 	s.fence = fence
 	s.fmu.Unlock()
+}
+
+// SetTaskFence is the fence of spread mode, where each task has its own
+// owner: fence(task) returns the key and session a write of that task's
+// state is conditional on (the task's owner key), and fence("") those of
+// writes that belong to no task (task records, Reset). It replaces
+// SetFence's fence.
+func (s *ConsulKV) SetTaskFence(fence func(task string) (key, session string, ok bool)) {
+	s.fmu.Lock()
+	s.taskFence = fence
+	s.fmu.Unlock()
+}
+
+// Claim makes this instance the writer of a task's state (spread mode: it
+// now owns the task): the task's run state, events and remote run are read
+// afresh from Consul, with a consistent read that sees the previous
+// owner's last writes, and Load keeps them from then on (until Unclaim).
+func (s *ConsulKV) Claim(ctx context.Context, taskName string) error {
+	s.mu.Lock()
+	s.claimed[taskName] = true
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	q := (&api.QueryOptions{RequireConsistent: true, Namespace: s.ns}).WithContext(ctx)
+	runPair, _, err := s.kv.Get(s.key("run", esc(taskName)), q)
+	if err != nil {
+		return fmt.Errorf("reading the state of task %q from consul: %w", taskName, err)
+	}
+	remotePair, _, err := s.kv.Get(s.key("remote", esc(taskName)), q)
+	if err != nil {
+		return fmt.Errorf("reading the remote run of task %q from consul: %w", taskName, err)
+	}
+	pairs, _, err := s.kv.List(s.key("events", esc(taskName))+"/", q)
+	if err != nil {
+		return fmt.Errorf("reading the events of task %q from consul: %w", taskName, err)
+	}
+	var rs RunState
+	if runPair != nil {
+		if err := json.Unmarshal(runPair.Value, &rs); err != nil {
+			s.log.Warn("ignoring unreadable state entry in consul", "key", runPair.Key, "error", err)
+			rs = RunState{}
+		}
+	}
+	remote := map[string]RemoteRun{}
+	if remotePair != nil {
+		if err := loadRemote(remote, taskName, remotePair.Value); err != nil {
+			s.log.Warn("ignoring unreadable state entry in consul", "key", remotePair.Key, "error", err)
+		}
+	}
+	evs, next := s.parseEvents(pairs)
+	s.wmu.Lock() // not in the middle of one of this instance's writes
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setRunLocked(taskName, rs)
+	if len(evs) > 0 {
+		s.events[taskName], s.next[taskName] = evs, next
+	} else {
+		delete(s.events, taskName)
+		delete(s.next, taskName)
+	}
+	if r, ok := remote[taskName]; ok {
+		s.remote[taskName] = r
+	} else {
+		delete(s.remote, taskName)
+	}
+	return nil
+}
+
+// Unclaim ends Claim: Load refreshes the task's state again.
+func (s *ConsulKV) Unclaim(taskName string) {
+	s.mu.Lock()
+	delete(s.claimed, taskName)
+	s.mu.Unlock()
+}
+
+// parseEvents reads a task's stored events: newest first, within the
+// history, and the next sequence number.
+func (s *ConsulKV) parseEvents(pairs api.KVPairs) ([]seqEvent, uint64) {
+	var (
+		evs  []seqEvent
+		next uint64
+	)
+	for _, p := range pairs {
+		i := strings.LastIndexByte(p.Key, '/')
+		seq, err := strconv.ParseUint(p.Key[i+1:], 10, 64)
+		var kev kvEvent
+		if err == nil {
+			err = json.Unmarshal(p.Value, &kev)
+		}
+		if err != nil {
+			s.log.Warn("ignoring unreadable state entry in consul", "key", p.Key, "error", err)
+			continue
+		}
+		ev := kev.Event
+		if kev.LogPath != "" {
+			if _, err := os.Stat(kev.LogPath); err == nil {
+				ev.LogPath = kev.LogPath // a run of this instance
+			}
+		}
+		evs = append(evs, seqEvent{seq, ev})
+		next = max(next, seq+1)
+	}
+	slices.SortFunc(evs, func(a, b seqEvent) int { return compareDesc(a.seq, b.seq) })
+	if len(evs) > s.history {
+		evs = evs[:s.history]
+	}
+	return evs, next
 }
 
 // SetNamespace sets the Consul namespace of the keys (Consul Enterprise).
@@ -246,9 +359,24 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 		events[name] = evs
 	}
 	s.mu.Lock()
+	for name := range s.claimed { // this instance's own tasks: its cache is current
+		keepOwn(run, s.run, name)
+		keepOwn(events, s.events, name)
+		keepOwn(next, s.next, name)
+		keepOwn(remote, s.remote, name)
+	}
 	s.events, s.next, s.run, s.tasks, s.remote = events, next, run, tasks, remote
 	s.mu.Unlock()
 	return nil
+}
+
+// keepOwn makes loaded[name] what cached holds (Load, for a claimed task).
+func keepOwn[V any](loaded, cached map[string]V, name string) {
+	if v, ok := cached[name]; ok {
+		loaded[name] = v
+	} else {
+		delete(loaded, name)
+	}
 }
 
 func compareDesc(a, b uint64) int {
@@ -290,8 +418,17 @@ func (s *ConsulKV) ForgetApplied() {
 // write runs ops as one transaction, behind the fence when there is one.
 // The caller holds wmu.
 func (s *ConsulKV) write(ctx context.Context, ops api.KVTxnOps) error {
+	return s.writeTask(ctx, "", ops)
+}
+
+// writeTask is write for the state of one task ("": of no task), which
+// spread mode fences with the task's owner key (SetTaskFence).
+func (s *ConsulKV) writeTask(ctx context.Context, taskName string, ops api.KVTxnOps) error {
 	s.fmu.RLock()
 	fence := s.fence
+	if tf := s.taskFence; tf != nil {
+		fence = func() (string, string, bool) { return tf(taskName) }
+	}
 	s.fmu.RUnlock()
 	first := 0
 	if fence != nil {
@@ -353,7 +490,7 @@ func (s *ConsulKV) AddEvent(ev Event) error {
 	if err != nil {
 		return err
 	}
-	if err := s.write(context.Background(), ops); err != nil {
+	if err := s.writeTask(context.Background(), ev.TaskName, ops); err != nil {
 		return s.logFailure("event", ev.TaskName, err)
 	}
 	s.mu.Lock()
@@ -451,7 +588,7 @@ func (s *ConsulKV) StartRun(taskName, runID string) error {
 		return nil
 	}
 	rs.InFlight = runID
-	if err := s.write(context.Background(), api.KVTxnOps{s.runOp(taskName, rs)}); err != nil {
+	if err := s.writeTask(context.Background(), taskName, api.KVTxnOps{s.runOp(taskName, rs)}); err != nil {
 		return s.logFailure("in-flight marker", taskName, err)
 	}
 	s.mu.Lock()
@@ -486,7 +623,7 @@ func (s *ConsulKV) FinishRun(taskName string, rs RunState, ev *Event) error {
 		}
 		ops, evs, next = append(ops, evOps...), list, n
 	}
-	if err := s.write(context.Background(), ops); err != nil {
+	if err := s.writeTask(context.Background(), taskName, ops); err != nil {
 		return s.logFailure("run outcome", taskName, err)
 	}
 	s.mu.Lock()
@@ -513,7 +650,7 @@ func (s *ConsulKV) DeleteTask(taskName string) error {
 		{Verb: api.KVDelete, Key: s.key("run", esc(taskName))},
 		{Verb: api.KVDelete, Key: s.key("remote", esc(taskName))},
 	}
-	return s.logFailure("task deletion", taskName, s.write(context.Background(), ops))
+	return s.logFailure("task deletion", taskName, s.writeTask(context.Background(), taskName, ops))
 }
 
 // SaveTask implements Tasks.

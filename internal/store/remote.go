@@ -82,7 +82,7 @@ func (s *ConsulKV) SetRemoteRun(taskName string, r RemoteRun) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if err := s.write(context.Background(), api.KVTxnOps{{Verb: api.KVSet, Key: s.key("remote", esc(taskName)), Value: b}}); err != nil {
+	if err := s.writeTask(context.Background(), taskName, api.KVTxnOps{{Verb: api.KVSet, Key: s.key("remote", esc(taskName)), Value: b}}); err != nil {
 		return s.logFailure("remote run", taskName, err)
 	}
 	s.mu.Lock()
