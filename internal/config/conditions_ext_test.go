@@ -216,6 +216,8 @@ func TestExtensionConditionErrors(t *testing.T) {
 			6, `task "t".condition "services".status`, "must be a list of strings"},
 		{"peer not a string", "c.hcl", task1(`  condition "services" {`, `    names = ["web"]`, `    peer = ["a"]`, "  }"),
 			6, `task "t".condition "services".peer`, "must be a string"},
+		{"peer with regexp", "c.hcl", task1(`  condition "services" {`, `    regexp = "^web"`, `    peer = "east"`, "  }"),
+			6, `task "t".condition "services".peer`, "cannot be combined with regexp"},
 		{"unknown nodes field", "c.hcl", task1(`  condition "nodes" {`, `    datacentre = "dc1"`, "  }"),
 			5, `task "t".condition "nodes".datacentre`, `did you mean "datacenter"`},
 		{"node_meta not a map", "c.hcl", task1(`  condition "nodes" {`, `    node_meta = "r1"`, "  }"),

@@ -158,6 +158,10 @@ func (c *Consul) reassignPorts() {
 		switch c.args[i] {
 		case "-server-port", "-serf-lan-port", "-serf-wan-port":
 			c.args[i+1] = strconv.Itoa(FreePort(c.t))
+		case "-grpc-tls-port":
+			if c.args[i+1] != "-1" {
+				c.args[i+1] = strconv.Itoa(FreePort(c.t))
+			}
 		case "-http-port":
 			if c.fixedHTTP {
 				continue

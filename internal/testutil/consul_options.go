@@ -1,9 +1,11 @@
 package testutil
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 )
@@ -21,6 +23,12 @@ type ConsulOptions struct {
 	// HCL holds extra agent configuration, one -hcl argument each (e.g.
 	// `limits { kv_max_value_size = 2097152 }`).
 	HCL []string
+	// Peering opens the gRPC TLS port (on a free port), which cluster
+	// peering uses between servers: peering tokens carry its address, and
+	// the dialing cluster connects to it (TLS from the agent's built-in CA).
+	Peering bool
+	// Node is the agent's node name; "" is "node-1".
+	Node string
 }
 
 // NewConsul prepares a dev agent on loopback without starting it: Addr is
@@ -34,10 +42,18 @@ func NewConsul(t testing.TB, o ConsulOptions) *Consul {
 		httpPort = FreePort(t)
 	}
 	ports := []int{FreePort(t), FreePort(t), FreePort(t)} // server, serf lan, serf wan
+	node := o.Node
+	if node == "" {
+		node = "node-1"
+	}
+	grpcTLS := "-1"
+	if o.Peering {
+		grpcTLS = strconv.Itoa(FreePort(t))
+	}
 	args := []string{"agent", "-dev", "-client", "127.0.0.1", "-bind", "127.0.0.1",
-		"-http-port", strconv.Itoa(httpPort), "-grpc-port=-1", "-grpc-tls-port=-1", "-dns-port=-1",
+		"-http-port", strconv.Itoa(httpPort), "-grpc-port=-1", "-grpc-tls-port", grpcTLS, "-dns-port=-1",
 		"-server-port", strconv.Itoa(ports[0]), "-serf-lan-port", strconv.Itoa(ports[1]),
-		"-serf-wan-port", strconv.Itoa(ports[2]), "-log-level", "warn", "-node", "node-1"}
+		"-serf-wan-port", strconv.Itoa(ports[2]), "-log-level", "warn", "-node", node}
 	if o.ACLToken != "" {
 		args = append(args, "-hcl", fmt.Sprintf(
 			`acl { enabled = true default_policy = "deny" enable_token_persistence = false tokens { initial_management = %q agent = %q } }`,
@@ -76,4 +92,38 @@ func (c *Consul) Start() {
 		c.t.Fatalf("consul at %s is already running", c.Addr)
 	}
 	c.start()
+}
+
+// Peer peers two agents through the peering API, as an operator would:
+// acceptor generates a token for a peer named dialerName, dialer
+// establishes it under the name acceptorName; it waits until the dialer
+// sees the peering ACTIVE. The acceptor must have been started with
+// Peering set.
+func Peer(t testing.TB, acceptor, dialer *Consul, acceptorName, dialerName string) {
+	t.Helper()
+	tok, _, err := acceptor.Client.Peerings().GenerateToken(context.Background(), api.PeeringGenerateTokenRequest{PeerName: dialerName}, nil)
+	if err != nil {
+		t.Fatalf("peering token: %v", err)
+	}
+	if _, _, err := dialer.Client.Peerings().Establish(context.Background(),
+		api.PeeringEstablishRequest{PeerName: acceptorName, PeeringToken: tok.PeeringToken}, nil); err != nil {
+		t.Fatalf("establish peering: %v", err)
+	}
+	Eventually(t, 30*time.Second, "peering "+acceptorName+" to become active", func() bool {
+		p, _, err := dialer.Client.Peerings().Read(context.Background(), acceptorName, nil)
+		return err == nil && p != nil && p.State == api.PeeringStateActive
+	})
+}
+
+// Export makes services of c visible to a peer (an exported-services
+// config entry of the default partition).
+func (c *Consul) Export(t testing.TB, peer string, services ...string) {
+	t.Helper()
+	e := &api.ExportedServicesConfigEntry{Name: "default"}
+	for _, s := range services {
+		e.Services = append(e.Services, api.ExportedService{Name: s, Consumers: []api.ServiceConsumer{{Peer: peer}}})
+	}
+	if _, _, err := c.Client.ConfigEntries().Set(e, nil); err != nil {
+		t.Fatalf("export %v to %s: %v", services, peer, err)
+	}
 }
