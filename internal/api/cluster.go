@@ -23,6 +23,8 @@ type Cluster interface {
 type ClusterStatus struct {
 	ClusterName string
 	Members     []ClusterMember
+	// SpreadTasks is set in spread mode.
+	SpreadTasks bool
 }
 
 // ClusterMember is one instance of the cluster.
@@ -31,15 +33,22 @@ type ClusterMember struct {
 	ServiceName string `json:"service_name"`
 	Healthy     bool   `json:"healthy"`
 	Leader      bool   `json:"leader"`
-	// Address is the leader's instance.address (leader only, when set).
+	// Address is the leader's instance.address (leader only, when set);
+	// in spread mode every member's.
 	Address string `json:"address,omitempty"`
+	// Tasks are the tasks the member owns (spread mode only).
+	Tasks []string `json:"tasks,omitempty"`
+	// Weight is the member's instance.weight (spread mode only).
+	Weight int `json:"weight,omitempty"`
 }
 
 // ClusterResponse is the body of GET /v1/status/cluster.
 type ClusterResponse struct {
 	ClusterName string          `json:"cluster_name"`
 	Members     []ClusterMember `json:"members"`
-	RequestID   string          `json:"request_id"`
+	// SpreadTasks is true in spread mode (ctsync).
+	SpreadTasks bool   `json:"spread_tasks,omitempty"`
+	RequestID   string `json:"request_id"`
 }
 
 // LeaderHeader carries the leader's address (or, when it has none, its
@@ -67,6 +76,9 @@ const clusterStatusTimeout = 10 * time.Second
 func (s *Server) clusterGate(next http.Handler) http.Handler {
 	if s.opts.Cluster == nil {
 		return next
+	}
+	if sc, ok := s.spreadCluster(); ok {
+		return s.spreadGate(sc, next) // spread.go
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
@@ -116,5 +128,5 @@ func (s *Server) getClusterStatus(w http.ResponseWriter, r *http.Request) {
 	if members == nil {
 		members = []ClusterMember{}
 	}
-	writeJSON(w, http.StatusOK, ClusterResponse{ClusterName: st.ClusterName, Members: members, RequestID: requestID(r)})
+	writeJSON(w, http.StatusOK, ClusterResponse{ClusterName: st.ClusterName, Members: members, SpreadTasks: st.SpreadTasks, RequestID: requestID(r)})
 }

@@ -194,6 +194,10 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 		last := t.LastDriftCheck.UTC().Truncate(time.Second)
 		ts.LastDriftCheck = &last
 	}
+	if sc, ok := s.spreadCluster(); ok { // spread.go
+		id := sc.Holder(name)
+		ts.Owner = &id
+	}
 	if c := t.Spec.Condition.Services; c != nil {
 		ts.Services = append(ts.Services, c.Names...)
 	} else if m := t.Spec.ModuleInput.Services; m != nil {

@@ -89,6 +89,9 @@ type TaskStatus struct {
 	// Waiting says why the task cannot run yet, e.g. a provider block
 	// waiting for Vault to answer (ctsync).
 	Waiting string `json:"waiting,omitempty"`
+	// Owner is the id of the member that owns the task in spread mode
+	// ("" when none does right now; absent outside spread mode) (ctsync).
+	Owner *string `json:"owner,omitempty"`
 }
 
 // TaskRequest is the body of POST /v1/tasks.
