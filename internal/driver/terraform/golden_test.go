@@ -157,6 +157,31 @@ func goldenScenarios() map[string]struct {
 				ConsulKV:        map[string]string{"config/color": "blue", "config/size": "10"},
 			},
 		},
+		// ctsync's nodes condition used as input and an intentions
+		// module_input: two list-of-objects variables after services.
+		"nodes_intentions": {
+			opts: Options{
+				Spec: task.Spec{
+					Name: "nodes_intentions", Module: "./modules/fw",
+					Condition: task.Condition{Nodes: &task.NodesCondition{UseAsModuleInput: true}},
+					ModuleInput: task.ModuleInputs{Intentions: &task.IntentionsSelector{
+						Destination: &task.NameMatch{Names: []string{"api"}}}},
+				},
+				Consul: config.Consul{Address: "127.0.0.1:8500"},
+			},
+			in: &task.Inputs{
+				Nodes: []task.Node{
+					{ID: "id-1", Node: "node-1", Address: "10.0.0.1", Datacenter: "dc1",
+						TaggedAddresses: map[string]string{"lan": "10.0.0.1", "wan": "1.2.3.4"}, Meta: map[string]string{"rack": "r1"}},
+					{ID: "id-2", Node: "node \"2\"", Address: "10.0.0.2", Datacenter: "dc1", TaggedAddresses: map[string]string{}, Meta: map[string]string{}},
+				},
+				Intentions: []task.Intention{
+					{SourceName: "web", SourceType: "consul", DestinationName: "api", Action: "allow", Permissions: "[]", Precedence: 9, Meta: map[string]string{}},
+					{SourceName: "*", SourceType: "consul", DestinationName: "api", Action: "", Precedence: 8, Description: "${not} %{interpolated}",
+						Permissions: `[{"Action":"deny","HTTP":{"PathPrefix":"/admin"}}]`, Meta: map[string]string{"owner": "net"}},
+				},
+			},
+		},
 	}
 }
 
