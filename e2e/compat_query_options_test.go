@@ -22,7 +22,8 @@ import (
 )
 
 // Datacenter, namespace, filter and node_meta of every condition, module
-// input and deprecated service block reach Consul as query options, from
+// input and deprecated service block (and ctsync's peer and partition)
+// reach Consul as query options, from
 // the configuration file to the HTTP request (a dev agent has one
 // datacenter and no namespaces, so a stub stands in for Consul). Runs
 // without Consul, also with -short.
@@ -104,6 +105,30 @@ task {
   module   = "m"
   services = ["legacy-east", "plain"]
 }
+
+task {
+  name   = "ext"
+  module = "m"
+  condition "services" {
+    names     = ["cache"]
+    status    = ["warning", "passing"]
+    peer      = "east"
+    partition = "p-a"
+  }
+  module_input "nodes" {
+    datacenter = "dc8"
+    filter     = "Meta.env == \"prod\""
+    node_meta  = { rack = "r2" }
+  }
+  module_input "intentions" {
+    datacenter = "dc9"
+    namespace  = "ns-g"
+    partition  = "p-b"
+    source_services {
+      regexp = ""
+    }
+  }
+}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +187,11 @@ task {
 		"/v1/health/service/plain":  {"passing": "1"},
 		"/v1/kv/app/cfg":            {"dc": "dc6", "ns": "ns-e", "recurse": ""},
 		"/v1/kv/one/key":            {"dc": "dc7", "ns": "ns-f"},
+		// ctsync extensions: a status choice other than passing alone is
+		// applied to the answer, so no ?passing.
+		"/v1/health/service/cache":      {"peer": "east", "partition": "p-a"},
+		"/v1/catalog/nodes":             {"dc": "dc8", "filter": `Meta.env == "prod"`, "node-meta": "rack:r2"},
+		"/v1/config/service-intentions": {"dc": "dc9", "ns": "ns-g", "partition": "p-b"},
 	}
 	for path, params := range want {
 		got, ok := seen[path]
