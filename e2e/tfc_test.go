@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -201,8 +202,19 @@ func TestTFCDaemon(t *testing.T) {
 		t.Fatalf("delete: %d %s", code, body)
 	}
 	reach("<none>", "destroy on delete")
-	_ = p
+	// API requests per remote run, as the driver counts and logs them.
+	testutil.Eventually(t, 30*time.Second, "the destroy run's log line", func() bool {
+		return len(p.lines(`msg="remote run finished"`, "op=destroy")) > 0
+	})
+	for _, l := range p.lines(`msg="remote run finished"`) {
+		m := apiRequestsRe.FindStringSubmatch(l)
+		if m != nil {
+			t.Logf("MEASURED remote run: op %s, %s API requests, %s", m[1], m[3], m[2])
+		}
+	}
 }
+
+var apiRequestsRe = regexp.MustCompile(`op=(\S+) .*duration=(\S+) api_requests=(\d+)`)
 
 // TestTFCBadInput: -inspect plans and applies nothing; a wrong token, an
 // unknown organization and a workspace with another execution mode end

@@ -116,7 +116,9 @@ func TestOTFApplyPlanDestroy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}
-	t.Logf("apply: %v, %d API requests, %s", time.Since(start), d.APICalls(), res.RunURL)
+	t.Logf("MEASURED first apply: %v, %d API requests (init included), %s", time.Since(start), d.APICalls(), res.RunURL)
+	calls := d.APICalls()
+	requests := func() int64 { n := d.APICalls() - calls; calls = d.APICalls(); return n }
 	if !res.Changes || res.Add != 1 || !strings.Contains(res.RunURL, "/runs/run-") {
 		t.Errorf("apply result = %+v", res)
 	}
@@ -128,6 +130,7 @@ func TestOTFApplyPlanDestroy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("plan: %v", err)
 	}
+	t.Logf("MEASURED plan (speculative): %d API requests", requests())
 	if !res.Changes || res.Change != 1 || !strings.Contains(res.Output, "terraform_data.ids") {
 		t.Errorf("plan result = %+v", res)
 	}
@@ -139,6 +142,7 @@ func TestOTFApplyPlanDestroy(t *testing.T) {
 	if err != nil || res.Changes {
 		t.Fatalf("unchanged apply: %+v, %v", res, err)
 	}
+	t.Logf("MEASURED later apply: %d API requests", requests())
 
 	res, err = d.Destroy(ctx, driver.Run{ID: "d1"})
 	if err != nil {
@@ -147,6 +151,7 @@ func TestOTFApplyPlanDestroy(t *testing.T) {
 	if res.Destroy != 1 {
 		t.Errorf("destroy result = %+v", res)
 	}
+	t.Logf("MEASURED destroy: %d API requests", requests())
 	if got := appliedIDs(t, c, ws.ID); got != "<none>" {
 		t.Fatalf("state after destroy = %q", got)
 	}
