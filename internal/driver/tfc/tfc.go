@@ -259,7 +259,8 @@ func (d *Driver) connect(ctx context.Context) error {
 	// each attempt (30 attempts: minutes), which would hold a run while
 	// the API is down. Only rate limits (429) are retried by the client;
 	// any other failure ends the verb, and the task's retry with backoff
-	// runs it again, finding the run it queued by its message (pending).
+	// runs it again, finding the run it queued through the run record
+	// (recordedRun) instead of queuing another.
 	c, err := tfe.NewClient(&tfe.Config{
 		Address: d.opts.Config.Address, Token: d.opts.Config.Token, HTTPClient: &counted,
 		RetryServerErrors: false, Headers: http.Header{"User-Agent": []string{"ctsync"}},
