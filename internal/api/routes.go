@@ -3,9 +3,12 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 // route is one method + path of the /v1 API.
@@ -72,6 +75,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var he *httpError
 	if errors.As(err, &he) {
 		writeError(w, r, he.status, he.msg)
+		return
+	}
+	if ce := (*task.ChainError)(nil); errors.As(err, &ce) {
+		writeError(w, r, http.StatusBadRequest, fmt.Sprintf("invalid task: %s: %v", ce.Field, ce))
 		return
 	}
 	status := http.StatusInternalServerError

@@ -42,6 +42,7 @@ var taskKeys = []key{
 	{name: "providers"}, {name: "variable_files"}, {name: "enabled"}, {name: "working_dir"},
 	{name: "services"},
 	{name: "parallelism"},
+	{name: "depends_on"}, // chaining: task.Spec.DependsOn
 	{name: "variables", kind: kMap},
 	{name: "buffer_period", kind: kBlock},
 	{name: "condition", kind: kBlock, labels: 1, label: "type"},
@@ -57,7 +58,7 @@ var taskRejects = map[string]string{}
 var conditionTypes = []string{"services", "catalog-services", "consul-kv", "schedule", "nodes", "intentions"}
 
 // moduleInputTypes are the valid module_input labels.
-var moduleInputTypes = []string{"services", "consul-kv", "nodes", "intentions"}
+var moduleInputTypes = []string{"services", "consul-kv", "nodes", "intentions", "task-outputs"}
 
 // peekName reads a task's name before the rest, so that every error about
 // the task can name it.
@@ -178,6 +179,10 @@ func (d *decoder) task(b *hcl.Block) *rawTask {
 	t.recordList("providers", elems)
 
 	t.services, t.serviceElems = d.strList(c, "services", p)
+
+	deps, elems := d.strList(c, "depends_on", p)
+	s.DependsOn = deps.V
+	t.recordList("depends_on", elems)
 
 	files, elems := d.strList(c, "variable_files", p)
 	t.recordList("variable_files", elems)
@@ -450,6 +455,12 @@ func (d *decoder) moduleInput(b *hcl.Block, t *rawTask) {
 		t.recordAll(fk, c)
 		sel := d.intentionsSelector(c, path, fk, t)
 		t.spec.ModuleInput.Intentions = &sel
+	case "task-outputs":
+		c := d.content(b.Body, path, attrs("tasks"), nil)
+		t.recordAll(fk, c)
+		tasks, elems := d.strList(c, "tasks", path)
+		t.recordList(fk+".tasks", elems)
+		t.spec.ModuleInput.TaskOutputs = &task.TaskOutputsSelector{Tasks: tasks.V}
 	default:
 		d.errf(labelRange(b, 0), join(t.disp, b.Type), "unknown module_input type %q; valid types are %s", typ, quoteList(moduleInputTypes))
 	}
@@ -610,6 +621,7 @@ func (d *decoder) checkTaskRefs(tasks []*rawTask, providers map[string]bool) {
 		declared = append(declared, p)
 	}
 	sort.Strings(declared)
+	d.checkChains(tasks)
 	for _, t := range tasks {
 		if t.failed {
 			continue
@@ -627,4 +639,30 @@ func (d *decoder) checkTaskRefs(tasks []*rawTask, providers map[string]bool) {
 				"provider %q is not declared by any terraform_provider block (%s)", p, hint)
 		}
 	}
+}
+
+// checkChains reports a dependency on a task that is not configured, or a
+// cycle of dependencies, at the entry that names the other task.
+func (d *decoder) checkChains(tasks []*rawTask) {
+	specs := make([]task.Spec, 0, len(tasks))
+	byName := map[string]*rawTask{}
+	for _, t := range tasks {
+		if t.failed || t.spec.Name == "" {
+			continue
+		}
+		specs = append(specs, t.spec)
+		byName[t.spec.Name] = t
+	}
+	var ce *task.ChainError
+	if err := task.CheckChains(specs); !errors.As(err, &ce) {
+		return
+	}
+	t := byName[ce.Task]
+	msg := fmt.Sprintf("task %q does not exist", ce.Dep)
+	if ce.Cycle != nil {
+		msg = fmt.Sprintf("task %q (%s) depends on task %q: a cycle, %s", ce.Dep, posString(byName[ce.Dep].rng),
+			ce.Task, strings.Join(ce.Cycle, " -> "))
+	}
+	d.errf(t.lookup(ce.Field), displayTaskField(t.disp, ce.Field), "%s", msg)
+	t.failed = true
 }

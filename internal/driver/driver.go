@@ -6,6 +6,7 @@ package driver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -55,6 +56,9 @@ const (
 	PartRequiredProviders = "required_providers"
 	// PartBinary: the Terraform/OpenTofu binary's path and version.
 	PartBinary = "binary"
+	// PartUpstream: the outputs of the tasks whose outputs the task
+	// receives (module_input "task-outputs"), as last recorded.
+	PartUpstream = "upstream outputs"
 )
 
 // Run identifies one execution of a task.
@@ -80,6 +84,10 @@ type Result struct {
 	// RunURL is the page of the remote run in HCP Terraform / Terraform
 	// Enterprise (terraform-cloud driver); empty for a local run.
 	RunURL string
+	// Outputs is, after an apply of a task whose spec has ExportOutputs,
+	// the JSON object of the module's outputs (name to value); nil when
+	// not asked for or not available.
+	Outputs json.RawMessage
 }
 
 // ErrStateLocked is wrapped by the error of a run that failed because the

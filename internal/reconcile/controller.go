@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -228,6 +229,7 @@ type entry struct {
 	drifted        bool
 	lastDriftCheck time.Time
 	changed        chan struct{} // signalled on every notification (once mode)
+	exports        bool          // drv was built with ExportOutputs (chain.go)
 }
 
 // New returns a Controller for the given tasks.
@@ -782,7 +784,12 @@ type outcome struct {
 	terminal bool // the failure is terminal (driver.ErrTerminal)
 	err      error
 	plan     string
+	held     string // not run: an upstream task has something left to do (chain.go)
 }
+
+// triggerOnce is the trigger of RunOnce's runs, which order chained tasks
+// themselves.
+const triggerOnce = "once"
 
 // unreadable is recorded as the failed fingerprint when a task's desired
 // state could not be read: the task stays dirty, and no fingerprint can
@@ -797,6 +804,18 @@ const unreadable = "unreadable"
 // it plans instead of applying and records nothing.
 func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trigger string, force, inspect bool) outcome {
 	log := c.log.With("task", s.Name)
+	if !inspect && trigger != triggerOnce {
+		if why := c.upstreamHold(ctx, s); why != "" {
+			c.mu.Lock()
+			first := e.waiting != why
+			e.waiting = why
+			c.mu.Unlock()
+			if first {
+				log.Info("task held: it runs after the tasks it depends on", "reason", why)
+			}
+			return outcome{held: why}
+		}
+	}
 	// The desired state is taken before the inputs are built: if the data
 	// changes in between, the inputs are newer than the fingerprint stored
 	// as applied, and the next notification runs the task once more. The
@@ -854,6 +873,12 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	if !ready { // a view went away in between (a regexp match left)
 		return outcome{}
 	}
+	if outs, _ := c.upstreamOutputs(s); outs != nil {
+		in.TaskOutputs = make(map[string]json.RawMessage, len(outs))
+		for k, v := range outs {
+			in.TaskOutputs[k] = v
+		}
+	}
 	c.mu.Lock()
 	if e.failHash != want.Fingerprint {
 		e.retries = 0
@@ -895,12 +920,19 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	if res.Add+res.Change+res.Destroy > 0 || err == nil {
 		ev.Plan = &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
 	}
-	next := store.RunState{Applied: want.Fingerprint, Parts: want.Parts}
+	next := store.RunState{Applied: want.Fingerprint, Parts: want.Parts, Outputs: st.Outputs}
+	if err == nil && e.drv != nil && e.exports {
+		next.Outputs = res.Outputs
+		if next.Outputs == nil {
+			log.Warn("the driver reported no outputs: tasks that receive this task's outputs get an empty object")
+			next.Outputs = json.RawMessage("{}")
+		}
+	}
 	if err != nil {
 		ev.Error = &store.EventError{Message: c.redact(err.Error())}
 		// The last success stays recorded (what changed is told against
 		// it); the failure makes the task dirty until a run succeeds.
-		next = store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: want.Fingerprint, Terminal: terminal}
+		next = store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: want.Fingerprint, Terminal: terminal, Outputs: st.Outputs}
 		log.Error("task run failed", "run_id", runID, "error", c.redact(err.Error()), "terminal", terminal, "log", res.LogPath)
 	}
 	if recErr := c.finish(ctx, s.Name, next, &ev); recErr != nil && err == nil {
@@ -997,7 +1029,11 @@ func (c *Controller) finish(ctx context.Context, name string, st store.RunState,
 // or applies.
 func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs, inspect bool) (driver.Result, error) {
 	if e.drv == nil {
-		d, err := c.opts.NewDriver(*s)
+		spec := *s
+		c.mu.Lock()
+		spec.ExportOutputs = c.exportsOutputsLocked(s.Name)
+		c.mu.Unlock()
+		d, err := c.opts.NewDriver(spec)
 		if err != nil {
 			// The task's configuration cannot make a driver (a name
 			// Terraform refuses, a provider that is not configured):
@@ -1007,7 +1043,7 @@ func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driv
 		if err := d.Init(ctx); err != nil {
 			return driver.Result{}, err
 		}
-		e.drv = d
+		e.drv, e.exports = d, spec.ExportOutputs
 	}
 	if inspect {
 		return e.drv.Plan(ctx, run, in)
@@ -1047,16 +1083,29 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 	var mu sync.Mutex
 	var failed []string
 	var outMu sync.Mutex
+	// Chained tasks run after the ones they depend on (of those that run).
+	done := make(map[string]chan struct{}, len(run))
+	var failedSet sync.Map
+	for _, e := range run {
+		done[e.spec.Name] = make(chan struct{})
+	}
 	for _, e := range run {
 		wg.Go(func() {
 			s := e.spec
-			err := c.waitReady(ctx, e, &s, wait)
+			defer close(done[s.Name])
+			err := c.waitUpstreams(ctx, &s, done, &failedSet)
+			if err == nil {
+				err = c.waitReady(ctx, e, &s, wait)
+			}
 			var res outcome
 			if err == nil {
 				c.slots <- struct{}{}
-				res = c.reconcile(ctx, e, &s, "once", true, inspect)
+				res = c.reconcile(ctx, e, &s, triggerOnce, true, inspect)
 				<-c.slots
 				err = res.err
+			}
+			if err != nil {
+				failedSet.Store(s.Name, true)
 			}
 			if inspect && err == nil {
 				outMu.Lock()

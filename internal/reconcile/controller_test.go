@@ -2,8 +2,9 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/watch"
@@ -28,6 +30,7 @@ type fakeDriver struct {
 	rec     *recorder
 	gate    chan struct{}
 	failing atomic.Bool
+	exports bool // the spec's ExportOutputs: Apply reports {"instances": n}
 }
 
 type recorder struct {
@@ -77,7 +80,11 @@ func (d *fakeDriver) Apply(ctx context.Context, _ driver.Run, in *task.Inputs) (
 	if d.failing.Load() {
 		return driver.Result{}, errors.New("boom")
 	}
-	return driver.Result{Add: 1, Changes: true}, nil
+	res := driver.Result{Add: 1, Changes: true}
+	if d.exports {
+		res.Outputs = json.RawMessage(fmt.Sprintf(`{"instances":%d}`, len(in.Services)))
+	}
+	return res, nil
 }
 
 func (r *recorder) count(name string) int {
@@ -134,7 +141,7 @@ func start(t *testing.T, maxParallel int, gated []string, args ...any) *harness 
 		NewDriver: func(s task.Spec) (driver.Driver, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			d := &fakeDriver{name: s.Name, rec: h.rec, gate: h.gates[s.Name]}
+			d := &fakeDriver{name: s.Name, rec: h.rec, gate: h.gates[s.Name], exports: s.ExportOutputs}
 			h.drv[s.Name] = d
 			return d, nil
 		},

@@ -46,6 +46,9 @@ func (c *Controller) desired(ctx context.Context, s *task.Spec) (d Desired, read
 		return Desired{}, false, nil
 	}
 	parts := map[string]string{driver.PartTask: SpecDigest(s), driver.PartData: data}
+	if _, up := c.upstreamOutputs(s); up != "" {
+		parts[driver.PartUpstream] = up
+	}
 	if c.opts.Desired != nil {
 		more, err := c.opts.Desired(ctx, *s)
 		if err != nil {

@@ -230,6 +230,9 @@ func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 	if from == phaseRunning || s.to == phaseRunning {
 		e.rerun = false // consumed: the task is queued, or starts a run that reads the current data
 	}
+	if from == phaseRunning {
+		c.wakeDependentsLocked(e.spec.Name) // they look again (chain.go)
+	}
 	return true
 }
 

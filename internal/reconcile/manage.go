@@ -120,6 +120,16 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 		c.mu.Unlock()
 		return fmt.Errorf("%w: a task named %q already exists", ErrExists, spec.Name)
 	}
+	others := make([]task.Spec, 0, len(c.tasks))
+	for _, o := range c.tasks {
+		if !o.doomed && o.phase != phaseDeleting {
+			others = append(others, o.spec)
+		}
+	}
+	if err := task.CheckAdded(spec, others); err != nil {
+		c.mu.Unlock()
+		return err
+	}
 	e := &entry{spec: spec, changed: make(chan struct{}, 1)}
 	if runNow {
 		c.stepLocked(e, evReserve, wake{}) // nothing else runs it meanwhile
@@ -268,6 +278,9 @@ func (c *Controller) runReserved(ctx context.Context, e *entry, trigger string, 
 	c.slots <- struct{}{}
 	res := c.reconcile(ctx, e, &s, trigger, force, false)
 	<-c.slots
+	if res.held != "" {
+		return res, fmt.Errorf("%w: task '%s' cannot run now: %s", ErrActive, s.Name, res.held)
+	}
 	return res, res.err
 }
 

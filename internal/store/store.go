@@ -5,6 +5,8 @@
 package store
 
 import (
+	"bytes"
+	"encoding/json"
 	"maps"
 	"sync"
 	"time"
@@ -94,6 +96,10 @@ type RunState struct {
 	Terminal bool `json:"terminal,omitempty"`
 	// InFlight is the id of a run that started and was not recorded yet.
 	InFlight string `json:"in_flight,omitempty"`
+	// Outputs are the module's outputs after the last successful apply of
+	// a task whose outputs another task receives: a JSON object (name to
+	// value); nil when never recorded.
+	Outputs json.RawMessage `json:"outputs,omitempty"`
 }
 
 // Dirty reports whether the last run failed.
@@ -101,12 +107,13 @@ func (r RunState) Dirty() bool { return r.Failed != "" }
 
 func (r RunState) clone() RunState {
 	r.Parts = maps.Clone(r.Parts)
+	r.Outputs = bytes.Clone(r.Outputs)
 	return r
 }
 
 func (r RunState) equal(o RunState) bool {
 	return r.Applied == o.Applied && r.Failed == o.Failed && r.Terminal == o.Terminal &&
-		r.InFlight == o.InFlight && maps.Equal(r.Parts, o.Parts)
+		r.InFlight == o.InFlight && maps.Equal(r.Parts, o.Parts) && bytes.Equal(r.Outputs, o.Outputs)
 }
 
 func (r RunState) zero() bool { return r.equal(RunState{}) }

@@ -1,5 +1,7 @@
 package task
 
+import "encoding/json"
+
 // Service is one entry of the module's `services` variable, with the fields
 // and JSON names of the CTS "service definition protocol v0". The watch
 // layer produces these (without CTSUserDefinedMeta, which comes from the
@@ -81,4 +83,7 @@ type Inputs struct {
 	ConsulKV        map[string]string   `json:"consul_kv,omitempty"`
 	Nodes           []Node              `json:"nodes,omitempty"`
 	Intentions      []Intention         `json:"intentions,omitempty"`
+	// TaskOutputs holds, for module_input "task-outputs", each named
+	// task's outputs as a JSON object (name to value), as last recorded.
+	TaskOutputs map[string]json.RawMessage `json:"task_outputs,omitempty"`
 }

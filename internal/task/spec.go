@@ -45,6 +45,13 @@ type Spec struct {
 	// TFCWorkspace is the terraform_cloud_workspace block (terraform-cloud
 	// driver only, tfc.go); nil: the server's defaults.
 	TFCWorkspace *TFCWorkspace `json:"terraform_cloud_workspace,omitempty"`
+	// DependsOn names the tasks this one runs after (chain.go; a ctsync
+	// extension).
+	DependsOn []string `json:"depends_on,omitempty"`
+	// ExportOutputs is set by the controller (never configured) when
+	// another task receives this one's outputs: the driver then exposes
+	// the module's outputs and reports them after each apply.
+	ExportOutputs bool `json:"-"`
 }
 
 // DriftDetection configures periodic drift checks: a plan that has changes
@@ -229,6 +236,9 @@ type ModuleInputs struct {
 	ConsulKV   *ConsulKVSelector   `json:"consul_kv,omitempty"`
 	Nodes      *NodesSelector      `json:"nodes,omitempty"`
 	Intentions *IntentionsSelector `json:"intentions,omitempty"`
+	// TaskOutputs feeds other tasks' Terraform outputs to the module
+	// (chain.go; a ctsync extension).
+	TaskOutputs *TaskOutputsSelector `json:"task_outputs,omitempty"`
 }
 
 // Type returns the condition's type name as written in HCL ("services",
@@ -329,6 +339,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.Parallelism < 0 {
 		return fieldErr("parallelism", "cannot be negative")
+	}
+	if err := s.validateChain(); err != nil {
+		return err
 	}
 	if d := s.DriftDetection; d != nil && d.Interval.D() < MinDriftInterval {
 		return fieldErr("drift_detection.interval", "must be at least %s", MinDriftInterval)

@@ -111,6 +111,8 @@ type rootModule struct {
 	consulKV        bool // render the consul_kv variable
 	nodes           bool // render the nodes variable
 	intentions      bool // render the intentions variable
+	taskOutputs     bool // render the task_outputs variable (chaining)
+	exportOutputs   bool // expose the module's outputs as the root output ctsync_outputs
 	varNames        []string
 	varValues       map[string]json.RawMessage
 }
@@ -137,7 +139,9 @@ func newRootModule(o *Options) (*rootModule, error) {
 	m.intentions = (s.Condition.Intentions != nil && s.Condition.Intentions.UseAsModuleInput) || s.ModuleInput.Intentions != nil
 	// nodes and intentions are ordinary names for a task that does not
 	// render them (CTS configurations may use them).
-	extraInputs := map[string]bool{"nodes": m.nodes, "intentions": m.intentions}
+	m.taskOutputs = s.ModuleInput.TaskOutputs != nil
+	m.exportOutputs = s.ExportOutputs
+	extraInputs := map[string]bool{"nodes": m.nodes, "intentions": m.intentions, "task_outputs": m.taskOutputs}
 
 	m.providers = append([]config.Provider(nil), o.Providers...)
 	sort.SliceStable(m.providers, func(i, j int) bool { return m.providers[i].Name < m.providers[j].Name })
@@ -465,11 +469,23 @@ func (m *rootModule) mainTF() []byte {
 	if m.intentions {
 		mod.SetAttributeTraversal("intentions", varRef("intentions"))
 	}
+	if m.taskOutputs {
+		mod.SetAttributeTraversal("task_outputs", varRef("task_outputs"))
+	}
 	if len(m.varNames) > 0 {
 		mod.AppendNewline()
 		for _, name := range m.varNames {
 			mod.SetAttributeTraversal(name, varRef(name))
 		}
+	}
+	if m.exportOutputs {
+		// Another task receives this module's outputs: the whole module
+		// object is the root output ctsync reads after each apply.
+		// Sensitive, because the module may have sensitive outputs.
+		root.AppendNewline()
+		out := root.AppendNewBlock("output", []string{exportOutput}).Body()
+		out.SetAttributeTraversal("value", hcl.Traversal{hcl.TraverseRoot{Name: "module"}, hcl.TraverseAttr{Name: m.spec.Name}})
+		out.SetAttributeValue("sensitive", cty.True)
 	}
 	return formatFile(f)
 }
@@ -545,6 +561,12 @@ func (m *rootModule) variablesTF() []byte {
 		v := root.AppendNewBlock("variable", []string{"intentions"}).Body()
 		v.SetAttributeValue("description", cty.StringVal("Consul service intentions the task selects, one per source, highest precedence first"))
 		v.SetAttributeRaw("type", objectListType(intentionsFields))
+	}
+	if m.taskOutputs {
+		root.AppendNewline()
+		v := root.AppendNewBlock("variable", []string{"task_outputs"}).Body()
+		v.SetAttributeValue("description", cty.StringVal("The outputs of the tasks this task depends on: task name to an object of that task's module outputs"))
+		v.SetAttributeRaw("type", typeTokens("any"))
 	}
 	for _, p := range m.providers {
 		root.AppendNewline()
@@ -726,6 +748,15 @@ func (m *rootModule) inputsTFVars(in *task.Inputs) ([]byte, error) {
 		case "intentions":
 			writeObjectList(&buf, name, len(in.Intentions), func(i int) []objEntry { return enc.intentionEntries(&in.Intentions[i]) })
 			continue
+		case "task_outputs":
+			text, err := taskOutputsText(m.spec.OutputTasks(), in.TaskOutputs)
+			if err != nil {
+				return nil, err
+			}
+			buf.WriteString(name + " = ")
+			buf.Write(text)
+			buf.WriteByte('\n')
+			continue
 		}
 		// An empty map is written over two lines, "{" and "}", as CTS does.
 		buf.WriteString(name + " = {\n")
@@ -758,6 +789,7 @@ func (m *rootModule) inputOrder() []string {
 	add("consul_kv", m.consulKV)
 	add("nodes", m.nodes)
 	add("intentions", m.intentions)
+	add("task_outputs", m.taskOutputs)
 	add("services", true)
 	return order
 }

@@ -1,0 +1,73 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/testutil"
+)
+
+// Task chaining with the real Consul and Terraform: the downstream task
+// "down" watches the same service as "up" and receives up's outputs; every
+// change is applied by up first, then by down with up's new outputs (its
+// file always pairs up's ids with its own).
+func TestChainWithRealTerraform(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	out, varFile := newTaskDir(t)
+	work := t.TempDir()
+	cfg := writeFile(t, work, "config.hcl", config(t, c.Addr, filepath.Join(work, "sync-tasks"),
+		taskSpec{name: "down", module: module("chain_down"), services: `"web"`,
+			extra: fmt.Sprintf("variable_files = [%q]\n  module_input \"task-outputs\" {\n    tasks = [\"up\"]\n  }", varFile)},
+		taskSpec{name: "up", module: module("chain_up"), services: `"web"`}))
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	p := startCtsync(t, work, "start", "-config-file", cfg)
+
+	read := func() string {
+		b, _ := os.ReadFile(filepath.Join(out, "chain.txt"))
+		return string(b)
+	}
+	waitChain := func(want string) time.Time {
+		t.Helper()
+		testutil.Eventually(t, 90*time.Second, "chain.txt = "+want, func() bool { return read() == want })
+		return time.Now()
+	}
+	waitChain("web-1|web-1|1")
+
+	for _, step := range []struct {
+		change func()
+		want   string
+	}{
+		{func() { c.RegisterService(t, reg("web-2", "web", 8002), "passing") }, "web-1,web-2|web-1,web-2|2"},
+		{func() { c.SetCheck(t, "web-1", "critical", "down") }, "web-2|web-2|1"},
+	} {
+		before := len(haLines(p, `msg="running task"`, "task=down"))
+		upBefore := len(haLines(p, `msg="task run succeeded"`, "task=up"))
+		step.change()
+		waitChain(step.want)
+		// down's applying run came after up's run of the change ended.
+		downRuns := haLines(p, `msg="running task"`, "task=down")[before:]
+		upDone := haLines(p, `msg="task run succeeded"`, "task=up")[upBefore:]
+		if len(downRuns) == 0 || len(upDone) == 0 {
+			t.Fatalf("after the change: %d runs of down, %d successes of up", len(downRuns), len(upDone))
+		}
+		if downRuns[0].at.Before(upDone[0].at) {
+			t.Fatalf("down started at %s, before up applied the change at %s", downRuns[0].at.Format(time.StampMilli), upDone[0].at.Format(time.StampMilli))
+		}
+		if len(downRuns) != 1 {
+			t.Errorf("down ran %d times for one change, want 1:\n%s", len(downRuns), strings.Join(lineTexts(downRuns), "\n"))
+		}
+	}
+}
+
+func lineTexts(ls []logLine) []string {
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = l.text
+	}
+	return out
+}

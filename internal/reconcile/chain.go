@@ -1,0 +1,163 @@
+package reconcile
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// Task chaining: a task runs after the tasks it depends on (depends_on and
+// module_input "task-outputs", task.Spec.Upstreams) have applied the
+// change, and receives the outputs of the ones it lists as module input.
+//
+// The rule is checked when the task is about to run (upstreamHold): a task
+// whose upstream has something left to do (it is queued, running, waiting
+// for a retry or a buffer period, its last run failed, or its desired state
+// differs from what it applied) is held: it does not run, and its status
+// says why. Whenever a run of a task ends, the tasks that depend on it are
+// queued again (wakeDependentsLocked) and look again: a run that changed
+// the upstream's outputs changes their desired state (driver.PartUpstream).
+
+// upstreamHold returns why the task cannot run yet because of a task it
+// depends on, or "" when it can.
+func (c *Controller) upstreamHold(ctx context.Context, s *task.Spec) string {
+	outputs := s.OutputTasks()
+	for _, name := range s.Upstreams() {
+		c.mu.Lock()
+		u := c.tasks[name]
+		var (
+			ph phase
+			us task.Spec
+		)
+		if u != nil {
+			ph, us = u.phase, u.spec
+		}
+		c.mu.Unlock()
+		if u == nil {
+			return fmt.Sprintf("upstream task %q does not exist", name)
+		}
+		st := c.opts.Store.Run(name)
+		switch {
+		case st.Dirty():
+			return fmt.Sprintf("upstream task %q failed; waiting for it to succeed", name)
+		case ph != phaseIdle:
+			return fmt.Sprintf("waiting for upstream task %q (%s)", name, ph)
+		}
+		if slices.Contains(outputs, name) && st.Outputs == nil {
+			// Its outputs were never recorded (the dependency is new):
+			// run it once more, exposing them.
+			c.mu.Lock()
+			c.dropDriverLocked(u)
+			u.force = true
+			if u.trigger == "" {
+				u.trigger = "outputs wanted by task " + s.Name
+			}
+			c.stepLocked(u, evQueue, wake{})
+			c.mu.Unlock()
+			return fmt.Sprintf("waiting for the outputs of upstream task %q", name)
+		}
+		if !us.Enabled || !us.IsDynamic() {
+			// A disabled or schedule upstream holds nothing back: the
+			// task uses what it applied last.
+			continue
+		}
+		want, ready, err := c.desired(ctx, &us)
+		switch {
+		case !ready:
+			return fmt.Sprintf("waiting for upstream task %q to receive its data from Consul", name)
+		case err != nil:
+			return fmt.Sprintf("upstream task %q cannot run: %v", name, err)
+		case want.Fingerprint != st.Applied:
+			// It has a change to apply; its own notification may still
+			// be on its way: make sure it is due.
+			c.mu.Lock()
+			c.markDirtyLocked(u, "change")
+			c.mu.Unlock()
+			return fmt.Sprintf("waiting for upstream task %q to apply the change", name)
+		}
+	}
+	return ""
+}
+
+// dropDriverLocked makes the task's next run build its driver anew (its
+// spec's ExportOutputs may have changed). c.mu is held; a running task
+// keeps its driver.
+func (c *Controller) dropDriverLocked(e *entry) {
+	if e.phase != phaseRunning {
+		e.drv = nil
+	}
+}
+
+// exportsOutputs reports whether another task receives the task's outputs.
+// c.mu is held.
+func (c *Controller) exportsOutputsLocked(name string) bool {
+	for _, e := range c.tasks {
+		if slices.Contains(e.spec.OutputTasks(), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// wakeDependentsLocked queues, once a run of the task has ended, the
+// enabled tasks that depend on it (a schedule task waits for its tick).
+// c.mu is held.
+func (c *Controller) wakeDependentsLocked(name string) {
+	if !c.started {
+		return
+	}
+	for _, e := range c.tasks {
+		if !e.spec.Enabled || !e.spec.IsDynamic() || e.doomed || !slices.Contains(e.spec.Upstreams(), name) {
+			continue
+		}
+		if e.trigger == "" {
+			e.trigger = "upstream task " + name
+		}
+		c.stepLocked(e, evQueue, wake{})
+	}
+}
+
+// upstreamOutputs returns the recorded outputs of the tasks whose outputs
+// the task receives, and their digest (driver.PartUpstream).
+func (c *Controller) upstreamOutputs(s *task.Spec) (map[string][]byte, string) {
+	names := s.OutputTasks()
+	if len(names) == 0 {
+		return nil, ""
+	}
+	out := make(map[string][]byte, len(names))
+	h := sha256.New()
+	for _, n := range slices.Sorted(slices.Values(names)) {
+		o := c.opts.Store.Run(n).Outputs
+		if o == nil {
+			o = []byte("{}")
+		}
+		out[n] = o
+		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(o), o)
+	}
+	return out, hex.EncodeToString(h.Sum(nil))
+}
+
+// waitUpstreams waits, in RunOnce, for the tasks s depends on that run too;
+// it fails when one of them failed.
+func (c *Controller) waitUpstreams(ctx context.Context, s *task.Spec, done map[string]chan struct{}, failed *sync.Map) error {
+	for _, name := range s.Upstreams() {
+		ch, runs := done[name]
+		if !runs {
+			continue // not part of this run: its recorded outputs are used
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+		if _, bad := failed.Load(name); bad {
+			return fmt.Errorf("not run: upstream task %q failed", name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package reconcile
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// chained is task b of the chain tests: it watches web too, and receives
+// a's outputs.
+func chained(name, upstream string) task.Spec {
+	s := servicesTask(name, "web")
+	s.ModuleInput.TaskOutputs = &task.TaskOutputsSelector{Tasks: []string{upstream}}
+	return s
+}
+
+// nextApplied returns the next task that applied.
+func nextApplied(t *testing.T, h *harness) string {
+	t.Helper()
+	select {
+	case got := <-h.rec.applied:
+		return got
+	case <-time.After(10 * time.Second):
+		t.Fatal("no apply")
+		return ""
+	}
+}
+
+// A change that reaches both tasks of a chain runs the upstream first and
+// the downstream after it, with the upstream's new outputs; the downstream
+// is held (its status says why) while the upstream runs.
+func TestChainRunsDownstreamAfterUpstreamWithItsOutputs(t *testing.T) {
+	h := start(t, 4, []string{"a"}, servicesTask("a", "web"), chained("b", "a"))
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	for round, n := range []int{1, 2} {
+		if round > 0 {
+			h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+		}
+		waitFor(t, "b held while a runs", func() bool {
+			st, err := h.ctrl.Task("b")
+			return err == nil && strings.Contains(st.Waiting, `upstream task "a"`)
+		})
+		if got := h.rec.count("b"); got != round {
+			t.Fatalf("round %d: b applied %d times before a finished", round, got)
+		}
+		h.gates["a"] <- struct{}{}
+		if got := nextApplied(t, h); got != "a" {
+			t.Fatalf("round %d: %s applied first, want a", round, got)
+		}
+		if got := nextApplied(t, h); got != "b" {
+			t.Fatalf("round %d: %s applied second, want b", round, got)
+		}
+		out := h.rec.last("b").TaskOutputs["a"]
+		if want := []byte(`{"instances":` + string(rune('0'+n)) + `}`); !bytes.Equal(out, want) {
+			t.Fatalf("round %d: b received a's outputs %s, want %s", round, out, want)
+		}
+		if len(h.rec.last("b").Services) != n {
+			t.Fatalf("round %d: b saw %d services, want %d", round, len(h.rec.last("b").Services), n)
+		}
+		waitFor(t, "the chain to settle", h.ctrl.Settled)
+		if st, _ := h.ctrl.Task("b"); st.Waiting != "" {
+			t.Fatalf("round %d: b still waiting after a applied: %q", round, st.Waiting)
+		}
+	}
+}
+
+// A failed upstream holds the downstream until it succeeds.
+func TestChainFailedUpstreamHoldsDownstream(t *testing.T) {
+	a := servicesTask("a", "web")
+	b := servicesTask("b", "web")
+	b.DependsOn = []string{"a"}
+	h := start(t, 4, nil, a, b)
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	for range 2 {
+		nextApplied(t, h)
+	}
+	h.mu.Lock()
+	h.drv["a"].failing.Store(true)
+	h.mu.Unlock()
+	h.ctrl.opts.MaxRetries = -1 // no retry: the hold must last
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+	if got := nextApplied(t, h); got != "a" {
+		t.Fatalf("%s applied, want a (failing)", got)
+	}
+	waitFor(t, "b held by the failed a", func() bool {
+		st, err := h.ctrl.Task("b")
+		return err == nil && strings.Contains(st.Waiting, `upstream task "a" failed`)
+	})
+	h.noApply(t)
+	if n := len(h.rec.last("b").Services); n != 1 {
+		t.Fatalf("b ran with the new data (%d services) although a failed", n)
+	}
+	if err := h.ctrl.RunNow(context.Background(), "b"); err == nil || !strings.Contains(err.Error(), "failed") {
+		t.Fatalf("run=now of a held task: %v, want an error saying the upstream failed", err)
+	}
+	h.mu.Lock()
+	h.drv["a"].failing.Store(false)
+	h.mu.Unlock()
+	if err := h.ctrl.RunNow(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := nextApplied(t, h); got != "a" {
+		t.Fatalf("%s applied, want a", got)
+	}
+	if got := nextApplied(t, h); got != "b" {
+		t.Fatalf("%s applied, want b once a succeeded", got)
+	}
+	if n := len(h.rec.last("b").Services); n != 2 {
+		t.Fatalf("b saw %d services, want 2", n)
+	}
+}
+
+// -once runs a chain in order, and a downstream of a failed task not at all.
+func TestRunOnceOrdersChains(t *testing.T) {
+	w := newFakeWatcher()
+	rec := newRecorder()
+	gate := make(chan struct{})
+	c := New(Options{Watcher: w, MaxParallel: 4, NewDriver: func(s task.Spec) (driver.Driver, error) {
+		d := &fakeDriver{name: s.Name, rec: rec, exports: s.ExportOutputs}
+		if s.Name == "a" {
+			d.gate = gate
+		}
+		return d, nil
+	}}, []task.Spec{servicesTask("a", "web"), chained("b", "a")})
+	w.Notify = c.Notify
+	w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	errc := make(chan error, 1)
+	go func() { errc <- c.RunOnce(context.Background(), nil, false, 10*time.Second, nil) }()
+	close(gate)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{<-rec.applied, <-rec.applied}; got[0] != "a" || got[1] != "b" {
+		t.Fatalf("order %v, want a then b", got)
+	}
+	if out := rec.last("b").TaskOutputs["a"]; string(out) != `{"instances":1}` {
+		t.Fatalf("b received %s", out)
+	}
+}
