@@ -38,6 +38,10 @@ func (a *app) setupObserve() {
 		Tasks:      func() []reconcile.TaskState { return a.ctrl.Tasks() },
 		Views:      func() int { return a.registry.Views() },
 		WatchStats: func() watch.Stats { return a.registry.Stats() },
+		Memory: func() metrics.MemoryStats {
+			s := a.memory.Stats()
+			return metrics.MemoryStats{Limit: s.Limit, Reserved: s.Reserved, Waiting: s.Waiting}
+		},
 	})
 	// With high availability an instance starts as a follower; the elector
 	// reports every change of leadership (ha.go).

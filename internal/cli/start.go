@@ -216,6 +216,7 @@ type app struct {
 	obs      observe        // metrics, dashboard, notifications (observe.go)
 	ha       *haWiring      // high availability (ha.go); nil without
 	secrets  *liveProviders // provider values, kept fresh from Vault (secrets.go)
+	memory   *terraform.MemoryBudget
 }
 
 // needsConsulKV reports whether start-up must read Consul KV: a
@@ -252,6 +253,17 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	// stop before it and its children are killed: under high availability
 	// the HA timing's kill bound (set below, after setupHA).
 	stopTimeout := terraform.DefaultStopTimeout
+	// One memory budget for every task's Terraform commands: max_memory,
+	// else three quarters of the machine's (or cgroup's) memory.
+	memLimit := cfg.Driver.MaxMemory
+	if memLimit == 0 {
+		memLimit = terraform.AutoMemoryLimit()
+	}
+	a.memory = terraform.NewMemoryBudget(memLimit, logger.With("component", "terraform"), func(task string, bytes int64) {
+		if a.obs.metrics != nil {
+			a.obs.metrics.TerraformPeakRSS(task, bytes)
+		}
+	})
 	// driverOptions is the driver configuration of one task: the driver
 	// is built from it, and so is the task's desired state.
 	driverOptions := func(spec task.Spec) (terraform.Options, error) {
@@ -280,6 +292,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 			Providers:      used,
 			Consul:         cfg.Consul,
 			PluginCacheDir: cacheDir,
+			Memory:         a.memory,
 			Logger:         logger.With("component", "terraform"),
 			StopTimeout:    stopTimeout,
 		}, nil

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -281,7 +282,7 @@ task {
 	cfg := mustLoad(t, f)
 	host, _ := os.Hostname()
 	if cfg.LogLevel != "INFO" || cfg.LogFormat != "text" || cfg.Port != 8558 || cfg.WorkingDir != "sync-tasks" ||
-		cfg.ID != "cts-"+host || cfg.MaxParallelRuns != 4 {
+		cfg.ID != "cts-"+host || cfg.MaxParallelRuns != runtime.GOMAXPROCS(0) {
 		t.Errorf("top-level defaults: %+v", cfg)
 	}
 	if cfg.BufferPeriod != task.DefaultBufferPeriod {

@@ -62,6 +62,7 @@ type rawConsul struct {
 type rawDriver struct {
 	path            opt[string]
 	log, persistLog opt[bool]
+	maxMemory       opt[int64]
 	backend         *Backend
 	backendRng      hcl.Range
 	required        map[string]RequiredProvider
@@ -266,7 +267,7 @@ func (d *decoder) consul(b *hcl.Block, r *rawConsul) {
 // ---- driver "terraform" ----
 
 var driverKeys = []key{
-	{name: "path"}, {name: "log"}, {name: "persist_log"}, {name: "version"},
+	{name: "path"}, {name: "log"}, {name: "persist_log"}, {name: "version"}, {name: "max_memory"},
 	{name: "backend", kind: kBlock, labels: 1, label: "type"},
 	{name: "required_providers", kind: kMap},
 }
@@ -284,6 +285,7 @@ func (d *decoder) driver(b *hcl.Block, r *rawDriver) {
 	r.path.merge(d.str(c, "path", path))
 	r.log.merge(d.boolean(c, "log", path))
 	r.persistLog.merge(d.boolean(c, "persist_log", path))
+	r.maxMemory.merge(d.memorySize(c, "max_memory", path))
 	if v := d.str(c, "version", path); v.Set {
 		d.warnf(v.Rng, join(path, "version"), "is ignored: ctsync uses the terraform (or tofu) binary it finds on path or PATH and installs none")
 	}

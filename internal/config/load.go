@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -16,15 +17,21 @@ import (
 
 // Defaults that are not task defaults.
 const (
-	DefaultLogLevel        = "INFO"
-	DefaultLogFormat       = "text"
-	DefaultPort            = 8558
-	DefaultWorkingDir      = "sync-tasks"
-	DefaultMaxParallelRuns = 4
-	DefaultConsulAddress   = "localhost:8500"
-	DefaultKVPath          = "consul-terraform-sync/"
-	DefaultServiceName     = "consul-terraform-sync"
+	DefaultLogLevel      = "INFO"
+	DefaultLogFormat     = "text"
+	DefaultPort          = 8558
+	DefaultWorkingDir    = "sync-tasks"
+	DefaultConsulAddress = "localhost:8500"
+	DefaultKVPath        = "consul-terraform-sync/"
+	DefaultServiceName   = "consul-terraform-sync"
 )
+
+// DefaultMaxParallelRuns is max_parallel_runs when the configuration does
+// not set it: one run per CPU this process may use (GOMAXPROCS, which
+// follows the cgroup CPU limit), at least 1. A Terraform plan or apply keeps
+// about one core busy, so more runs than cores make every run slower and
+// the last one later, and fewer leave cores idle.
+func DefaultMaxParallelRuns() int { return max(1, runtime.GOMAXPROCS(0)) }
 
 // DefaultTransport holds the CTS transport defaults for the Consul client.
 var DefaultTransport = Transport{
@@ -222,7 +229,7 @@ func (d *decoder) finish(r *rawConfig) *Config {
 		Port:            r.port.or(DefaultPort),
 		WorkingDir:      nonEmpty(r.workingDir.V, DefaultWorkingDir),
 		ID:              nonEmpty(r.id.V, defaultID()),
-		MaxParallelRuns: r.maxParallel.or(DefaultMaxParallelRuns),
+		MaxParallelRuns: r.maxParallel.or(DefaultMaxParallelRuns()),
 		Ranges:          map[string]hcl.Range{},
 	}
 	cfg.Retry = r.retry.config()
@@ -242,6 +249,7 @@ func (d *decoder) finish(r *rawConfig) *Config {
 		Path:              r.driver.path.V,
 		Log:               r.driver.log.V,
 		PersistLog:        r.driver.persistLog.V,
+		MaxMemory:         r.driver.maxMemory.V,
 		Backend:           r.driver.backend,
 		RequiredProviders: r.driver.required,
 	}

@@ -20,7 +20,7 @@ type Config struct {
 	WorkingDir string // default "sync-tasks"
 	ID         string // default "cts-<hostname>"
 	// MaxParallelRuns bounds how many tasks run Terraform at once
-	// (ctsync extension; default 4).
+	// (ctsync extension; default DefaultMaxParallelRuns(), the CPUs).
 	MaxParallelRuns int
 	// Retry is the retry policy of failed runs (retry.go).
 	Retry Retry
@@ -144,6 +144,10 @@ type TerraformDriver struct {
 	Backend *Backend
 	// RequiredProviders maps a provider name to its requirement.
 	RequiredProviders map[string]RequiredProvider
+	// MaxMemory bounds, in bytes, the peak RSS of the Terraform commands
+	// running at once (max_memory, ctsync extension); 0: not set, the
+	// bound is derived from the machine's memory.
+	MaxMemory int64
 }
 
 // Backend is a Terraform state backend passed through to the generated

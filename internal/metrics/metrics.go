@@ -43,6 +43,8 @@ type Options struct {
 	Views func() int
 	// WatchStats returns the watch registry's counters.
 	WatchStats func() watch.Stats
+	// Memory returns the Terraform memory budget's state (terraform.go).
+	Memory func() MemoryStats
 }
 
 // Metrics is the set of ctsync metrics. It is safe for concurrent use.
@@ -71,7 +73,8 @@ type Metrics struct {
 	consulLat   *prometheus.HistogramVec
 	notifySent  *prometheus.CounterVec
 	notifyDrops *prometheus.CounterVec
-	perTask     []deleter // every vector with a "task" label
+	tfPeakRSS   *prometheus.GaugeVec // terraform.go
+	perTask     []deleter            // every vector with a "task" label
 
 	mu   sync.Mutex
 	seen map[string]bool // tasks that may have series
@@ -188,6 +191,7 @@ func New(opts Options) *Metrics {
 		m.drifted, m.dirty, m.terminal, m.driftChecks, m.queueDepth, m.inProgress, m.isLeader, m.compatFails, m.compatNow,
 		m.consulReqs, m.consulErrs, m.consulLat, m.notifySent, m.notifyDrops,
 	)
+	m.registerTerraform(opts) // terraform.go
 	if opts.Views != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ctsync_watch_views",

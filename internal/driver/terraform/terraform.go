@@ -72,6 +72,10 @@ type Options struct {
 	// the HA timing, shorter than the earliest takeover by another
 	// instance.
 	StopTimeout time.Duration
+	// Memory, when set, is the memory budget shared by every task's
+	// driver: plan, apply and destroy wait for their share of it, and their
+	// peak RSS is measured (see MemoryBudget).
+	Memory *MemoryBudget
 }
 
 // Driver runs one task with Terraform or OpenTofu. It implements
@@ -711,6 +715,20 @@ func (d *Driver) prepare(ctx context.Context, op string, run driver.Run, in *tas
 	return logPath, nil
 }
 
+// gate waits for the task's share of the memory budget, if there is one;
+// release gives it back and records the command's peak RSS.
+func (d *Driver) gate(ctx context.Context, op string) (release func(), err error) {
+	if d.opts.Memory == nil {
+		return func() {}, nil
+	}
+	r, err := d.opts.Memory.acquire(ctx, d.opts.Spec.Name, d.realDir)
+	if err != nil {
+		d.sink.note("%s interrupted while waiting for memory: %v", op, err)
+		return nil, &driver.Error{Op: op, Summary: "interrupted while waiting for memory (driver \"terraform\" max_memory)", Err: err}
+	}
+	return r.release, nil
+}
+
 // Plan writes the inputs and runs `terraform plan`. Result.Output is the
 // readable plan.
 func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
@@ -722,6 +740,12 @@ func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (dri
 	}
 	defer d.endRun()
 	res := driver.Result{LogPath: logPath}
+	release, err := d.gate(ctx, "plan")
+	if err != nil {
+		res.Duration = time.Since(start)
+		return res, err
+	}
+	defer release()
 
 	// The plan file holds every value of the run, provider secrets
 	// included: it lives in a folder only the daemon's user can enter.
@@ -779,6 +803,11 @@ func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (dr
 		return driver.Result{Duration: time.Since(start)}, err
 	}
 	defer d.endRun()
+	release, err := d.gate(ctx, "apply")
+	if err != nil {
+		return driver.Result{LogPath: logPath, Duration: time.Since(start)}, err
+	}
+	defer release()
 	var opts []tfexec.ApplyOption
 	if p := d.opts.Spec.Parallelism; p > 0 {
 		opts = append(opts, tfexec.Parallelism(p))
@@ -791,8 +820,6 @@ func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (dr
 	res.Changes = res.Add+res.Change+res.Destroy > 0
 	if err != nil {
 		err = d.fail("apply", err)
-	} else if d.opts.Spec.ExportOutputs {
-		res.Outputs, err = d.readOutputs(ctx)
 	}
 	res.Duration = time.Since(start)
 	return res, err
@@ -808,6 +835,11 @@ func (d *Driver) Destroy(ctx context.Context, run driver.Run) (driver.Result, er
 		return driver.Result{Duration: time.Since(start)}, err
 	}
 	defer d.endRun()
+	release, err := d.gate(ctx, "destroy")
+	if err != nil {
+		return driver.Result{LogPath: logPath, Duration: time.Since(start)}, err
+	}
+	defer release()
 	var opts []tfexec.DestroyOption
 	if p := d.opts.Spec.Parallelism; p > 0 {
 		opts = append(opts, tfexec.Parallelism(p))
