@@ -820,6 +820,8 @@ func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (dr
 	res.Changes = res.Add+res.Change+res.Destroy > 0
 	if err != nil {
 		err = d.fail("apply", err)
+	} else if d.opts.Spec.ExportOutputs {
+		res.Outputs, err = d.readOutputs(ctx)
 	}
 	res.Duration = time.Since(start)
 	return res, err
