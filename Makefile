@@ -3,7 +3,7 @@ SHELL := /bin/bash
 TOOLS_ENV := source .tools/env.sh
 GO_TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: build test test-short demo tools lint bench clean
+.PHONY: build test test-short demo tools lint bench bench-floor clean
 
 build:
 	go build -o bin/ctsync ./cmd/ctsync
@@ -25,11 +25,20 @@ demo: build
 	@TOOLS_NGINX=1 bash scripts/tools.sh
 	@$(TOOLS_ENV) && bash scripts/demo.sh
 
-# Scale benchmarks against a real Consul and Terraform (about 15 minutes):
-# writes docs/bench/results.md, results.csv and reaction.png.
+# Scale benchmarks against a real Consul and Terraform (about 15 minutes,
+# plus the floor scenario): writes docs/bench/results.md, results.csv and
+# reaction.png, and floor.csv and floor.png.
 bench: tools
 	$(TOOLS_ENV) && CTSYNC_BENCH=1 go test -count=1 -timeout 90m -run '^(TestScale|TestHAStandbyCPU)$$' -v ./e2e/ | grep -v '^ *time='
 	$(TOOLS_ENV) && go test -run XXX -bench . -benchtime 1x -timeout 30m ./e2e/ ./internal/watch/
+	$(MAKE) bench-floor
+
+# ctsync against Terraform alone (issue 18): after one change, all T tasks
+# applied by ctsync vs the same T applies run by hand, for T in 1/10/50 and
+# 100/2,000/10,000 instances. Subset: CTSYNC_FLOOR_CELLS=10x2000,50x100;
+# rounds per cell: CTSYNC_FLOOR_ROUNDS (default 3); see e2e/floor_test.go.
+bench-floor: tools
+	$(TOOLS_ENV) && CTSYNC_BENCH=1 go test -count=1 -timeout 240m -run '^TestFloor$$' -v ./e2e/ | grep -v '^ *time='
 
 lint:
 	go vet ./...
