@@ -447,6 +447,7 @@ func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
 		}
 		c.mu.Unlock()
 		if same && key == conditionCatalog(s.Condition.CatalogServices).Key() {
+			c.log.Debug("catalog-services: the set of names is the same; not triggering", "task", s.Name, "key", key)
 			signal(e.changed)
 			return
 		}
