@@ -127,3 +127,23 @@ func (c *Consul) Export(t testing.TB, peer string, services ...string) {
 		t.Fatalf("export %v to %s: %v", services, peer, err)
 	}
 }
+
+// Pid is the agent's process id (0 when it is not running).
+func (c *Consul) Pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil || c.stopped || c.cmd.Process == nil {
+		return 0
+	}
+	return c.cmd.Process.Pid
+}
+
+// SerfLANAddr is the address other agents join the agent's LAN pool at.
+func (c *Consul) SerfLANAddr() string {
+	for i := 0; i+1 < len(c.args); i++ {
+		if c.args[i] == "-serf-lan-port" {
+			return "127.0.0.1:" + c.args[i+1]
+		}
+	}
+	return ""
+}
