@@ -805,18 +805,6 @@ const unreadable = "unreadable"
 // it plans instead of applying and records nothing.
 func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trigger string, force, inspect bool) outcome {
 	log := c.log.With("task", s.Name)
-	if !inspect && trigger != triggerOnce {
-		if why := c.upstreamHold(ctx, s); why != "" {
-			c.mu.Lock()
-			first := e.waiting != why
-			e.waiting = why
-			c.mu.Unlock()
-			if first {
-				log.Info("task held: it runs after the tasks it depends on", "reason", why)
-			}
-			return outcome{held: why}
-		}
-	}
 	// The desired state is taken before the inputs are built: if the data
 	// changes in between, the inputs are newer than the fingerprint stored
 	// as applied, and the next notification runs the task once more. The
@@ -850,34 +838,28 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	}
 	st := c.opts.Store.Run(s.Name)
 	if !inspect && !force {
-		switch {
-		case st.Dirty() && st.Terminal && st.Failed == want.Fingerprint:
-			log.Debug("last run failed with a terminal error and the desired state has not changed since: not running")
-			c.skipped(s.Name)
+		var run bool
+		if trigger, run = c.mustRun(log, s.Name, st, want, trigger); !run {
 			return outcome{}
-		case st.Dirty():
-			if trigger != "retry" {
-				trigger = changeTrigger(trigger, changedParts(st.Parts, want.Parts))
-				if trigger == "start" || trigger == "leader" {
-					trigger = "previous run failed"
-				}
-			}
-		case want.Fingerprint == st.Applied:
-			log.Debug("desired state unchanged since last apply, skipping run", "fingerprint", short(want.Fingerprint))
-			c.skipped(s.Name)
-			return outcome{}
-		default:
-			trigger = changeTrigger(trigger, changedParts(st.Parts, want.Parts))
 		}
 	}
-	in, ready := BuildInputs(s, c.get)
+	in, ready := c.inputs(s)
 	if !ready { // a view went away in between (a regexp match left)
 		return outcome{}
 	}
-	if outs, _ := c.upstreamOutputs(s); outs != nil {
-		in.TaskOutputs = make(map[string]json.RawMessage, len(outs))
-		for k, v := range outs {
-			in.TaskOutputs[k] = v
+	// Chained tasks: the upstream tasks are looked at after the inputs are
+	// read, so that an upstream found up to date has applied data at least
+	// as new as the inputs (chain.go).
+	if !inspect && trigger != triggerOnce {
+		if why := c.upstreamHold(ctx, s); why != "" {
+			c.mu.Lock()
+			first := e.waiting != why
+			e.waiting = why
+			c.mu.Unlock()
+			if first {
+				log.Info("task held: it runs after the tasks it depends on", "reason", why)
+			}
+			return outcome{held: why}
 		}
 	}
 	c.mu.Lock()
@@ -887,41 +869,98 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	}
 	c.mu.Unlock()
 
-	runID := uuid.NewString()
-	start := time.Now()
-	kind := store.KindApply
+	r := &runRecord{id: uuid.NewString(), trigger: trigger, kind: store.KindApply, want: want, before: st}
 	if inspect {
-		kind = store.KindPlan
-	}
-	if !inspect {
+		r.kind = store.KindPlan
+	} else if err := c.opts.Store.StartRun(s.Name, r.id); err != nil {
 		// The marker is in the store before Terraform starts: if this
-		// instance dies or loses the lead during the run, the next leader
-		// runs the task again.
-		if err := c.opts.Store.StartRun(s.Name, runID); err != nil {
-			log.Error("not running task: its in-flight marker could not be stored", "error", err)
-			return outcome{failed: true, err: fmt.Errorf("storing the in-flight marker: %w", err)}
-		}
+		// instance dies or loses the lead during the run, the next
+		// leader runs the task again.
+		log.Error("not running task: its in-flight marker could not be stored", "error", err)
+		return outcome{failed: true, err: fmt.Errorf("storing the in-flight marker: %w", err)}
 	}
 	if c.opts.Metrics != nil {
 		c.opts.Metrics.RunStarted(s.Name)
 	}
-	log.Info("running task", "run_id", runID, "trigger", trigger, "mode", kind, "instances", len(in.Services))
-	res, err := c.drive(ctx, e, s, driver.Run{ID: runID}, &in, inspect)
-	end := time.Now()
+	log.Info("running task", "run_id", r.id, "trigger", trigger, "mode", r.kind, "instances", len(in.Services))
+	r.start = time.Now()
+	r.res, r.err = c.drive(ctx, e, s, driver.Run{ID: r.id}, &in, inspect)
+	r.end = time.Now()
 	if inspect {
 		if c.opts.Metrics != nil {
-			c.opts.Metrics.RunFinished(s.Name, kind, err == nil, end.Sub(start))
+			c.opts.Metrics.RunFinished(s.Name, r.kind, r.err == nil, r.end.Sub(r.start))
 		}
-		return outcome{failed: err != nil, err: err, plan: res.Output}
+		return outcome{failed: r.err != nil, err: r.err, plan: r.res.Output}
 	}
+	return c.recordRun(ctx, log, e, s, r)
+}
+
+// mustRun decides whether a task runs, from its desired state and the run
+// state in the store, and returns the run's trigger: what changed since
+// its last success (the watched key, or the parts of the desired state).
+func (c *Controller) mustRun(log *slog.Logger, name string, st store.RunState, want Desired, trigger string) (string, bool) {
+	switch {
+	case st.Dirty() && st.Terminal && st.Failed == want.Fingerprint:
+		log.Debug("last run failed with a terminal error and the desired state has not changed since: not running")
+		c.skipped(name)
+		return trigger, false
+	case st.Dirty():
+		if trigger != "retry" {
+			trigger = changeTrigger(trigger, changedParts(st.Parts, want.Parts))
+			if trigger == "start" || trigger == "leader" {
+				trigger = "previous run failed"
+			}
+		}
+	case want.Fingerprint == st.Applied:
+		log.Debug("desired state unchanged since last apply, skipping run", "fingerprint", short(want.Fingerprint))
+		c.skipped(name)
+		return trigger, false
+	default:
+		trigger = changeTrigger(trigger, changedParts(st.Parts, want.Parts))
+	}
+	return trigger, true
+}
+
+// inputs builds what the task's module receives: its Consul data and the
+// outputs of the tasks it receives them from.
+func (c *Controller) inputs(s *task.Spec) (task.Inputs, bool) {
+	in, ready := BuildInputs(s, c.get)
+	if !ready {
+		return in, false
+	}
+	if outs, _ := c.upstreamOutputs(s); outs != nil {
+		in.TaskOutputs = make(map[string]json.RawMessage, len(outs))
+		for k, v := range outs {
+			in.TaskOutputs[k] = v
+		}
+	}
+	return in, true
+}
+
+// runRecord is one run of a task (not a plan), from its start to its
+// record in the store.
+type runRecord struct {
+	id, trigger string
+	kind        string
+	want        Desired
+	before      store.RunState // the run state when it started
+	start, end  time.Time
+	res         driver.Result
+	err         error
+}
+
+// recordRun records a run's outcome: its event and the task's next run
+// state, in one write (finish); a run is not a success until recorded.
+func (c *Controller) recordRun(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, r *runRecord) outcome {
+	res, err, st := r.res, r.err, r.before
 	terminal := driver.IsTerminal(err)
-	ev := store.Event{ID: runID, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: end,
-		Kind: kind, Trigger: trigger, InputsHash: want.Fingerprint, Config: eventConfig(s), LogPath: res.LogPath,
+	ev := store.Event{ID: r.id, TaskName: s.Name, Success: err == nil, StartTime: r.start, EndTime: r.end,
+		Kind: r.kind, Trigger: r.trigger, InputsHash: r.want.Fingerprint, Config: eventConfig(s), LogPath: res.LogPath,
 		LogTail: c.redact(tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL}
 	if res.Add+res.Change+res.Destroy > 0 || err == nil {
 		ev.Plan = &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
 	}
-	next := store.RunState{Applied: want.Fingerprint, Parts: want.Parts, Outputs: st.Outputs}
+	next := store.RunState{Applied: r.want.Fingerprint, Parts: r.want.Parts, Outputs: st.Outputs}
 	if err == nil && e.drv != nil && e.exports {
 		next.Outputs = res.Outputs
 		if next.Outputs == nil {
@@ -933,8 +972,8 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 		ev.Error = &store.EventError{Message: c.redact(err.Error())}
 		// The last success stays recorded (what changed is told against
 		// it); the failure makes the task dirty until a run succeeds.
-		next = store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: want.Fingerprint, Terminal: terminal, Outputs: st.Outputs}
-		log.Error("task run failed", "run_id", runID, "error", c.redact(err.Error()), "terminal", terminal, "log", res.LogPath)
+		next = store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: r.want.Fingerprint, Terminal: terminal, Outputs: st.Outputs}
+		log.Error("task run failed", "run_id", r.id, "error", c.redact(err.Error()), "terminal", terminal, "log", res.LogPath)
 	}
 	if recErr := c.finish(ctx, s.Name, next, &ev); recErr != nil && err == nil {
 		// Applied but not recorded: not reported as a success. The task
@@ -943,13 +982,13 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 		err = fmt.Errorf("the run succeeded but could not be recorded: %w", recErr)
 	}
 	if c.opts.Metrics != nil {
-		c.opts.Metrics.RunFinished(s.Name, kind, err == nil, end.Sub(start))
+		c.opts.Metrics.RunFinished(s.Name, r.kind, err == nil, r.end.Sub(r.start))
 	}
 	if err != nil {
 		return outcome{failed: true, terminal: terminal, err: err}
 	}
-	log.Info("task run succeeded", "run_id", runID, "added", res.Add, "changed", res.Change,
-		"destroyed", res.Destroy, "duration", end.Sub(start).Round(time.Millisecond))
+	log.Info("task run succeeded", "run_id", r.id, "added", res.Add, "changed", res.Change,
+		"destroyed", res.Destroy, "duration", r.end.Sub(r.start).Round(time.Millisecond))
 	c.mu.Lock()
 	e.drifted = false // just applied: matches the configuration again
 	e.retries = 0
