@@ -483,7 +483,7 @@ func (m *rootModule) mainTF() []byte {
 		// object is the root output ctsync reads after each apply.
 		// Sensitive, because the module may have sensitive outputs.
 		root.AppendNewline()
-		out := root.AppendNewBlock("output", []string{exportOutput}).Body()
+		out := root.AppendNewBlock("output", []string{ExportOutput}).Body()
 		out.SetAttributeTraversal("value", hcl.Traversal{hcl.TraverseRoot{Name: "module"}, hcl.TraverseAttr{Name: m.spec.Name}})
 		out.SetAttributeValue("sensitive", cty.True)
 	}

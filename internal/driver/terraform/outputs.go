@@ -11,9 +11,9 @@ import (
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 )
 
-// exportOutput is the root output that holds the module's outputs of a
+// ExportOutput is the root output that holds the module's outputs of a
 // task whose outputs another task receives (task.Spec.ExportOutputs).
-const exportOutput = "ctsync_outputs"
+const ExportOutput = "ctsync_outputs"
 
 // readOutputs returns the module's outputs after an apply, as a JSON object
 // (name to value), read with `terraform output -json`.
@@ -22,7 +22,7 @@ func (d *Driver) readOutputs(ctx context.Context) (json.RawMessage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the module's outputs: %w", err)
 	}
-	o, ok := outs[exportOutput]
+	o, ok := outs[ExportOutput]
 	if !ok || len(o.Value) == 0 || string(o.Value) == "null" {
 		return json.RawMessage("{}"), nil
 	}

@@ -36,6 +36,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -464,7 +465,43 @@ func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (dri
 
 // Apply uploads the task's configuration and runs it, applying the plan.
 func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
-	return d.do(ctx, "apply", run, in)
+	res, err := d.do(ctx, "apply", run, in)
+	if err == nil && d.opts.Spec.ExportOutputs {
+		res.Outputs, err = d.outputs(ctx)
+	}
+	return res, err
+}
+
+// outputs reads the module's outputs (the root output ctsync_outputs, see
+// task.Spec.ExportOutputs) from the workspace's current state file: the
+// API's output endpoints hide the values of sensitive outputs, and that one
+// is sensitive.
+func (d *Driver) outputs(ctx context.Context) (json.RawMessage, error) {
+	sv, err := d.client.StateVersions.ReadCurrent(ctx, d.ws.ID)
+	if err != nil {
+		return nil, d.apiError(ctx, "apply", fmt.Sprintf("reading the current state of workspace %q for the module's outputs", d.name), err)
+	}
+	u := sv.DownloadURL
+	if strings.HasPrefix(u, "/") { // some servers (OTF) answer a host-relative URL
+		u = d.opts.Config.Address + u
+	}
+	raw, err := d.client.StateVersions.Download(ctx, u)
+	if err != nil {
+		return nil, d.apiError(ctx, "apply", "downloading the state for the module's outputs", err)
+	}
+	var st struct {
+		Outputs map[string]struct {
+			Value json.RawMessage `json:"value"`
+		} `json:"outputs"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, &driver.Error{Op: "apply", Summary: "the workspace's state is not JSON: " + err.Error(), Err: err}
+	}
+	o, ok := st.Outputs[terraform.ExportOutput]
+	if !ok || len(o.Value) == 0 || string(o.Value) == "null" {
+		return json.RawMessage("{}"), nil
+	}
+	return o.Value, nil
 }
 
 // Destroy queues a destroy run of the workspace's current configuration.

@@ -13,3 +13,12 @@ variable "label" {
 resource "terraform_data" "ids" {
   input = "${var.label}:${join(",", sort([for s in var.services : s.id]))}"
 }
+
+output "ids" {
+  value = terraform_data.ids.output
+}
+
+output "secret" {
+  value     = "s3cret"
+  sensitive = true
+}
