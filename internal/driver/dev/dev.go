@@ -67,6 +67,23 @@ func (d *Driver) would(op string, run driver.Run, in *task.Inputs) driver.Result
 		"catalog_services", slices.Sorted(maps.Keys(in.CatalogServices)),
 		"consul_kv_keys", slices.Sorted(maps.Keys(in.ConsulKV)),
 		"variables", slices.Sorted(maps.Keys(d.spec.Variables))}
+	if in.Nodes != nil {
+		nodes := make([]string, len(in.Nodes))
+		for i, n := range in.Nodes {
+			nodes[i] = n.Node
+		}
+		attrs = append(attrs, "nodes", nodes)
+	}
+	if in.Intentions != nil {
+		ints := make([]string, len(in.Intentions))
+		for i, it := range in.Intentions {
+			ints[i] = it.SourceName + "->" + it.DestinationName + ":" + it.Action
+		}
+		attrs = append(attrs, "intentions", ints)
+	}
+	if in.TaskOutputs != nil {
+		attrs = append(attrs, "task_outputs_of", slices.Sorted(maps.Keys(in.TaskOutputs)))
+	}
 	d.log.Info("development client: would run terraform "+op, attrs...)
 	if d.log.Enabled(context.Background(), slog.LevelDebug) {
 		if b, err := json.Marshal(in); err == nil {
