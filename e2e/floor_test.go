@@ -25,6 +25,9 @@ package e2e
 //	CTSYNC_FLOOR_PARALLEL  max_parallel_runs given to ctsync, and the floor's
 //	                       parallelism (default: not set in the configuration,
 //	                       so ctsync's default; the floor uses the number of CPUs)
+//	CTSYNC_FLOOR_TERRAFORM_PARALLEL  the floor's parallelism alone (default: as
+//	                       above); to compare with a ctsync whose
+//	                       max_parallel_runs differs, as issue 18's 4 vs 2
 //	CTSYNC_FLOOR_PROFILE   a file: run the daemon in this test's process and
 //	                       write a CPU profile of the ctsync halves to it
 //	CTSYNC_BENCH_OUT       output folder (default docs/bench): floor.csv
@@ -186,6 +189,7 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 		text = strings.Replace(text, "log_level", fmt.Sprintf("max_parallel_runs = %d\nlog_level", p), 1)
 	}
 	cfg := writeFile(t, work, "config.hcl", text)
+	floorParallel := envInt("CTSYNC_FLOOR_TERRAFORM_PARALLEL", parallel)
 
 	profile := os.Getenv("CTSYNC_FLOOR_PROFILE")
 	d := startFloorDaemon(t, work, cfg, profile != "")
@@ -205,7 +209,7 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 	if p := envInt("CTSYNC_FLOOR_PARALLEL", 0); p > 0 {
 		setting = strconv.Itoa(p)
 	}
-	row := floorRow{cell: cell, parallel: parallel, setting: setting, rounds: rounds, load: loadAvg(),
+	row := floorRow{cell: cell, parallel: floorParallel, setting: setting, rounds: rounds, load: loadAvg(),
 		date: time.Now().UTC().Format("2006-01-02 15:04"), cpus: strconv.Itoa(runtime.NumCPU())}
 	var cts, floor []time.Duration
 	var ratios, ctsCPU, floorCPU []float64
@@ -251,7 +255,7 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 				t.Fatal(err)
 			}
 		}
-		took, cpu, rss := floorApplies(t, tfBin, taskRoot, tasks, parallel)
+		took, cpu, rss := floorApplies(t, tfBin, taskRoot, tasks, floorParallel)
 		floor = append(floor, took)
 		floorCPU = append(floorCPU, cpu)
 		ratios = append(ratios, cts[r].Seconds()/took.Seconds())
@@ -440,7 +444,7 @@ func (d *floorDaemon) terraformRSS() float64 {
 	return peak
 }
 
-var floorHeader = []string{"date (UTC)", "cpus", "tasks", "instances", "max_parallel_runs", "parallel", "rounds",
+var floorHeader = []string{"date (UTC)", "cpus", "tasks", "instances", "max_parallel_runs", "floor_parallel", "rounds",
 	"ctsync_s", "floor_s", "ratio", "ctsync_cpu_s", "floor_cpu_s", "cpu_ratio",
 	"load (1 5 15 min)", "daemon_peak_rss_mib", "terraform_peak_rss_mib", "floor_terraform_peak_rss_mib"}
 

@@ -249,9 +249,17 @@ func (b *MemoryBudget) peaksOf(task string) []int64 {
 func (b *MemoryBudget) sampler(stop chan struct{}) {
 	tick := time.NewTicker(b.every)
 	defer tick.Stop()
-	for n := 0; ; n++ {
+	for n := 1; ; n++ {
+		// The first look is a tick after the first admission: Terraform
+		// has started by then, and a command shorter than that costs no
+		// scan.
+		select {
+		case <-tick.C:
+		case <-stop:
+			return
+		}
 		b.mu.Lock()
-		scan := n%scanEvery == 0
+		scan := n%scanEvery == 0 || childrenFiles
 		for r := range b.active {
 			scan = scan || len(r.procs) == 0
 		}
@@ -288,11 +296,6 @@ func (b *MemoryBudget) sampler(stop chan struct{}) {
 			}
 		}
 		b.mu.Unlock()
-		select {
-		case <-tick.C:
-		case <-stop:
-			return
-		}
 	}
 }
 
@@ -312,11 +315,46 @@ func (b *MemoryBudget) sampleLocked(r *reservation) {
 	r.peak = max(r.peak, sum)
 }
 
-// scan finds, in /proc, the Terraform processes of each directory: this
-// process's children that lead their own process group (terraform-exec
-// starts Terraform so) with that working directory, and every process of
-// their groups (the provider plugins).
+// childrenFiles reports whether the kernel lists a thread's children in
+// /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN): then the
+// process tree is read from there, a few files, instead of every process's
+// stat.
+var childrenFiles = func() bool {
+	_, err := os.Stat("/proc/self/task/" + strconv.Itoa(os.Getpid()) + "/children")
+	return err == nil
+}()
+
+// children lists the children of pid, from the children files of its
+// threads.
+func children(pid int) []int {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tids, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, t := range tids {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range bytes.Fields(b) {
+			if c, err := strconv.Atoi(string(f)); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// scan finds the Terraform processes of each directory: this process's
+// children that lead their own process group (terraform-exec starts
+// Terraform so) with that working directory, and every process of their
+// groups (the provider plugins).
 func (b *MemoryBudget) scan(dirs map[string][]*reservation) map[*reservation][]int {
+	if childrenFiles {
+		return b.scanChildren(dirs)
+	}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -349,6 +387,34 @@ func (b *MemoryBudget) scan(dirs map[string][]*reservation) map[*reservation][]i
 	for pid, s := range stats {
 		for _, r := range groups[s.pgid] {
 			out[r] = append(out[r], pid)
+		}
+	}
+	return out
+}
+
+// scanChildren is scan from the children files: the tree under each
+// Terraform this process started.
+func (b *MemoryBudget) scanChildren(dirs map[string][]*reservation) map[*reservation][]int {
+	out := map[*reservation][]int{}
+	for _, pid := range children(b.self) {
+		_, pgid, ok := procStat(pid)
+		if !ok || pgid != pid {
+			continue
+		}
+		cwd, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
+		if err != nil {
+			continue
+		}
+		rs, ok := dirs[cwd]
+		if !ok {
+			continue
+		}
+		tree := []int{pid}
+		for i := 0; i < len(tree) && i < 1000; i++ {
+			tree = append(tree, children(tree[i])...)
+		}
+		for _, r := range rs {
+			out[r] = append(out[r], tree...)
 		}
 	}
 	return out
