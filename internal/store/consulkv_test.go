@@ -65,7 +65,7 @@ func TestConsulKVRoundTrip(t *testing.T) {
 	must(t, s.AddEvent(ev("db", 9, true)))
 	must(t, s.FinishRun("web/a", RunState{Applied: "hash-5"}, nil))
 	must(t, s.StartRun("web/a", "run-6"))
-	must(t, s.FinishRun("db", RunState{Applied: "hash-9"}, nil))
+	must(t, s.FinishRun("db", RunState{Applied: "hash-9", Outputs: []byte(`{"zone":"dmz"}`)}, nil)) // outputs: chaining
 	must(t, s.SaveTask("api-made", TaskRecord{Spec: &task.Spec{Name: "api-made", Enabled: true, Module: "m",
 		Condition: task.Condition{Schedule: &task.ScheduleCondition{Cron: "* * * * *"}}}}))
 	off := false
@@ -94,6 +94,9 @@ func TestConsulKVRoundTrip(t *testing.T) {
 	}
 	if s2.Run("web/a").Applied != "hash-5" || s2.Run("web/a").InFlight != "run-6" || s2.Run("db").Applied != "hash-9" || s2.Run("db").InFlight != "" {
 		t.Fatalf("reloaded run state: applied=%q inflight=%q db=%q", s2.Run("web/a").Applied, s2.Run("web/a").InFlight, s2.Run("db").Applied)
+	}
+	if got := string(s2.Run("db").Outputs); got != `{"zone":"dmz"}` {
+		t.Fatalf("reloaded outputs = %q", got)
 	}
 	if len(s2.AllEvents()) != 2 {
 		t.Fatalf("AllEvents: %v", s2.AllEvents())
