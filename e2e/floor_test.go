@@ -527,7 +527,8 @@ func writeFloor(t *testing.T, dir string, rows []floorRow) {
 			continue // a row of an older layout
 		}
 		ratio, _ := strconv.ParseFloat(rec[9], 64)
-		pts = append(pts, floorPoint{tasks: k, instances: n, ratio: ratio})
+		cpu, _ := strconv.ParseFloat(rec[12], 64)
+		pts = append(pts, floorPoint{tasks: k, instances: n, ratio: ratio, cpuRatio: cpu})
 	}
 	if err := plotFloor(filepath.Join(dir, "floor.png"), pts); err != nil {
 		t.Fatal(err)
@@ -537,16 +538,17 @@ func writeFloor(t *testing.T, dir string, rows []floorRow) {
 
 type floorPoint struct {
 	tasks, instances int
-	ratio            float64
+	ratio, cpuRatio  float64
 }
 
 // plotFloor draws ctsync's time over Terraform's own, against instances,
-// one line per task count, with the 1.05 goal.
+// one line per task count (dashed: the same for CPU seconds), with the 1.05
+// goal.
 func plotFloor(path string, pts []floorPoint) error {
 	p := plot.New()
 	p.Title.Text = "ctsync / Terraform alone: change → all affected tasks applied"
 	p.X.Label.Text = "instances in the catalog (20 services; every task watches all)"
-	p.Y.Label.Text = "ratio (ctsync time / floor time)"
+	p.Y.Label.Text = "ctsync / floor (wall time; dashed: CPU seconds)"
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Legend.Top = true
@@ -567,28 +569,35 @@ func plotFloor(path string, pts []floorPoint) error {
 		color.RGBA{R: 214, G: 39, B: 40, A: 255},
 	}
 	for i, k := range counts {
-		var xys plotter.XYs
+		var wall, cpu plotter.XYs
 		for _, pt := range pts {
 			if pt.tasks == k {
-				xys = append(xys, plotter.XY{X: float64(pt.instances), Y: pt.ratio})
+				wall = append(wall, plotter.XY{X: float64(pt.instances), Y: pt.ratio})
+				cpu = append(cpu, plotter.XY{X: float64(pt.instances), Y: pt.cpuRatio})
 			}
 		}
-		l, sc, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return err
-		}
 		col := palette[i%len(palette)]
-		l.Color, sc.Color, sc.Shape = col, col, draw.CircleGlyph{}
-		p.Add(l, sc)
-		p.Legend.Add(fmt.Sprintf("%d tasks", k), l, sc)
+		for _, s := range []struct {
+			name string
+			xys  plotter.XYs
+			dash []vg.Length
+		}{{"", wall, nil}, {", CPU", cpu, []vg.Length{vg.Points(4), vg.Points(3)}}} {
+			l, sc, err := plotter.NewLinePoints(s.xys)
+			if err != nil {
+				return err
+			}
+			l.Color, l.Dashes, sc.Color, sc.Shape = col, s.dash, col, draw.CircleGlyph{}
+			p.Add(l, sc)
+			p.Legend.Add(fmt.Sprintf("%d tasks%s", k, s.name), l, sc)
+		}
 	}
 	if len(xs) > 0 {
 		goal, err := plotter.NewLine(plotter.XYs{{X: slices.Min(xs), Y: 1.05}, {X: slices.Max(xs), Y: 1.05}})
 		if err != nil {
 			return err
 		}
-		goal.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-		goal.Color = color.Gray{Y: 100}
+		goal.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}
+		goal.Color = color.Gray{Y: 150}
 		p.Add(goal)
 		p.Legend.Add("goal (1.05)", goal)
 	}
