@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/driver/terraform"
 	"github.com/ctsync/ctsync/internal/ha"
+	"github.com/ctsync/ctsync/internal/metrics"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
@@ -26,10 +28,15 @@ import (
 // API uses (which saves API changes), the cluster status, and the
 // compatibility checks. app.ha is nil without high availability.
 type haWiring struct {
-	cfg        *config.HA
-	log        *slog.Logger
-	kv         *store.ConsulKV
-	el         *ha.Elector
+	cfg *config.HA
+	log *slog.Logger
+	kv  *store.ConsulKV
+	el  *ha.Elector
+	// sp is the spread mode's membership and task ownership (spread.go of
+	// package ha); nil in leader/follower mode. In spread mode el is built
+	// but never run: it only lists the registered members.
+	sp         *ha.Spreader
+	spm        *metrics.Spread // its metrics (haParts)
 	configured map[string]bool // names of the configured tasks
 	configOn   map[string]bool // their enabled flags, as configured
 
@@ -77,9 +84,12 @@ func (a *app) setupHA(factory reconcile.DriverFactory) (reconcile.DriverFactory,
 		return nil, err
 	}
 	w.el = el
-	w.kv.SetFence(el.LockSession)
 	a.store = w.kv
 	a.ha = w
+	if h.SpreadTasks {
+		return a.setupSpread(factory, prefix)
+	}
+	w.kv.SetFence(el.LockSession)
 	return func(spec task.Spec) (driver.Driver, error) {
 		d, err := factory(spec)
 		if err != nil {
@@ -87,6 +97,97 @@ func (a *app) setupHA(factory reconcile.DriverFactory) (reconcile.DriverFactory,
 		}
 		return ha.FenceDriver(d, el), nil
 	}, nil
+}
+
+// setupSpread is setupHA in spread mode: the spreader owns tasks instead of
+// an elector leading, the store's writes of a task are fenced by the
+// task's owner key, and each task's driver runs only while this instance
+// owns the task.
+func (a *app) setupSpread(factory reconcile.DriverFactory, prefix string) (reconcile.DriverFactory, error) {
+	w, h := a.ha, a.cfg.HA
+	sp, err := ha.NewSpreader(ha.SpreadOptions{
+		Client:     a.client.Client,
+		Prefix:     prefix,
+		Namespace:  h.Namespace,
+		ID:         a.cfg.ID,
+		Address:    advertisedAddress(h.InstanceAddress, a.cfg.Port),
+		Weight:     float64(h.Weight),
+		SessionTTL: h.SessionTTL,
+		Logger:     w.log,
+		Metrics:    spreadMetrics{w},
+		// The controller is built after setupHA; these run once Run has
+		// started.
+		Tasks:     func() []string { return a.ctrl.TaskNames() },
+		Busy:      func(name string) bool { return a.ctrl.Busy(name) },
+		OnJoin:    a.haJoined,
+		SetActive: func(on bool) { a.ctrl.SetActive(on) },
+		SetOwned:  func(owns func(string) bool) { a.ctrl.SetOwned(owns) },
+		Claim:     w.kv.Claim,
+		Unclaim:   w.kv.Unclaim,
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.sp = sp
+	w.kv.SetTaskFence(sp.TaskFence)
+	return func(spec task.Spec) (driver.Driver, error) {
+		d, err := factory(spec)
+		if err != nil {
+			return nil, err
+		}
+		return ha.FenceDriver(d, sp.Fencer(spec.Name)), nil
+	}, nil
+}
+
+// haJoined prepares this instance to run the tasks it will own (spread
+// mode), before its controller becomes active: -reset-storage (first join
+// only), load the cluster's state, apply the task changes made through the
+// API.
+func (a *app) haJoined(ctx context.Context) error {
+	w := a.ha
+	w.prepMu.Lock()
+	defer w.prepMu.Unlock()
+	if w.resetStorage {
+		if err := w.kv.Reset(ctx); err != nil {
+			return err
+		}
+		w.resetStorage = false
+		w.log.Warn("ha: -reset-storage: the cluster's stored state was deleted; this instance's configuration is the cluster's now",
+			"prefix", w.kv.Prefix())
+	}
+	if err := ha.LoadState(ctx, w.kv.Load, w.log); err != nil {
+		return err
+	}
+	a.haApplySpread(ctx)
+	w.syncedOnce.Do(func() { close(w.synced) })
+	return nil
+}
+
+// haApplySpread applies the cluster's task records to this member's
+// controller (spread mode: every member keeps every task), finishes the
+// pending deletions with destroy of the tasks it owns, and tells the
+// spreader the task list may have changed. w.prepMu is held.
+func (a *app) haApplySpread(ctx context.Context) {
+	w := a.ha
+	recs := ha.FilterStored(w.kv.TaskRecords(), w.configured, a.checkStoredTask, w.log)
+	destroys, err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.configOn, w.log)
+	switch {
+	case err != nil && err.Error() != w.syncErr:
+		w.log.Error("ha: some task changes made through the api cannot be applied here", "error", err)
+		w.syncErr = err.Error()
+	case err == nil:
+		w.syncErr = ""
+	}
+	var mine []string
+	for _, name := range destroys {
+		if w.sp.Owns(name) {
+			mine = append(mine, name)
+		}
+	}
+	if len(mine) > 0 {
+		go ha.ResumeDestroys(context.WithoutCancel(ctx), a.apiController().(*ha.Persisting), mine, w.log)
+	}
+	w.sp.Kick()
 }
 
 // advertisedAddress is instance.address with the API port when it has none.
@@ -166,6 +267,16 @@ func (a *app) haFollowerRefresh(ctx context.Context) error {
 	w := a.ha
 	w.prepMu.Lock()
 	defer w.prepMu.Unlock()
+	if w.sp != nil {
+		// Spread mode: every member refreshes; the tasks it owns keep
+		// their cached state (the store's Claim).
+		if err := w.kv.Load(ctx); err != nil {
+			return err
+		}
+		a.haApplySpread(ctx)
+		w.syncedOnce.Do(func() { close(w.synced) })
+		return nil
+	}
 	if _, _, held := w.el.LockSession(); held {
 		return nil
 	}
@@ -207,6 +318,14 @@ func (a *app) haParts() []stagedPart {
 		})
 		return nil
 	}
+	leader := w.el.Leader
+	if w.sp != nil {
+		leader = func() (string, string) { return "", "" } // no leader to compare with
+		if a.obs.metrics != nil && w.spm == nil {
+			w.spm = metrics.RegisterSpread(a.obs.metrics.Registry())
+			a.obs.metrics.SetLeader(false) // no leader in spread mode
+		}
+	}
 	compat := func(ctx context.Context) error {
 		// The first check covers the tasks created through the API: wait
 		// (a little) for the first read of the stored state.
@@ -222,7 +341,7 @@ func (a *app) haParts() []stagedPart {
 		}
 		return ha.NewCompat(ha.CompatOptions{
 			Client: a.client.Client, Prefix: w.cfg.Prefix(), Namespace: w.cfg.Namespace, Self: self,
-			Leader: w.el.Leader, LeaderChanged: w.el.LeaderChanged,
+			Leader: leader, LeaderChanged: w.el.LeaderChanged,
 			Modules: func() []ha.Module {
 				// The controller's tasks, and the tasks created through
 				// the API that are stored in Consul KV (also those this
@@ -244,8 +363,12 @@ func (a *app) haParts() []stagedPart {
 			Metrics: haMetrics{a},
 		}).Run(ctx)
 	}
+	member := part{"ha.elector", w.el.Run}
+	if w.sp != nil {
+		member = part{"ha.spread", w.sp.Run}
+	}
 	return []stagedPart{
-		{part{"ha.elector", w.el.Run}, false},
+		{member, false},
 		{part{"ha.follow", follow}, true},
 		{part{"ha.compat", compat}, true},
 	}
@@ -254,7 +377,11 @@ func (a *app) haParts() []stagedPart {
 // haResign hands the lead over once the runs in progress are over (the
 // elector's Run then returns); nothing without high availability.
 func (a *app) haResign() {
-	if a.ha != nil {
+	switch {
+	case a.ha == nil:
+	case a.ha.sp != nil:
+		a.ha.sp.Resign()
+	default:
 		a.ha.el.Resign()
 	}
 }
@@ -265,7 +392,11 @@ func (a *app) apiController() ctsapi.Controller {
 	if a.ha == nil {
 		return a.ctrl
 	}
-	return &ha.Persisting{Controller: a.ctrl, Store: a.ha.kv, Configured: a.ha.configured, Logger: a.ha.log}
+	p := &ha.Persisting{Controller: a.ctrl, Store: a.ha.kv, Configured: a.ha.configured, Logger: a.ha.log}
+	if sp := a.ha.sp; sp != nil {
+		p.Acquire, p.Changed = sp.Acquire, sp.Kick
+	}
+	return p
 }
 
 // apiCluster is the API's view of the cluster (nil without high
@@ -298,11 +429,68 @@ func (c haCluster) Status(ctx context.Context) (ctsapi.ClusterStatus, error) {
 		return ctsapi.ClusterStatus{}, err
 	}
 	st := ctsapi.ClusterStatus{ClusterName: w.cfg.ClusterName, Members: make([]ctsapi.ClusterMember, 0, len(ms))}
+	if w.sp != nil {
+		return spreadStatus(st, ms, w.sp.Members(), c.a.cfg.Consul.ServiceRegistration.ServiceName), nil
+	}
 	for _, m := range ms {
 		st.Members = append(st.Members, ctsapi.ClusterMember{ID: m.ID, ServiceName: m.ServiceName,
 			Healthy: m.Healthy, Leader: m.Leader, Address: m.Address})
 	}
 	return st, nil
+}
+
+// spreadStatus is the cluster status of spread mode: the members (those
+// registered, with their Consul health, and those holding a member key),
+// each with its address, weight and the tasks it owns; no leader.
+func spreadStatus(st ctsapi.ClusterStatus, registered []ha.Member, members []ha.MemberInfo, service string) ctsapi.ClusterStatus {
+	st.SpreadTasks = true
+	byID := map[string]ha.MemberInfo{}
+	for _, m := range members {
+		byID[m.ID] = m
+	}
+	seen := map[string]bool{}
+	add := func(id, svc string, healthy bool) {
+		seen[id] = true
+		cm := ctsapi.ClusterMember{ID: id, ServiceName: svc, Healthy: healthy}
+		if mi, ok := byID[id]; ok {
+			cm.Address, cm.Tasks, cm.Weight = mi.Address, mi.Tasks, int(mi.Weight)
+		}
+		st.Members = append(st.Members, cm)
+	}
+	for _, m := range registered {
+		add(m.ID, m.ServiceName, m.Healthy)
+	}
+	for _, m := range members {
+		if !seen[m.ID] {
+			add(m.ID, service, true)
+		}
+	}
+	slices.SortFunc(st.Members, func(a, b ctsapi.ClusterMember) int { return strings.Compare(a.ID, b.ID) })
+	return st
+}
+
+// Spread, Self, Owner and Holder make haCluster an api.SpreadCluster.
+func (c haCluster) Spread() bool { return c.a.ha.sp != nil }
+func (c haCluster) Self() string { return c.a.cfg.ID }
+func (c haCluster) Owner(task string) (id, address string, self, ok bool) {
+	return c.a.ha.sp.Owner(task)
+}
+func (c haCluster) Holder(task string) string { return c.a.ha.sp.Holder(task) }
+
+// spreadMetrics hands ownership to the Prometheus metrics (registered in
+// haParts, after setupHA).
+type spreadMetrics struct{ w *haWiring }
+
+func (m spreadMetrics) Owned(tasks, members int) {
+	if m.w.spm != nil {
+		m.w.spm.Owned(tasks, members)
+	}
+}
+
+func (m spreadMetrics) OwnershipChange(kind string) {
+	if m.w.spm != nil {
+		m.w.spm.OwnershipChange(kind)
+	}
 }
 
 // haMetrics hands leadership and compatibility to the Prometheus metrics

@@ -25,14 +25,34 @@ type Persisting struct {
 	// task.
 	Configured map[string]bool
 	Logger     *slog.Logger
+	// Acquire, in spread mode, makes this instance the owner of a task
+	// created with run=now before it runs (Spreader.Acquire); Changed is
+	// told that the task list changed (Spreader.Kick).
+	Acquire func(ctx context.Context, name string) error
+	Changed func()
 }
 
 // Create implements the API's Controller: create, then save the task.
 func (p *Persisting) Create(ctx context.Context, spec task.Spec, runNow bool) error {
+	if runNow && p.Acquire != nil {
+		if _, err := p.Controller.Task(spec.Name); err == nil {
+			return p.Controller.Create(ctx, spec, runNow) // the controller's exists error
+		}
+		if err := p.Acquire(ctx, spec.Name); err != nil {
+			return fmt.Errorf("task %q cannot run here now: %w", spec.Name, err)
+		}
+	}
 	if err := p.Controller.Create(ctx, spec, runNow); err != nil {
 		return err
 	}
+	defer p.changed()
 	return p.save(spec.Name)
+}
+
+func (p *Persisting) changed() {
+	if p.Changed != nil {
+		p.Changed()
+	}
 }
 
 // SetEnabled implements the API's Controller: change the flag, then save
@@ -68,6 +88,7 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 		return fmt.Errorf("saving the deletion of task %q in consul: %w", name, err)
 	}
 	err := p.Controller.Delete(ctx, name, destroy)
+	defer p.changed()
 	switch {
 	case err != nil && !errors.Is(err, reconcile.ErrNotFound):
 		var rerr error
