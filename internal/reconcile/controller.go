@@ -116,6 +116,8 @@ type Controller struct {
 	started bool
 	standby bool // a follower: nothing runs (high availability)
 
+	owned *ownership // spread mode: the tasks this instance runs (owned.go); nil: all
+
 	kick      chan struct{} // wakes a worker
 	noteKick  chan struct{} // wakes the note loop
 	driftKick chan struct{} // wakes the drift loop (task added or changed)
@@ -684,7 +686,7 @@ func (c *Controller) Active() bool {
 func (c *Controller) worker(ctx, runCtx context.Context) {
 	for {
 		c.mu.Lock()
-		if len(c.queue) == 0 || c.standby {
+		if c.standby || !c.runnableLocked() { // runnableLocked: owned.go
 			c.mu.Unlock()
 			select {
 			case <-ctx.Done():

@@ -25,7 +25,7 @@ func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
 		c.mu.Lock()
 		for _, e := range c.tasks {
 			dd := e.spec.DriftDetection
-			if dd == nil || !e.spec.Enabled || e.doomed || e.phase == phaseDeleting || c.standby {
+			if dd == nil || !e.spec.Enabled || e.doomed || e.phase == phaseDeleting || c.standby || !c.ownsLocked(e.spec.Name) {
 				e.nextDrift = time.Time{}
 				continue
 			}
