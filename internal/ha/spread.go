@@ -159,8 +159,9 @@ type sterm struct {
 type ownedTask struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
-	claimed  bool // its state was read: the controller may run it
-	draining bool // it belongs elsewhere now: released once idle
+	index    uint64 // the ModifyIndex of this instance's lock of the key (0 unknown)
+	claimed  bool   // its state was read: the controller may run it
+	draining bool   // it belongs elsewhere now: released once idle
 }
 
 // NewSpreader returns a Spreader; Run starts it.
@@ -823,12 +824,13 @@ func (s *Spreader) reconcile(now time.Time, stopping bool) time.Time {
 			changed = true
 		}
 	}
-	// Tasks treated as owned whose key is not held by this session in the
-	// snapshot: acquired since (the snapshot is older), or lost. Claimed
-	// tasks that the snapshot says another session holds are dropped.
+	// A task treated as owned whose key a read newer than this instance's
+	// own lock shows held by another session was lost (nobody can take a
+	// key from a member that was not expelled, so this is defensive):
+	// stop running it.
 	s.mu.Lock()
 	for task, ot := range s.owned {
-		if o, ok := snap.owners[task]; ok && o.session != "" && o.session != t.session {
+		if o, ok := s.snap.owners[task]; ok && ot.index > 0 && o.index > ot.index && o.session != "" && o.session != t.session {
 			ot.cancel()
 			delete(s.owned, task)
 			changed = true
@@ -892,9 +894,14 @@ func (s *Spreader) lock(t *sterm, task, from string) bool {
 	}
 	s.wrote(task, ownerKey{session: t.session, index: idx, rec: ownerRec{ID: s.o.ID}})
 	s.mu.Lock()
-	if s.term == t && s.owned[task] == nil {
-		ctx, cancel := context.WithCancel(t.ctx)
-		s.owned[task] = &ownedTask{ctx: ctx, cancel: cancel}
+	if s.term == t {
+		ot := s.owned[task]
+		if ot == nil {
+			ctx, cancel := context.WithCancel(t.ctx)
+			ot = &ownedTask{ctx: ctx, cancel: cancel}
+			s.owned[task] = ot
+		}
+		ot.index = idx
 	}
 	s.mu.Unlock()
 	kind := "acquire"
