@@ -83,6 +83,9 @@ func DesiredState(ctx context.Context, o Options) (map[string]string, error) {
 	f := hclwrite.NewEmptyFile()
 	be := f.Body().AppendNewBlock("backend", []string{rm.backend.Type}).Body()
 	for _, k := range sortedKeys(rm.backend.Attrs) {
+		if rm.backend.Type == "consul" && consulConnection[k] {
+			continue
+		}
 		be.SetAttributeValue(k, rm.backend.Attrs[k])
 	}
 	parts[driver.PartBackend] = digestOf(string(f.Bytes()))
@@ -246,4 +249,15 @@ func cachedVersion(ctx context.Context, bin string) (string, error) {
 	versionCache[bin] = versionEntry{size: st.Size(), modTime: st.ModTime(), version: v.String()}
 	versionMu.Unlock()
 	return v.String(), nil
+}
+
+// consulConnection are the consul backend's arguments that say how to reach
+// Consul, not where the state is: the high-availability members of one
+// cluster may each reach it through their own agent (another address,
+// token or certificate), and a new leader must find the desired state
+// unchanged. Where the state lives (path, datacenter) and how it is stored
+// (gzip, lock) still count.
+var consulConnection = map[string]bool{
+	"address": true, "scheme": true, "access_token": true, "http_auth": true,
+	"ca_file": true, "cert_file": true, "key_file": true,
 }

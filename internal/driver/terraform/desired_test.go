@@ -83,6 +83,29 @@ func TestDesiredStateParts(t *testing.T) {
 	be := o
 	be.Driver.Backend = &config.Backend{Type: "local", Attrs: map[string]cty.Value{"path": cty.StringVal(filepath.Join(dir, "other.tfstate"))}}
 	changed("backend", be, driver.PartBackend)
+	// The consul backend reached through another agent (another address,
+	// token): the same state, the same desired state; another path is not.
+	cb := o
+	cb.Driver.Backend = &config.Backend{Type: "consul", Attrs: map[string]cty.Value{"path": cty.StringVal("ctsync/web"),
+		"address": cty.StringVal("10.0.0.1:8500"), "access_token": cty.StringVal("t1")}}
+	cb2 := o
+	cb2.Driver.Backend = &config.Backend{Type: "consul", Attrs: map[string]cty.Value{"path": cty.StringVal("ctsync/web"),
+		"address": cty.StringVal("10.0.0.2:8500"), "access_token": cty.StringVal("t2"), "scheme": cty.StringVal("https")}}
+	p1, err := DesiredState(context.Background(), cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := DesiredState(context.Background(), cb2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1[driver.PartBackend] != p2[driver.PartBackend] {
+		t.Error("the consul backend's address, scheme or token changed the desired state")
+	}
+	cb2.Driver.Backend.Attrs["path"] = cty.StringVal("ctsync/other")
+	if p3, _ := DesiredState(context.Background(), cb2); p3[driver.PartBackend] == p1[driver.PartBackend] {
+		t.Error("another consul backend path did not change the desired state")
+	}
 
 	rp := o
 	rp.Driver.RequiredProviders = map[string]config.RequiredProvider{"local": {Source: "hashicorp/local", Version: "2.4.0"}}
@@ -97,7 +120,7 @@ func TestDesiredStateParts(t *testing.T) {
 	// A module directory that vanished: an error naming it.
 	gone := o
 	gone.Spec.Module = "../nowhere"
-	_, err := DesiredState(context.Background(), gone)
+	_, err = DesiredState(context.Background(), gone)
 	if err == nil || !strings.Contains(err.Error(), "nowhere") {
 		t.Fatalf("vanished module: %v", err)
 	}
