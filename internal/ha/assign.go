@@ -42,9 +42,20 @@ func Owner(task string, candidates []Candidate) string {
 
 // Assign returns the owner of every task (Owner), by task name.
 func Assign(tasks []string, candidates []Candidate) map[string]string {
+	return AssignGroups(tasks, candidates, nil)
+}
+
+// AssignGroups is Assign where the tasks of one group have one owner: a
+// task is placed by its group's name (group[task]; the task's own name
+// when it has none). Chained tasks form a group (SpreadOptions.Group).
+func AssignGroups(tasks []string, candidates []Candidate, group map[string]string) map[string]string {
 	out := make(map[string]string, len(tasks))
 	for _, t := range tasks {
-		out[t] = Owner(t, candidates)
+		key := t
+		if g, ok := group[t]; ok {
+			key = g
+		}
+		out[t] = Owner(key, candidates)
 	}
 	return out
 }

@@ -112,3 +112,34 @@ func TestUnitHashRange(t *testing.T) {
 		}
 	}
 }
+
+// Chained tasks (one group) have one owner, wherever each task alone would
+// go; the others are placed as before.
+func TestAssignGroupsKeepsAGroupTogether(t *testing.T) {
+	cs := []Candidate{{"a", 1}, {"b", 1}, {"c", 1}}
+	var tasks []string
+	for i := range 60 {
+		tasks = append(tasks, fmt.Sprintf("task-%02d", i))
+	}
+	group := map[string]string{}
+	for _, name := range tasks[:12] {
+		group[name] = "task-00"
+	}
+	got := AssignGroups(tasks, cs, group)
+	alone := Assign(tasks, cs)
+	spread := map[string]bool{}
+	for _, name := range tasks[:12] {
+		if got[name] != got["task-00"] {
+			t.Errorf("task %s of the group is on %s, the group on %s", name, got[name], got["task-00"])
+		}
+		spread[alone[name]] = true
+	}
+	if len(spread) < 2 {
+		t.Fatal("the fixture's group would sit on one member anyway: it proves nothing")
+	}
+	for _, name := range tasks[12:] {
+		if got[name] != alone[name] {
+			t.Errorf("task %s outside the group moved from %s to %s", name, alone[name], got[name])
+		}
+	}
+}

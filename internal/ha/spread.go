@@ -50,6 +50,11 @@ type SpreadOptions struct {
 
 	// Tasks returns the names of the cluster's tasks (the controller's).
 	Tasks func() []string
+	// Group, when set, returns the group of each task that has one (the
+	// chains of tasks that depend on each other): the tasks of a group
+	// have one owner, so that a task runs where the tasks it depends on
+	// run. It is called without the spreader's lock held.
+	Group func() map[string]string
 	// Busy reports whether a run of the task is in progress here: a task
 	// that moves to another member is released only once it is not.
 	Busy func(task string) bool
@@ -320,7 +325,17 @@ func (s *Spreader) Owner(task string) (id, address string, self, ok bool) {
 		}
 		return "", "", false, false // held by an expelled member: moving
 	}
-	// No owner yet: where the assignment puts it.
+	// No owner yet: where the assignment puts it (the last one computed,
+	// which places chained tasks together; for a task it does not know
+	// yet, by its name).
+	if mid, known := s.owners[task]; known && mid != "" {
+		if mid == s.o.ID {
+			return s.o.ID, s.o.Address, true, true
+		}
+		if m, member := s.snap.members[mid]; member {
+			return mid, m.rec.Address, false, true
+		}
+	}
 	cands := []Candidate{}
 	if s.term != nil {
 		cands = append(cands, Candidate{ID: s.o.ID, Weight: s.o.Weight})
@@ -779,6 +794,10 @@ func (s *Spreader) dropMember(id string) {
 // task keys. It returns when to look again (zero: at the next event).
 func (s *Spreader) reconcile(now time.Time, stopping bool) time.Time {
 	tasks := slices.Sorted(slices.Values(s.o.Tasks()))
+	var groups map[string]string
+	if s.o.Group != nil {
+		groups = s.o.Group()
+	}
 	s.mu.Lock()
 	t := s.term
 	snap := s.snap
@@ -793,7 +812,7 @@ func (s *Spreader) reconcile(now time.Time, stopping bool) time.Time {
 	for task := range s.owned {
 		owned[task] = true
 	}
-	p := decide(now, Candidate{ID: s.o.ID, Weight: s.o.Weight}, session, snap, s.sil, tasks, owned)
+	p := decide(now, Candidate{ID: s.o.ID, Weight: s.o.Weight}, session, snap, s.sil, tasks, owned, groups)
 	s.owners = p.owners
 	s.mu.Unlock()
 	next := p.next

@@ -210,7 +210,7 @@ type spreadPlan struct {
 // the cluster should do at now, given what it saw (s, sl), the cluster's
 // tasks, the tasks it treats as owned, and its own candidate entry (self
 // counts as a member even before its key is seen).
-func decide(now time.Time, self Candidate, session string, s snapshot, sl *silence, tasks []string, owned map[string]bool) spreadPlan {
+func decide(now time.Time, self Candidate, session string, s snapshot, sl *silence, tasks []string, owned map[string]bool, groups map[string]string) spreadPlan {
 	var p spreadPlan
 	if !s.known || session == "" {
 		return p
@@ -243,7 +243,7 @@ func decide(now time.Time, self Candidate, session string, s snapshot, sl *silen
 	if blind {
 		later(sl.blindUntil())
 	}
-	p.owners = Assign(tasks, cands)
+	p.owners = AssignGroups(tasks, cands, groups)
 	exists := map[string]bool{}
 	for _, t := range tasks {
 		exists[t] = true

@@ -44,7 +44,7 @@ func TestSpreadRules(t *testing.T) {
 		}}
 	sl.observe(t0, snap)
 	owned := map[string]bool{theirsT: true, "gone": true}
-	p := decide(t0, self, "sa", snap, sl, tasks, owned)
+	p := decide(t0, self, "sa", snap, sl, tasks, owned, nil)
 	if len(p.expel) != 0 || !p.next.Equal(t0.Add(T)) {
 		t.Fatalf("b just seen: expel %v, next %v", p.expel, p.next.Sub(t0))
 	}
@@ -66,11 +66,11 @@ func TestSpreadRules(t *testing.T) {
 	snap.members["b"] = memberKey{session: "sb", index: 20, rec: memberRec{Weight: 1}}
 	sl.observe(clk.Now(), snap)
 	clk.Advance(9 * time.Second) // 14s: 9s since b's last beat
-	if p = decide(clk.Now(), self, "sa", snap, sl, tasks, owned); len(p.expel) != 0 {
+	if p = decide(clk.Now(), self, "sa", snap, sl, tasks, owned, nil); len(p.expel) != 0 {
 		t.Fatal("expelled a member silent for less than T")
 	}
 	clk.Advance(time.Second) // T since b's last beat
-	p = decide(clk.Now(), self, "sa", snap, sl, tasks, owned)
+	p = decide(clk.Now(), self, "sa", snap, sl, tasks, owned, nil)
 	if len(p.expel) != 1 || p.expel[0] != (expel{"b", 20}) {
 		t.Fatalf("expel = %v", p.expel)
 	}
@@ -79,7 +79,7 @@ func TestSpreadRules(t *testing.T) {
 	// and with b gone every task is a's.
 	delete(snap.members, "b")
 	sl.observe(clk.Now(), snap)
-	p = decide(clk.Now(), self, "sa", snap, sl, tasks, owned)
+	p = decide(clk.Now(), self, "sa", snap, sl, tasks, owned, nil)
 	if len(p.takeover) != 1 || p.takeover[0] != (takeover{mineT, "sb"}) {
 		t.Fatalf("takeover = %v", p.takeover)
 	}
@@ -89,16 +89,16 @@ func TestSpreadRules(t *testing.T) {
 
 	// Blind (Consul error or data loss): no free key for T, no expel.
 	sl.blind(clk.Now())
-	p = decide(clk.Now(), self, "sa", snap, sl, tasks, owned)
+	p = decide(clk.Now(), self, "sa", snap, sl, tasks, owned, nil)
 	if len(p.acquire) != 0 || !p.next.Equal(clk.Now().Add(T)) {
 		t.Fatalf("blind: acquire %d, next %v", len(p.acquire), p.next.Sub(clk.Now()))
 	}
 	clk.Advance(T)
-	if p = decide(clk.Now(), self, "sa", snap, sl, tasks, owned); len(p.acquire) == 0 {
+	if p = decide(clk.Now(), self, "sa", snap, sl, tasks, owned, nil); len(p.acquire) == 0 {
 		t.Fatal("still blind T later")
 	}
 	// Not a member (no session): nothing at all.
-	if p = decide(clk.Now(), self, "", snap, sl, tasks, owned); len(p.acquire)+len(p.expel)+len(p.drain) != 0 {
+	if p = decide(clk.Now(), self, "", snap, sl, tasks, owned, nil); len(p.acquire)+len(p.expel)+len(p.drain) != 0 {
 		t.Fatal("an instance without a session plans")
 	}
 }

@@ -161,3 +161,43 @@ func (c *Controller) waitUpstreams(ctx context.Context, s *task.Spec, done map[s
 	}
 	return nil
 }
+
+// ChainGroups returns, for every task that depends on another or that
+// another depends on, the name of its group: the smallest task name of the
+// tasks connected to it by dependencies. High availability's spread mode
+// gives the tasks of a group one owner, so that a chain runs on one member.
+func (c *Controller) ChainGroups() map[string]string {
+	c.mu.Lock()
+	parent := map[string]string{}
+	var find func(string) string
+	find = func(n string) string {
+		p, ok := parent[n]
+		if !ok || p == n {
+			return n
+		}
+		r := find(p)
+		parent[n] = r
+		return r
+	}
+	union := func(a, b string) {
+		ra, rb := find(a), find(b)
+		if ra == rb {
+			return
+		}
+		if rb < ra {
+			ra, rb = rb, ra
+		}
+		parent[ra], parent[rb] = ra, ra
+	}
+	for name, e := range c.tasks {
+		for _, up := range e.spec.Upstreams() {
+			union(name, up)
+		}
+	}
+	c.mu.Unlock()
+	out := make(map[string]string, len(parent))
+	for n := range parent {
+		out[n] = find(n)
+	}
+	return out
+}

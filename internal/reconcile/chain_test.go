@@ -149,3 +149,23 @@ func TestRunOnceOrdersChains(t *testing.T) {
 		t.Fatalf("b received %s", out)
 	}
 }
+
+// ChainGroups names each chain by its smallest task, for the tasks in one.
+func TestChainGroups(t *testing.T) {
+	b := servicesTask("b", "web")
+	b.DependsOn = []string{"c"}
+	d := chained("d", "b")
+	e := servicesTask("e", "web")
+	e.DependsOn = []string{"f"}
+	c := New(Options{Watcher: newFakeWatcher()}, []task.Spec{servicesTask("a", "web"), b, servicesTask("c", "web"), d, e, servicesTask("f", "web")})
+	got := c.ChainGroups()
+	want := map[string]string{"b": "b", "c": "b", "d": "b", "e": "e", "f": "e"}
+	if len(got) != len(want) {
+		t.Fatalf("groups %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("group of %s = %q, want %q", k, got[k], v)
+		}
+	}
+}
