@@ -118,7 +118,7 @@ func (a *app) setupSpread(factory reconcile.DriverFactory, prefix string) (recon
 		// The controller is built after setupHA; these run once Run has
 		// started.
 		Tasks:     func() []string { return a.ctrl.TaskNames() },
-		Group:     a.ctrl.ChainGroups,
+		Group:     func() map[string]string { return a.ctrl.ChainGroups() },
 		Busy:      func(name string) bool { return a.ctrl.Busy(name) },
 		OnJoin:    a.haJoined,
 		SetActive: func(on bool) { a.ctrl.SetActive(on) },
