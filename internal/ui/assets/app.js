@@ -212,16 +212,35 @@ async function renderCluster() {
   }
   const members = Array.isArray(c.members) ? c.members : [];
   const leader = members.find((m) => m.leader || m.is_leader);
+  // Spread mode (spread_tasks): no leader; each member runs the tasks it
+  // owns, listed with it.
+  const spread = c.spread_tasks === true;
+  const role = (m) => {
+    if (spread) {
+      const n = Array.isArray(m.tasks) ? m.tasks.length : 0;
+      return badge(n + ' task' + (n === 1 ? '' : 's'), n ? 'ok' : 'muted', n ? m.tasks.join(', ') : 'owns no task');
+    }
+    return m.leader || m.is_leader ? badge('leader', 'ok') : badge('follower', 'muted');
+  };
   const list = el('ul', { class: 'members' }, members.map((m) =>
     el('li', { dataset: { member: m.id || '' } },
       el('span', { class: 'member-id' }, m.id || '?'), ' ',
-      m.leader || m.is_leader ? badge('leader', 'ok') : badge('follower', 'muted'), ' ',
+      role(m), ' ',
       m.healthy === false ? badge('unhealthy', 'bad') : null,
       m.address ? el('span', { class: 'muted' }, ' ' + m.address) : null)));
   box.replaceChildren(el('details', { class: 'cluster-details' },
     el('summary', null, 'cluster ', el('b', null, c.cluster_name || ''), ' · ', members.length + ' member' + (members.length === 1 ? '' : 's'),
-      ' · leader: ', el('b', { class: 'leader-id' }, leader ? leader.id : 'none')),
+      spread
+        ? [' · ', el('b', { class: 'spread-mode', title: 'spread_tasks: every member runs the tasks it owns' }, 'tasks spread')]
+        : [' · leader: ', el('b', { class: 'leader-id' }, leader ? leader.id : 'none')]),
     list));
+}
+
+// ownerCell shows a task's owner in spread mode: the member that runs it,
+// or that it is being taken over (no owner for a moment).
+function ownerCell(owner) {
+  if (owner) return el('code', { class: 'owner-id' }, owner);
+  return badge('taking over', 'warn', 'a member left or failed; another one takes the task over within the session TTL');
 }
 
 // ---- task list ----
@@ -241,8 +260,12 @@ async function renderList(seq) {
     badge(s.status.unknown + ' unknown', 'muted'), ' · ',
     s.enabled.true + ' enabled, ' + s.enabled.false + ' disabled');
 
-  const head = el('thead', null, el('tr', null,
-    ['Task', 'Status', 'Enabled', 'Last run', 'Result', 'Trigger', 'Next run', 'Drift'].map((h) => el('th', { scope: 'col' }, h))));
+  // In spread mode every task status carries its owner ("" while it is
+  // being taken over): one more column.
+  const spread = names.some((n) => statuses[n] && typeof statuses[n].owner === 'string');
+  const cols = ['Task', 'Status', 'Enabled', 'Last run', 'Result', 'Trigger', 'Next run', 'Drift'];
+  if (spread) cols.splice(1, 0, 'Owner');
+  const head = el('thead', null, el('tr', null, cols.map((h) => el('th', { scope: 'col' }, h))));
   const body = el('tbody', null, names.map((name) => {
     const st = statuses[name];
     const spec = specs.get(name) || {};
@@ -252,6 +275,7 @@ async function renderList(seq) {
         el('a', { href: taskHref(name) }, name),
         spec.description ? el('div', { class: 'desc' }, spec.description) : null,
         el('div', { class: 'cond muted' }, conditionText(spec))),
+      spread ? el('td', { class: 'owner' }, ownerCell(st.owner)) : null,
       el('td', { class: 'status' }, statusBadge(st.status), st.active ? [' ', badge('running', 'info')] : null),
       el('td', { class: 'enabled' }, st.enabled ? badge('yes', 'ok') : badge('no', 'muted')),
       el('td', { class: 'last-run' }, ev ? timeCell(ev.end_time) : el('span', { class: 'muted' }, 'never')),
@@ -300,6 +324,7 @@ async function renderTask(name, seq) {
   const dd = t.drift_detection;
   const details = el('dl', { class: 'details' },
     detail('Status', [statusBadge(st.status), st.active ? [' ', badge('running', 'info')] : null]),
+    typeof st.owner === 'string' ? detail('Owner', ownerCell(st.owner)) : null,
     detail('Enabled', t.enabled ? badge('yes', 'ok') : badge('no', 'muted')),
     detail('Module', el('code', null, t.module + (t.version ? ' @ ' + t.version : ''))),
     detail('Condition', conditionText(t)),
