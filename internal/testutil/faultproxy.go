@@ -1,7 +1,10 @@
 package testutil
 
 import (
+	"bufio"
+	"io"
 	"net"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +29,10 @@ type FaultProxy struct {
 	held    []net.Conn // accepted while blackholed
 	closed  bool
 	wg      sync.WaitGroup
+	// counting: the HTTP requests forwarded to the target are counted
+	// (CountRequests), by "METHOD /path" (no query).
+	counting bool
+	requests map[string]int
 }
 
 const (
@@ -95,6 +102,13 @@ func (p *FaultProxy) forward(c net.Conn) {
 		return
 	}
 	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	var reqs *io.PipeWriter // the client's forwarded bytes, parsed as HTTP requests
+	if p.counting {
+		var pr *io.PipeReader
+		pr, reqs = io.Pipe()
+		p.wg.Add(1)
+		go p.countRequests(pr)
+	}
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
@@ -112,6 +126,9 @@ func (p *FaultProxy) forward(c net.Conn) {
 					if _, werr := dst.Write(buf[:n]); werr != nil {
 						break
 					}
+					if reqs != nil && dst == up {
+						_, _ = reqs.Write(buf[:n])
+					}
 				}
 			}
 			if err != nil {
@@ -127,11 +144,57 @@ func (p *FaultProxy) forward(c net.Conn) {
 	go pipe(c, up)
 	<-done
 	<-done
+	if reqs != nil {
+		reqs.Close()
+	}
 	p.mu.Lock()
 	delete(p.conns, c)
 	delete(p.conns, up)
 	delete(p.dropped, c)
 	p.mu.Unlock()
+}
+
+// CountRequests makes the proxy count the HTTP/1.x requests that it
+// forwards to the target on connections opened from now on (Requests).
+func (p *FaultProxy) CountRequests() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.counting = true
+	if p.requests == nil {
+		p.requests = map[string]int{}
+	}
+}
+
+// Requests returns how many requests were forwarded so far, by
+// "METHOD /path" (the query left out).
+func (p *FaultProxy) Requests() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]int, len(p.requests))
+	for k, v := range p.requests {
+		out[k] = v
+	}
+	return out
+}
+
+// countRequests reads one connection's forwarded client bytes as HTTP
+// requests and counts them; whatever it cannot parse is drained.
+func (p *FaultProxy) countRequests(r *io.PipeReader) {
+	defer p.wg.Done()
+	defer func() { _, _ = io.Copy(io.Discard, r) }()
+	br := bufio.NewReader(r)
+	for {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.requests[req.Method+" "+req.URL.Path]++
+		p.mu.Unlock()
+		if _, err := io.Copy(io.Discard, req.Body); err != nil {
+			return
+		}
+	}
 }
 
 // Drop partitions the link the way a lost route does: open connections stay

@@ -2,7 +2,12 @@ package testutil
 
 import (
 	"bufio"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -141,4 +146,39 @@ func TestFaultProxyDrop(t *testing.T) {
 	if err := roundTrip(c3, time.Second); err != nil {
 		t.Fatalf("after Restore: %v", err)
 	}
+}
+
+// CountRequests counts the HTTP requests forwarded, on kept-alive
+// connections and with bodies, by method and path.
+func TestFaultProxyCountRequests(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	p := StartFaultProxy(t, srv.Listener.Addr().String())
+	p.CountRequests()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	defer client.CloseIdleConnections()
+	do := func(method, path, body string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+p.Addr+path, strings.NewReader(body))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for range 3 {
+		do("GET", "/v1/kv/a?recurse&index=7", "")
+	}
+	do("PUT", "/v1/txn", strings.Repeat(`[{"KV":{"Verb":"set"}}]`, 3000)) // a body over several reads
+	do("PUT", "/v1/session/renew/x", "")
+	want := map[string]int{"GET /v1/kv/a": 3, "PUT /v1/txn": 1, "PUT /v1/session/renew/x": 1}
+	var got map[string]int
+	Eventually(t, 5*time.Second, "the requests counted", func() bool {
+		got = p.Requests()
+		return fmt.Sprint(got) == fmt.Sprint(want)
+	})
 }
