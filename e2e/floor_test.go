@@ -551,7 +551,7 @@ func plotFloor(path string, pts []floorPoint) error {
 	p.Y.Label.Text = "ctsync / floor (wall time; dashed: CPU seconds)"
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Legend.Top = true
+	p.Legend.Top = false // bottom left: the ratios sit around 1
 	p.Legend.Left = true
 	var counts []int
 	var xs []float64
@@ -601,6 +601,13 @@ func plotFloor(path string, pts []floorPoint) error {
 		p.Add(goal)
 		p.Legend.Add("goal (1.05)", goal)
 	}
-	p.Y.Min = min(p.Y.Min, 0.9)
+	p.Y.Min, p.Y.Max = min(p.Y.Min, 0.8), max(p.Y.Max, 1.15)
+	var ticks []plot.Tick
+	for v := 0.5; v <= p.Y.Max+0.01; v += 0.05 {
+		if v >= p.Y.Min-0.01 {
+			ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', 2, 64)})
+		}
+	}
+	p.Y.Tick.Marker = plot.ConstantTicks(ticks)
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
 }
