@@ -43,6 +43,7 @@ type MemoryBudget struct {
 	mu       sync.Mutex
 	reserved int64
 	running  int
+	most     int            // the most commands that ran at once (tests)
 	queue    []*reservation // waiting, in arrival order
 	active   map[*reservation]struct{}
 	recent   map[string][]int64 // per task, its last keepPeaks peaks
@@ -185,6 +186,7 @@ func (b *MemoryBudget) admitLocked() {
 		b.queue = b.queue[1:]
 		b.reserved += r.size
 		b.running++
+		b.most = max(b.most, b.running)
 		b.active[r] = struct{}{}
 		close(r.ready)
 		if b.stop == nil {

@@ -249,3 +249,57 @@ func TestMemoryBudgetMeasuresTerraform(t *testing.T) {
 		t.Fatalf("%+v", st)
 	}
 }
+
+// TestMemoryBudgetHoldsTerraformBack: with the real Terraform, two tasks
+// whose measured peaks do not fit in the budget together apply one after
+// the other; with room for both, they apply at once.
+func TestMemoryBudgetHoldsTerraformBack(t *testing.T) {
+	bin := needTerraform(t)
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	b := NewMemoryBudget(0, nil, nil)
+	b.every = 20 * time.Millisecond
+	var drivers []*Driver
+	for _, name := range []string{"a", "b"} {
+		o := localTask(t, dir, name, bin)
+		o.Memory = b
+		d := mustNew(t, o)
+		if err := d.Init(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Apply(ctx, run(name+"-1"), services("web-1")); err != nil { // measures its peak
+			t.Fatal(err)
+		}
+		drivers = append(drivers, d)
+	}
+	both := func(id string) int {
+		b.mu.Lock()
+		b.most = 0
+		b.mu.Unlock()
+		var wg sync.WaitGroup
+		for i, d := range drivers {
+			wg.Go(func() {
+				if _, err := d.Apply(ctx, run(fmt.Sprintf("%s-%d", id, i)), services("web-1", id)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.most
+	}
+	pa, pb := b.Estimate("a"), b.Estimate("b")
+	b.mu.Lock()
+	b.limit = max(pa, pb) * 3 / 2 // room for one, not for two
+	b.mu.Unlock()
+	if most := both("tight"); most != 1 {
+		t.Fatalf("%d applies ran at once within a budget for one", most)
+	}
+	b.mu.Lock()
+	b.limit = (pa + pb) * 3 // room for both (each may grow a little)
+	b.mu.Unlock()
+	if most := both("roomy"); most != 2 {
+		t.Logf("both applies fitted but ran %d at once (one ended before the other was admitted)", most)
+	}
+}
