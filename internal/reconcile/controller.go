@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -42,7 +43,8 @@ type Options struct {
 	NewDriver DriverFactory
 	Store     store.Store
 	Logger    *slog.Logger
-	// MaxParallel bounds how many tasks run Terraform at once (default 4).
+	// MaxParallel bounds how many tasks run Terraform at once (default: the
+	// CPUs, as max_parallel_runs).
 	MaxParallel int
 	// MaxRetries bounds how many times a failed run is retried with
 	// backoff before the task waits for its desired state to change; 0 (the
@@ -237,7 +239,7 @@ type entry struct {
 // New returns a Controller for the given tasks.
 func New(opts Options, specs []task.Spec) *Controller {
 	if opts.MaxParallel <= 0 {
-		opts.MaxParallel = 4
+		opts.MaxParallel = runtime.GOMAXPROCS(0)
 	}
 	if opts.RetryBase <= 0 {
 		opts.RetryBase = DefaultRetryBase

@@ -598,6 +598,9 @@ func (d *Driver) Forget(ctx context.Context) error {
 	if err := os.RemoveAll(d.workDir); err != nil {
 		return fmt.Errorf("removing working directory: %w", err)
 	}
+	if d.opts.Memory != nil {
+		d.opts.Memory.Forget(d.opts.Spec.Name) // the task is gone: its measured peaks too
+	}
 	return nil
 }
 
