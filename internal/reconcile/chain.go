@@ -41,6 +41,11 @@ func (c *Controller) upstreamHold(ctx context.Context, s *task.Spec) string {
 		if u == nil {
 			return fmt.Sprintf("upstream task %q does not exist", name)
 		}
+		if !us.Enabled {
+			// A disabled upstream holds nothing back (not even a failed
+			// last run): the task uses what it applied last.
+			continue
+		}
 		st := c.opts.Store.Run(name)
 		switch {
 		case st.Dirty():
@@ -61,9 +66,9 @@ func (c *Controller) upstreamHold(ctx context.Context, s *task.Spec) string {
 			c.mu.Unlock()
 			return fmt.Sprintf("waiting for the outputs of upstream task %q", name)
 		}
-		if !us.Enabled || !us.IsDynamic() {
-			// A disabled or schedule upstream holds nothing back: the
-			// task uses what it applied last.
+		if !us.IsDynamic() {
+			// A schedule upstream applies on its ticks only: a change of
+			// its data does not hold the task back.
 			continue
 		}
 		want, ready, err := c.desired(ctx, &us)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -167,5 +168,31 @@ func TestChainGroups(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("group of %s = %q, want %q", k, got[k], v)
 		}
+	}
+}
+
+// A disabled upstream holds nothing back, even when its last run failed.
+func TestChainDisabledUpstreamHoldsNothing(t *testing.T) {
+	a := servicesTask("a", "web")
+	b := servicesTask("b", "web")
+	b.DependsOn = []string{"a"}
+	h := start(t, 4, nil, a, b)
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	for range 2 {
+		nextApplied(t, h)
+	}
+	waitFor(t, "the controller to settle", h.ctrl.Settled)
+	if _, err := h.ctrl.SetEnabled(context.Background(), "a", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.st.FinishRun("a", store.RunState{Failed: "x"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+	if got := nextApplied(t, h); got != "b" {
+		t.Fatalf("%s applied, want b", got)
+	}
+	if n := len(h.rec.last("b").Services); n != 2 {
+		t.Fatalf("b saw %d services, want 2", n)
 	}
 }
