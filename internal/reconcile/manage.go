@@ -231,6 +231,7 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	if !enabled {
 		c.stepLocked(e, evStop, wake{}) // off the queue (standby only, above), no timer
 		e.nextCron = time.Time{}
+		c.wakeDependentsLocked(name) // a disabled upstream holds nothing back (chain.go)
 		c.mu.Unlock()
 		return PlanResult{}, nil
 	}
