@@ -366,17 +366,6 @@ func waitRuns(t *testing.T, p *proc, taskName string, n int) {
 	})
 }
 
-// noRunFor checks that the task does not run during d.
-func noRunFor(t *testing.T, p *proc, taskName string, d time.Duration, why string) {
-	t.Helper()
-	settle(t, p, taskName)
-	before := p.runs(taskName)
-	time.Sleep(d)
-	if n := p.runs(taskName) - before; n != 0 {
-		t.Fatalf("task %s ran %d times after %s; it must not", taskName, n, why)
-	}
-}
-
 // sha256Hex is the digest the echo provider and the provider fixture report.
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))

@@ -1054,7 +1054,7 @@ func (c *Controller) finish(ctx context.Context, name string, st store.RunState,
 			return nil
 		}
 		if errors.Is(err, store.ErrNotLeader) {
-			c.log.Warn("run outcome not recorded: this instance no longer leads; the new leader runs the task again",
+			c.log.Warn("run outcome not recorded: this instance no longer leads or owns the task; the new leader or owner runs the task again",
 				"task", name, "error", err)
 			return err
 		}

@@ -21,7 +21,7 @@ import (
 
 // ErrNotLeader is returned by writes of a fenced ConsulKV store when this
 // instance does not hold the leader lock (or lost it while writing).
-var ErrNotLeader = errors.New("not the leader: state in consul is written only by the instance holding the leader lock")
+var ErrNotLeader = errors.New("not the leader or the task's owner: state in consul is written only by the instance holding the leader lock (or, with spread_tasks, the task's owner key)")
 
 // TaskRecord is what is kept about a task changed through the API (or the
 // CLI, which uses the API), so that a new leader applies the same changes to
