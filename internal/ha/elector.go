@@ -13,7 +13,6 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/ctsync/ctsync/internal/clock"
-	"github.com/ctsync/ctsync/internal/consul"
 )
 
 // watchWait is the wait of the blocking query on the lock key. The leader's
@@ -62,16 +61,10 @@ type Timer = clock.Timer
 // Elector campaigns for the lock and leads while it holds it. See the
 // package documentation for the rules and the timing.
 type Elector struct {
-	o     Options
-	t     Timing
-	log   *slog.Logger
-	key   string
-	clock Clock
+	lockBase
+	o   Options
+	key string
 
-	kv       *api.KV
-	sessions *api.Session
-
-	mu       sync.Mutex
 	session  string          // this instance's current session ("" none)
 	own      map[string]bool // every session this process created
 	term     *term           // while holding the lock
@@ -100,15 +93,11 @@ type Elector struct {
 
 // term is one period of holding the lock.
 type term struct {
-	ctx      context.Context
-	cancel   context.CancelFunc
-	session  string
-	since    time.Time
-	lease    Timer     // steps down when no heartbeat succeeded for S
-	deadline time.Time // when the lease runs out (mu)
-	nextBeat time.Time // loop goroutine only
-	failed   bool      // preparation failed: give the lock back (mu)
-	verify   bool      // the watch saw the key not held by us (mu)
+	lease  // steps down when no heartbeat succeeded for S
+	ctx    context.Context
+	cancel context.CancelFunc
+	failed bool // preparation failed: give the lock back (mu)
+	verify bool // the watch saw the key not held by us (mu)
 }
 
 // New returns an Elector; Run starts it.
@@ -139,8 +128,8 @@ func New(o Options) (*Elector, error) {
 		o.Clock = clock.Real{}
 	}
 	return &Elector{
-		o: o, t: t, log: o.Logger, key: strings.TrimRight(o.Prefix, "/") + "/leader", clock: o.Clock,
-		kv: o.Client.KV(), sessions: o.Client.Session(),
+		lockBase: newLockBase(t, o.Logger, o.Clock, o.Namespace, o.Client),
+		o:        o, key: strings.TrimRight(o.Prefix, "/") + "/leader",
 		own: map[string]bool{}, tr: tracker{takeover: t.Takeover},
 		wake: make(chan struct{}, 1), resign: make(chan struct{}), changed: make(chan struct{}),
 	}, nil
@@ -372,28 +361,9 @@ func minTime(a, b time.Time) time.Time {
 
 func (e *Elector) mineLocked(session string) bool { return e.own[session] }
 
-func (e *Elector) wopts() (*api.WriteOptions, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), e.t.CallTimeout)
-	return (&api.WriteOptions{Namespace: e.o.Namespace}).WithContext(ctx), cancel
-}
-
-func (e *Elector) qopts() (*api.QueryOptions, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), e.t.CallTimeout)
-	return (&api.QueryOptions{Namespace: e.o.Namespace}).WithContext(ctx), cancel
-}
-
-// createSession creates this instance's session: TTL session_ttl, no
-// checks (only the TTL, a destroy or data loss invalidate it), behavior
-// delete, lock-delay LockDelay.
+// createSession creates this instance's session (see newSession).
 func (e *Elector) createSession() error {
-	w, cancel := e.wopts()
-	defer cancel()
-	id, _, err := e.sessions.CreateNoChecks(&api.SessionEntry{
-		Name:      "ctsync " + e.o.ID,
-		TTL:       e.t.SessionTTL.String(),
-		Behavior:  api.SessionBehaviorDelete,
-		LockDelay: LockDelay,
-	}, w)
+	id, err := e.newSession("ctsync " + e.o.ID)
 	if err != nil {
 		return err
 	}
@@ -413,38 +383,9 @@ func (e *Elector) dropSession(id string) {
 	e.mu.Unlock()
 }
 
-// renew renews a session; ok is false when Consul no longer knows it.
-func (e *Elector) renew(id string) (ok bool, err error) {
-	w, cancel := e.wopts()
-	defer cancel()
-	ent, _, err := e.sessions.Renew(id, w)
-	if err != nil {
-		return false, err
-	}
-	return ent != nil, nil
-}
-
 func (e *Elector) value(beat uint64, since time.Time, released bool) []byte {
 	b, _ := json.Marshal(record{ID: e.o.ID, Address: e.o.Address, Beat: beat, Since: since, Released: released})
 	return b
-}
-
-// txn runs a KV transaction with the call timeout; ok is false when it was
-// rolled back (a check failed).
-func (e *Elector) txn(ops api.KVTxnOps) (ok bool, err error) {
-	for _, op := range ops {
-		op.Namespace = e.o.Namespace
-	}
-	q, cancel := e.qopts()
-	defer cancel()
-	ok, resp, _, err := e.kv.Txn(ops, q)
-	if err != nil {
-		return false, err
-	}
-	if !ok && resp != nil && len(resp.Errors) > 0 {
-		e.log.Debug("ha: lock transaction rolled back", "reason", resp.Errors[0].What)
-	}
-	return ok, nil
 }
 
 // campaign tries to become leader the way act says. The session is renewed
@@ -502,12 +443,12 @@ func (e *Elector) campaign(act action, v view) bool {
 
 // startTerm begins a term that won the lock with a session renewed at t0.
 func (e *Elector) startTerm(t0 time.Time, session string, act action, v view) {
-	t := &term{session: session, since: t0, nextBeat: t0.Add(e.t.Heartbeat)}
+	t := &term{lease: lease{session: session}}
+	t.expire = func(reason string) { e.endTerm(t, reason) }
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	e.mu.Lock()
 	e.term = t
-	t.deadline = t0.Add(e.t.StepDown)
-	e.setLeaseLocked(t)
+	e.startLocked(&t.lease, t0)
 	e.mu.Unlock()
 	attrs := []any{"id", e.o.ID, "how", act.String()}
 	if act == actTakeover {
@@ -517,16 +458,6 @@ func (e *Elector) startTerm(t0 time.Time, session string, act action, v view) {
 	}
 	e.log.Info("ha: acquired leadership", attrs...)
 	go e.prepare(t)
-}
-
-// setLeaseLocked (re)arms the term's step-down at its deadline (mu held).
-func (e *Elector) setLeaseLocked(t *term) {
-	if t.lease != nil {
-		t.lease.Stop()
-	}
-	t.lease = e.clock.AfterFunc(t.deadline.Sub(e.clock.Now()), func() {
-		e.endTerm(t, fmt.Sprintf("no successful heartbeat for %s", e.t.StepDown))
-	})
 }
 
 // prepare runs OnElected, then activates the controller if the term still
@@ -563,7 +494,7 @@ func (e *Elector) endTerm(t *term, reason string) {
 		return
 	}
 	e.term = nil
-	t.lease.Stop()
+	t.timer.Stop()
 	t.cancel()
 	if e.active {
 		e.active = false
@@ -580,50 +511,22 @@ func (e *Elector) endTerm(t *term, reason string) {
 	signal(e.wake)
 }
 
-// heartbeat renews the session and rewrites the key (only if this term's
-// session still holds it). Success extends the lease by S from the time the
-// renewal was sent.
+// heartbeat renews the session and rewrites the key (see
+// keepAlive).
 func (e *Elector) heartbeat(t *term) {
-	t0 := e.clock.Now()
-	ok, err := e.renew(t.session)
-	if err == nil && !ok {
+	value := func() []byte {
+		e.mu.Lock()
+		e.beat++
+		beat := e.beat
+		e.mu.Unlock()
+		return e.value(beat, t.since, false)
+	}
+	switch e.keepAlive(&t.lease, e.key, value, func() bool { return e.term == t }) {
+	case beatSessionGone:
 		e.dropSession(t.session)
 		e.endTerm(t, "consul invalidated the session")
-		return
-	}
-	if err != nil {
-		e.mu.Lock()
-		left := t.deadline.Sub(e.clock.Now()).Round(time.Millisecond)
-		e.mu.Unlock()
-		e.log.Warn("ha: heartbeat failed; retrying", "error", err, "step_down_in", left)
-		t.nextBeat = e.clock.Now().Add(e.t.Retry)
-		return
-	}
-	e.mu.Lock()
-	e.beat++
-	beat := e.beat
-	e.mu.Unlock()
-	ok, err = e.txn(api.KVTxnOps{
-		{Verb: api.KVCheckSession, Key: e.key, Session: t.session},
-		{Verb: api.KVLock, Key: e.key, Value: e.value(beat, t.since, false), Session: t.session},
-	})
-	switch {
-	case err != nil:
-		e.mu.Lock()
-		left := t.deadline.Sub(e.clock.Now()).Round(time.Millisecond)
-		e.mu.Unlock()
-		e.log.Warn("ha: heartbeat failed; retrying", "error", err, "step_down_in", left)
-		t.nextBeat = e.clock.Now().Add(e.t.Retry)
-	case !ok:
+	case beatKeyLost:
 		e.endTerm(t, "the lock is no longer held by this instance's session")
-	default:
-		e.mu.Lock()
-		if e.term == t {
-			t.deadline = t0.Add(e.t.StepDown)
-			e.setLeaseLocked(t)
-		}
-		e.mu.Unlock()
-		t.nextBeat = t0.Add(e.t.Heartbeat)
 	}
 }
 
@@ -662,58 +565,16 @@ func (e *Elector) destroySession() {
 	id := e.session
 	e.session = ""
 	e.mu.Unlock()
-	if id == "" {
-		return
-	}
-	w, cancel := e.wopts()
-	defer cancel()
-	if _, err := e.sessions.Destroy(id, w); err != nil {
-		e.log.Debug("ha: destroying the session failed; it expires on its own", "error", err)
+	if id != "" {
+		e.destroy(id)
 	}
 }
 
 // watch follows the lock key with blocking queries and feeds the tracker.
 func (e *Elector) watch(ctx context.Context) {
-	var idx uint64
-	bo := consul.NewBackoff(100*time.Millisecond, 2*time.Second)
-	for ctx.Err() == nil {
-		rctx, cancel := context.WithTimeout(ctx, watchWait+watchWait/16+e.t.CallTimeout)
-		q := (&api.QueryOptions{WaitIndex: idx, WaitTime: watchWait, Namespace: e.o.Namespace}).WithContext(rctx)
-		pair, meta, err := e.kv.Get(e.key, q)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			e.blind()
-			// Consul may come back with a fresh raft log (a dev agent
-			// restart) whose index is below ours, and a blocking query
-			// would then wait for a long time: read afresh.
-			idx = 0
-			if bo.Attempts() == 3 {
-				e.log.Warn("ha: cannot read the lock key", "error", err)
-			}
-			if !e.sleep(ctx, bo.Next()) {
-				return
-			}
-			continue
-		}
-		bo.Reset()
-		idx = e.observe(pair, meta.LastIndex)
-	}
-}
-
-// sleep waits d on the elector's clock; false when ctx ended first.
-func (e *Elector) sleep(ctx context.Context, d time.Duration) bool {
-	ch := make(chan struct{})
-	tm := e.clock.AfterFunc(d, func() { close(ch) })
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-ch:
-		return true
-	}
+	follow(ctx, &e.lockBase, "the lock key", func(q *api.QueryOptions) (*api.KVPair, *api.QueryMeta, error) {
+		return e.kv.Get(e.key, q)
+	}, e.observe, e.blind)
 }
 
 // refresh reads the key once, without blocking (after a failed campaign,

@@ -16,7 +16,6 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/ctsync/ctsync/internal/clock"
-	"github.com/ctsync/ctsync/internal/consul"
 )
 
 // ErrNotOwner is returned when a run of a task is attempted on an instance
@@ -108,16 +107,11 @@ func (nopSpreadMetrics) OwnershipChange(string) {}
 // (a check-index delete of the member key, so that a late heartbeat of the
 // expelled member fails) and took its task keys over.
 type Spreader struct {
+	lockBase
 	o      SpreadOptions
-	t      Timing
-	log    *slog.Logger
-	clock  Clock
 	prefix string // <Prefix>/spread
 	self   string // member key
-	kv     *api.KV
-	sess   *api.Session
 
-	mu      sync.Mutex
 	session string
 	// joined is the session that last held this instance's member key:
 	// a term may resume with it (keeping the task keys it holds) only if
@@ -149,15 +143,11 @@ type Spreader struct {
 // sterm is one period of membership: from a successful join to the end of
 // the lease (or a leave).
 type sterm struct {
-	ctx      context.Context
-	cancel   context.CancelFunc
-	session  string
-	since    time.Time
-	lease    Timer
-	deadline time.Time
-	nextBeat time.Time // loop goroutine only
-	active   bool      // OnJoin succeeded
-	failed   bool      // OnJoin failed: leave
+	lease
+	ctx    context.Context
+	cancel context.CancelFunc
+	active bool // OnJoin succeeded
+	failed bool // OnJoin failed: leave
 }
 
 // ownedTask is a task this instance holds the key of.
@@ -213,10 +203,10 @@ func NewSpreader(o SpreadOptions) (*Spreader, error) {
 	}
 	prefix := strings.TrimRight(o.Prefix, "/") + "/spread"
 	s := &Spreader{
-		o: o, t: t, log: o.Logger, clock: o.Clock, prefix: prefix,
+		lockBase: newLockBase(t, o.Logger, o.Clock, o.Namespace, o.Client),
+		o:        o, prefix: prefix,
 		self: prefix + "/members/" + url.PathEscape(o.ID),
-		kv:   o.Client.KV(), sess: o.Client.Session(),
-		sil: newSilence(t.Takeover), owned: map[string]*ownedTask{}, local: map[string]ownerKey{},
+		sil:  newSilence(t.Takeover), owned: map[string]*ownedTask{}, local: map[string]ownerKey{},
 		wake: make(chan struct{}, 1), resign: make(chan struct{}),
 	}
 	return s, nil
@@ -490,45 +480,6 @@ func (s *Spreader) Run(ctx context.Context) error {
 	}
 }
 
-func (s *Spreader) wopts() (*api.WriteOptions, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.t.CallTimeout)
-	return (&api.WriteOptions{Namespace: s.o.Namespace}).WithContext(ctx), cancel
-}
-
-func (s *Spreader) txn(ops api.KVTxnOps) (bool, error) {
-	ok, _, err := s.txnIndex(ops, "")
-	return ok, err
-}
-
-// txnIndex runs a transaction and returns the ModifyIndex the transaction
-// gave key (0 when it wrote nothing there).
-func (s *Spreader) txnIndex(ops api.KVTxnOps, key string) (bool, uint64, error) {
-	for _, op := range ops {
-		op.Namespace = s.o.Namespace
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.t.CallTimeout)
-	defer cancel()
-	ok, resp, _, err := s.kv.Txn(ops, (&api.QueryOptions{Namespace: s.o.Namespace}).WithContext(ctx))
-	if err != nil {
-		return false, 0, err
-	}
-	if !ok {
-		if resp != nil && len(resp.Errors) > 0 {
-			s.log.Debug("ha: spread transaction rolled back", "reason", resp.Errors[0].What)
-		}
-		return false, 0, nil
-	}
-	var idx uint64
-	if resp != nil {
-		for _, r := range resp.Results {
-			if r != nil && r.Key == key {
-				idx = max(idx, r.ModifyIndex)
-			}
-		}
-	}
-	return true, idx, nil
-}
-
 // wrote records one of this instance's writes of a task key (see local).
 func (s *Spreader) wrote(task string, k ownerKey) {
 	if k.index == 0 {
@@ -592,12 +543,7 @@ func (s *Spreader) join(now time.Time) time.Time {
 	session := s.session
 	s.mu.Unlock()
 	if session == "" {
-		w, cancel := s.wopts()
-		id, _, err := s.sess.CreateNoChecks(&api.SessionEntry{
-			Name: "ctsync " + s.o.ID + " (spread)", TTL: s.t.SessionTTL.String(),
-			Behavior: api.SessionBehaviorDelete, LockDelay: LockDelay,
-		}, w)
-		cancel()
+		id, err := s.newSession("ctsync " + s.o.ID + " (spread)")
 		if err != nil {
 			s.log.Debug("ha: cannot create a consul session; retrying", "error", err)
 			return now.Add(s.t.Retry)
@@ -607,13 +553,11 @@ func (s *Spreader) join(now time.Time) time.Time {
 		s.mu.Unlock()
 	}
 	t0 := s.clock.Now()
-	w, cancel := s.wopts()
-	ent, _, err := s.sess.Renew(session, w)
-	cancel()
+	ok, err := s.renew(session)
 	if err != nil {
 		return now.Add(s.t.Retry)
 	}
-	if ent == nil {
+	if !ok {
 		s.dropSession(session)
 		return now
 	}
@@ -624,7 +568,7 @@ func (s *Spreader) join(now time.Time) time.Time {
 	if resume {
 		ops = append(api.KVTxnOps{{Verb: api.KVCheckSession, Key: s.self, Session: session}}, ops...)
 	}
-	ok, err := s.txn(ops)
+	ok, err = s.txn(ops)
 	switch {
 	case err != nil:
 		return now.Add(s.t.Retry)
@@ -643,25 +587,16 @@ func (s *Spreader) join(now time.Time) time.Time {
 	s.mu.Lock()
 	s.joined = session
 	s.mu.Unlock()
-	t := &sterm{session: session, since: t0, nextBeat: t0.Add(s.t.Heartbeat)}
+	t := &sterm{lease: lease{session: session}}
+	t.expire = func(reason string) { s.endTerm(t, reason) }
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	s.mu.Lock()
 	s.term = t
-	t.deadline = t0.Add(s.t.StepDown)
-	s.setLeaseLocked(t)
+	s.startLocked(&t.lease, t0)
 	s.mu.Unlock()
 	s.log.Info("ha: joined the cluster", "id", s.o.ID, "session", session)
 	go s.prepare(t)
 	return t.nextBeat
-}
-
-func (s *Spreader) setLeaseLocked(t *sterm) {
-	if t.lease != nil {
-		t.lease.Stop()
-	}
-	t.lease = s.clock.AfterFunc(t.deadline.Sub(s.clock.Now()), func() {
-		s.endTerm(t, fmt.Sprintf("no successful heartbeat for %s", s.t.StepDown))
-	})
 }
 
 func (s *Spreader) prepare(t *sterm) {
@@ -690,47 +625,20 @@ func (s *Spreader) prepare(t *sterm) {
 	signal(s.wake)
 }
 
-// heartbeat renews the session and rewrites the member key (only if this
-// session still holds it). Success extends the lease by S from the time
-// the renewal was sent.
+// heartbeat renews the session and rewrites the member key (see
+// keepAlive).
 func (s *Spreader) heartbeat(t *sterm) {
-	t0 := s.clock.Now()
-	w, cancel := s.wopts()
-	ent, _, err := s.sess.Renew(t.session, w)
-	cancel()
-	if err == nil && ent == nil {
+	value := func() []byte { return s.memberValue(t.since.UTC()) }
+	switch s.keepAlive(&t.lease, s.self, value, func() bool { return s.term == t }) {
+	case beatSessionGone:
 		s.endTerm(t, "consul invalidated the session")
 		s.dropSession(t.session)
-		return
-	}
-	var ok bool
-	if err == nil {
-		ok, err = s.txn(api.KVTxnOps{
-			{Verb: api.KVCheckSession, Key: s.self, Session: t.session},
-			{Verb: api.KVLock, Key: s.self, Value: s.memberValue(t.since.UTC()), Session: t.session},
-		})
-	}
-	switch {
-	case err != nil:
-		s.mu.Lock()
-		left := t.deadline.Sub(s.clock.Now()).Round(time.Millisecond)
-		s.mu.Unlock()
-		s.log.Warn("ha: heartbeat failed; retrying", "error", err, "step_down_in", left)
-		t.nextBeat = s.clock.Now().Add(s.t.Retry)
-	case !ok:
+	case beatKeyLost:
 		// Expelled: another member saw this one silent for T. Its task
 		// keys may still be held by this session: destroying it frees
 		// them (everything was stopped when the lease ran out).
 		s.endTerm(t, "expelled from the cluster (the member key is no longer held by this instance's session)")
 		s.dropMember(t.session)
-	default:
-		s.mu.Lock()
-		if s.term == t {
-			t.deadline = t0.Add(s.t.StepDown)
-			s.setLeaseLocked(t)
-		}
-		s.mu.Unlock()
-		t.nextBeat = t0.Add(s.t.Heartbeat)
 	}
 }
 
@@ -747,7 +655,7 @@ func (s *Spreader) endTerm(t *sterm, reason string) {
 		return
 	}
 	s.term = nil
-	t.lease.Stop()
+	t.timer.Stop()
 	t.cancel() // every owned task's context: runs in progress are interrupted
 	owned := s.owned
 	s.owned = map[string]*ownedTask{}
@@ -782,11 +690,7 @@ func (s *Spreader) dropSession(id string) {
 // go with it) and forgets it.
 func (s *Spreader) dropMember(id string) {
 	s.dropSession(id)
-	w, cancel := s.wopts()
-	defer cancel()
-	if _, err := s.sess.Destroy(id, w); err != nil {
-		s.log.Debug("ha: destroying the session failed; it expires on its own", "error", err)
-	}
+	s.destroy(id)
 }
 
 // reconcile carries out decide: expels silent members, and, while this
@@ -1059,41 +963,20 @@ func (s *Spreader) leave() {
 	s.session = ""
 	s.mu.Unlock()
 	if id != "" {
-		w, cancel := s.wopts()
-		defer cancel()
-		_, _ = s.sess.Destroy(id, w)
+		s.destroy(id)
 	}
 }
 
 // watch follows the spread folder with blocking queries.
 func (s *Spreader) watch(ctx context.Context) {
-	var idx uint64
-	bo := consul.NewBackoff(100*time.Millisecond, 2*time.Second)
-	for ctx.Err() == nil {
-		rctx, cancel := context.WithTimeout(ctx, watchWait+watchWait/16+s.t.CallTimeout)
-		q := (&api.QueryOptions{WaitIndex: idx, WaitTime: watchWait, Namespace: s.o.Namespace}).WithContext(rctx)
-		pairs, meta, err := s.kv.List(s.prefix+"/", q)
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			s.mu.Lock()
-			s.sil.blind(s.clock.Now())
-			s.mu.Unlock()
-			signal(s.wake)
-			idx = 0
-			if bo.Attempts() == 3 {
-				s.log.Warn("ha: cannot read the cluster's members", "error", err)
-			}
-			if !backoffSleep(ctx, s.clock, bo.Next()) {
-				return
-			}
-			continue
-		}
-		bo.Reset()
-		idx = s.observe(pairs, meta.LastIndex)
-	}
+	follow(ctx, &s.lockBase, "the cluster's members", func(q *api.QueryOptions) (api.KVPairs, *api.QueryMeta, error) {
+		return s.kv.List(s.prefix+"/", q)
+	}, s.observe, func() {
+		s.mu.Lock()
+		s.sil.blind(s.clock.Now())
+		s.mu.Unlock()
+		signal(s.wake)
+	})
 }
 
 // observe records a read of the folder at Consul index idx and returns the
@@ -1130,17 +1013,4 @@ func (s *Spreader) observe(pairs api.KVPairs, idx uint64) uint64 {
 	}
 	signal(s.wake)
 	return idx
-}
-
-// backoffSleep waits d on clk; false when ctx ended first.
-func backoffSleep(ctx context.Context, clk Clock, d time.Duration) bool {
-	ch := make(chan struct{})
-	tm := clk.AfterFunc(d, func() { close(ch) })
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-ch:
-		return true
-	}
 }
