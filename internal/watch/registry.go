@@ -539,9 +539,14 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 		v.refused = nil
 		v.failingSince, v.lastErr = time.Time{}, nil
 		v.mu.Unlock()
-		if changed {
-			r.notifyAll(ctx, v)
+		if !changed {
+			// Consul's index moved for something this query does not
+			// show (e.g. one of two instances with the same tags left a
+			// catalog-services answer): nobody is told.
+			r.logger.Debug("consul answer unchanged; not notifying", "key", v.key, "index", index)
+			continue
 		}
+		r.notifyAll(ctx, v)
 	}
 }
 
