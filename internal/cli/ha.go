@@ -140,6 +140,16 @@ func (a *app) setupSpread(factory reconcile.DriverFactory, prefix string) (recon
 	}, nil
 }
 
+// reset carries out -reset-storage: the cluster's stored state is deleted.
+func (w *haWiring) reset(ctx context.Context) error {
+	if err := w.kv.Reset(ctx); err != nil {
+		return err
+	}
+	w.log.Warn("ha: -reset-storage: the cluster's stored state was deleted; this instance's configuration is the cluster's now",
+		"prefix", w.kv.Prefix())
+	return nil
+}
+
 // haJoined prepares this instance to run the tasks it will own (spread
 // mode), before its controller becomes active: -reset-storage (first join
 // only), load the cluster's state, apply the task changes made through the
@@ -149,12 +159,10 @@ func (a *app) haJoined(ctx context.Context) error {
 	w.prepMu.Lock()
 	defer w.prepMu.Unlock()
 	if w.resetStorage {
-		if err := w.kv.Reset(ctx); err != nil {
+		if err := w.reset(ctx); err != nil {
 			return err
 		}
 		w.resetStorage = false
-		w.log.Warn("ha: -reset-storage: the cluster's stored state was deleted; this instance's configuration is the cluster's now",
-			"prefix", w.kv.Prefix())
 	}
 	if err := ha.LoadState(ctx, w.kv.Load, w.log); err != nil {
 		return err
@@ -224,11 +232,9 @@ func (a *app) haElected(ctx context.Context) error {
 	defer w.prepMu.Unlock()
 	if w.resetStorage {
 		// As CTS documents: every time this instance becomes leader.
-		if err := w.kv.Reset(ctx); err != nil {
+		if err := w.reset(ctx); err != nil {
 			return err
 		}
-		w.log.Warn("ha: -reset-storage: the cluster's stored state was deleted; this instance's configuration is the cluster's now",
-			"prefix", w.kv.Prefix())
 	}
 	// Reading the state may take a while (a large history, a slow Consul):
 	// a new leader keeps trying while it holds the lock.

@@ -304,9 +304,7 @@ func CatalogServices(o CatalogOptions) Query {
 	k := keyBuilder{}
 	k.raw("catalog/services")
 	k.param("dc", o.Datacenter)
-	for _, mk := range slices.Sorted(maps.Keys(o.NodeMeta)) {
-		k.param("node-meta", escape(mk, ":")+":"+o.NodeMeta[mk])
-	}
+	k.nodeMeta(o.NodeMeta)
 	k.param("ns", o.Namespace)
 	k.param("partition", o.Partition)
 	k.param("peer", o.Peer)
@@ -439,6 +437,13 @@ func (k *keyBuilder) flag(name string) {
 	}
 	k.b.WriteByte(k.sep)
 	k.b.WriteString(name)
+}
+
+// nodeMeta adds one node-meta=key:value parameter per pair, in key order.
+func (k *keyBuilder) nodeMeta(m map[string]string) {
+	for _, mk := range slices.Sorted(maps.Keys(m)) {
+		k.param("node-meta", escape(mk, ":")+":"+m[mk])
+	}
 }
 
 func (k *keyBuilder) String() string { return k.b.String() }

@@ -48,9 +48,7 @@ func CatalogNodes(o NodesOptions) Query {
 	k.raw("catalog/nodes")
 	k.param("dc", o.Datacenter)
 	k.param("filter", o.Filter)
-	for _, mk := range slices.Sorted(maps.Keys(o.NodeMeta)) {
-		k.param("node-meta", escape(mk, ":")+":"+o.NodeMeta[mk])
-	}
+	k.nodeMeta(o.NodeMeta)
 	return &catalogNodes{o: o, key: k.String()}
 }
 
