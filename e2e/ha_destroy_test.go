@@ -18,22 +18,11 @@ import (
 // is gone from the cluster.
 func TestHADestroyResumedAfterFailover(t *testing.T) {
 	skipShort(t)
-	c := &haCluster{t: t, consul: testutil.StartConsul(t)}
+	c := newHACluster(t)
 	_, varFile := newTaskDir(t)
 	for _, id := range []string{"cts-a", "cts-b"} {
-		in := &haInstance{id: id, port: testutil.FreePort(t), proxy: testutil.StartFaultProxy(t, c.consul.Addr), work: t.TempDir()}
-		in.cfg = writeFile(t, in.work, "config.hcl", haConfig(in, varFile))
-		c.insts = append(c.insts, in)
+		c.add(&haInstance{id: id}, func(in *haInstance) string { return haConfig(in, varFile) })
 	}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("CTSYNC_HA_LOGS") != "" {
-			for _, in := range c.insts {
-				for i, p := range in.procs {
-					t.Logf("==== %s (process %d) ====\n%s", in.id, i+1, p.out.String())
-				}
-			}
-		}
-	})
 	c.register("api-1", "api", 9001)
 	for _, in := range c.insts {
 		in.start(t)

@@ -101,24 +101,13 @@ func (c *haCluster) other(in *haInstance) *haInstance {
 // instance's heartbeat is ever interleaved with another's.
 func TestHAFaultsMidApply(t *testing.T) {
 	skipShort(t)
-	c := &haCluster{t: t, consul: testutil.StartConsul(t)}
+	c := newHACluster(t)
 	out := t.TempDir()
 	hb := filepath.Join(out, "heartbeats")
 	varFile := writeFile(t, out, "task.tfvars", fmt.Sprintf("dir = %q\nheartbeats = %q\nbeats = 48\n", out, hb))
 	for _, id := range []string{"cts-a", "cts-b"} {
-		in := &haInstance{id: id, port: testutil.FreePort(t), proxy: testutil.StartFaultProxy(t, c.consul.Addr), work: t.TempDir(), mod: "heartbeat"}
-		in.cfg = writeFile(t, in.work, "config.hcl", haConfig(in, varFile))
-		c.insts = append(c.insts, in)
+		c.add(&haInstance{id: id, mod: "heartbeat"}, func(in *haInstance) string { return haConfig(in, varFile) })
 	}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("CTSYNC_HA_LOGS") != "" {
-			for _, in := range c.insts {
-				for i, p := range in.procs {
-					t.Logf("==== %s (process %d) ====\n%s", in.id, i+1, p.out.String())
-				}
-			}
-		}
-	})
 	measure := func(k string, d time.Duration) { t.Logf("MEASURED %-52s %s", k, d.Round(time.Millisecond)) }
 	// checkBeats fails on interleaved heartbeats and reports the gap at
 	// each hand-over after since.

@@ -19,7 +19,6 @@ package e2e
 // Run: CTSYNC_BENCH=1 go test -run '^TestSpreadBench$' -v -timeout 60m ./e2e/
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -38,38 +37,7 @@ import (
 
 func spreadBenchConfig(in *haInstance, consulAddr string, outs []string, burn int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `log_level = "INFO"
-id = %q
-port = %d
-working_dir = %q
-
-consul {
-  address = %q
-}
-
-buffer_period {
-  enabled = false
-}
-
-driver "terraform" {
-  backend "consul" {
-    address = %q
-  }
-}
-
-high_availability {
-  cluster {
-    name         = "bench"
-    spread_tasks = true
-    storage "consul" {
-      session_ttl = %q
-    }
-  }
-  instance {
-    address = "127.0.0.1"
-  }
-}
-`, in.id, in.port, filepath.Join(in.work, "sync-tasks"), in.proxy.Addr, consulAddr, haTTL.String())
+	b.WriteString(spreadHeader(in, consulAddr, "INFO", "bench"))
 	for i, out := range outs {
 		fmt.Fprintf(&b, `
 task {
@@ -83,26 +51,6 @@ task {
 `, i, module("cpu_burn"), out, burn)
 	}
 	return b.String()
-}
-
-// benchOwners reads the owner of each of n tasks from one instance's API.
-func benchOwners(port, n int) (map[string]string, bool) {
-	code, _, body := haGet(port, "/v1/status/tasks")
-	if code != 200 {
-		return nil, false
-	}
-	var m map[string]spreadStatus
-	if json.Unmarshal(body, &m) != nil {
-		return nil, false
-	}
-	out := map[string]string{}
-	for name, st := range m {
-		if st.Owner == nil || *st.Owner == "" {
-			return nil, false
-		}
-		out[name] = *st.Owner
-	}
-	return out, len(out) == n
 }
 
 // procTreeCPU is the CPU seconds of a process and of the children it has
@@ -145,7 +93,7 @@ func TestSpreadBench(t *testing.T) {
 	burn := envInt("CTSYNC_SPREAD_BURN", 50_000_000)
 	rounds := envInt("CTSYNC_SPREAD_ROUNDS", 2)
 	window := time.Duration(envInt("CTSYNC_SPREAD_WINDOW", 30)) * time.Second
-	c := &haCluster{t: t, consul: testutil.StartConsul(t)}
+	c := newHACluster(t)
 	outs := make([]string, nTasks)
 	names := make([]string, nTasks)
 	for i := range outs {
@@ -153,20 +101,8 @@ func TestSpreadBench(t *testing.T) {
 		names[i] = fmt.Sprintf("task-%02d", i)
 	}
 	for _, id := range []string{"cts-a", "cts-b", "cts-c"} {
-		in := &haInstance{id: id, port: testutil.FreePort(t), proxy: testutil.StartFaultProxy(t, c.consul.Addr), work: t.TempDir()}
-		in.proxy.CountRequests()
-		in.cfg = writeFile(t, in.work, "config.hcl", spreadBenchConfig(in, c.consul.Addr, outs, burn))
-		c.insts = append(c.insts, in)
+		c.add(&haInstance{id: id}, func(in *haInstance) string { return spreadBenchConfig(in, c.consul.Addr, outs, burn) }).proxy.CountRequests()
 	}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("CTSYNC_HA_LOGS") != "" {
-			for _, in := range c.insts {
-				for i, p := range in.procs {
-					t.Logf("==== %s (process %d) ====\n%s", in.id, i+1, p.out.String())
-				}
-			}
-		}
-	})
 	live := func() []*haInstance {
 		var out []*haInstance
 		for _, in := range c.insts {
@@ -213,7 +149,7 @@ func TestSpreadBench(t *testing.T) {
 		want := ha.Assign(names, cands)
 		testutil.Eventually(t, timeout, what, func() bool {
 			for _, in := range live() {
-				o, ok := benchOwners(in.port, nTasks)
+				o, ok := spreadOwners(in.port, nTasks)
 				if !ok || fmt.Sprint(o) != fmt.Sprint(want) {
 					return false
 				}

@@ -9,7 +9,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -28,38 +27,7 @@ const spreadBeats = 48
 // outs[i]/heartbeats.
 func spreadHeartbeatConfig(in *haInstance, consulAddr string, outs []string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, `log_level = "DEBUG"
-id = %q
-port = %d
-working_dir = %q
-
-consul {
-  address = %q
-}
-
-buffer_period {
-  enabled = false
-}
-
-driver "terraform" {
-  backend "consul" {
-    address = %q
-  }
-}
-
-high_availability {
-  cluster {
-    name         = "e2e"
-    spread_tasks = true
-    storage "consul" {
-      session_ttl = %q
-    }
-  }
-  instance {
-    address = "127.0.0.1"
-  }
-}
-`, in.id, in.port, filepath.Join(in.work, "sync-tasks"), in.proxy.Addr, consulAddr, haTTL.String())
+	b.WriteString(spreadHeader(in, consulAddr, "DEBUG", "e2e"))
 	for i, out := range outs {
 		fmt.Fprintf(&b, `
 task {
@@ -91,7 +59,7 @@ task {
 // heartbeats ever come from two instances at once.
 func TestSpreadFaultsHeartbeat(t *testing.T) {
 	skipShort(t)
-	c := &haCluster{t: t, consul: testutil.StartConsul(t)}
+	c := newHACluster(t)
 	outs := make([]string, spreadTasks)
 	hbs := make([]string, spreadTasks)
 	for i := range outs {
@@ -99,19 +67,8 @@ func TestSpreadFaultsHeartbeat(t *testing.T) {
 		hbs[i] = filepath.Join(outs[i], "heartbeats")
 	}
 	for _, id := range []string{"cts-a", "cts-b", "cts-c", "cts-d"} {
-		in := &haInstance{id: id, port: testutil.FreePort(t), proxy: testutil.StartFaultProxy(t, c.consul.Addr), work: t.TempDir()}
-		in.cfg = writeFile(t, in.work, "config.hcl", spreadHeartbeatConfig(in, c.consul.Addr, outs))
-		c.insts = append(c.insts, in)
+		c.add(&haInstance{id: id}, func(in *haInstance) string { return spreadHeartbeatConfig(in, c.consul.Addr, outs) })
 	}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("CTSYNC_HA_LOGS") != "" {
-			for _, in := range c.insts {
-				for i, p := range in.procs {
-					t.Logf("==== %s (process %d) ====\n%s", in.id, i+1, p.out.String())
-				}
-			}
-		}
-	})
 	measure := func(k string, d time.Duration) { t.Logf("MEASURED %-58s %s", k, d.Round(time.Millisecond)) }
 	byID := map[string]*haInstance{}
 	for _, in := range c.insts {
@@ -139,7 +96,7 @@ func TestSpreadFaultsHeartbeat(t *testing.T) {
 				if !alive(in) {
 					continue
 				}
-				got, ok := spreadOwners(in.port)
+				got, ok := spreadOwners(in.port, spreadTasks)
 				if !ok || (o != nil && fmt.Sprint(got) != fmt.Sprint(o)) {
 					return false
 				}
@@ -330,7 +287,7 @@ func TestSpreadFaultsHeartbeat(t *testing.T) {
 			if !alive(in) {
 				continue
 			}
-			got, ok := spreadOwners(in.port)
+			got, ok := spreadOwners(in.port, spreadTasks)
 			if !ok || (o != nil && fmt.Sprint(got) != fmt.Sprint(o)) {
 				return false
 			}
@@ -403,7 +360,7 @@ func TestSpreadFaultsHeartbeat(t *testing.T) {
 	c.insts[3].start(t)
 	change()
 	testutil.Eventually(t, 90*time.Second, "the joining instances owning tasks", func() bool {
-		o, ok := spreadOwners(last.port)
+		o, ok := spreadOwners(last.port, spreadTasks)
 		return ok && len(tasksOf(o, kill.id)) > 0 && len(tasksOf(o, c.insts[3].id)) > 0
 	})
 	measure("join: start -> both new members own tasks", time.Since(joined))

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,12 +16,11 @@ import (
 // spreadTasks is the number of tasks of the spread tests.
 const spreadTasks = 6
 
-// spreadConfig is an instance's configuration in spread mode: spreadTasks
-// tasks of the services_file module, task-i writing into outs[i] when the
-// service "svc-i" changes.
-func spreadConfig(in *haInstance, consulAddr string, outs []string) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, `log_level = "DEBUG"
+// spreadHeader is the part of a spread-mode configuration every spread
+// test shares: the instance, Consul through its fault proxy, no buffer, the
+// Consul backend and high_availability with spread_tasks in cluster.
+func spreadHeader(in *haInstance, consulAddr, logLevel, cluster string) string {
+	return fmt.Sprintf(`log_level = %q
 id = %q
 port = %d
 working_dir = %q
@@ -46,7 +44,7 @@ driver "terraform" {
 
 high_availability {
   cluster {
-    name         = "e2e"
+    name         = %q
     spread_tasks = true
     storage "consul" {
       session_ttl = %q
@@ -56,7 +54,15 @@ high_availability {
     address = "127.0.0.1"
   }
 }
-`, in.id, in.port, filepath.Join(in.work, "sync-tasks"), in.proxy.Addr, consulAddr, haTTL.String())
+`, logLevel, in.id, in.port, filepath.Join(in.work, "sync-tasks"), in.proxy.Addr, consulAddr, cluster, haTTL.String())
+}
+
+// spreadConfig is an instance's configuration in spread mode: spreadTasks
+// tasks of the services_file module, task-i writing into outs[i] when the
+// service "svc-i" changes.
+func spreadConfig(in *haInstance, consulAddr string, outs []string) string {
+	var b strings.Builder
+	b.WriteString(spreadHeader(in, consulAddr, "DEBUG", "e2e"))
 	for i, out := range outs {
 		fmt.Fprintf(&b, `
 task {
@@ -77,8 +83,9 @@ type spreadStatus struct {
 	Status string  `json:"status"`
 }
 
-// spreadOwners reads /v1/status/tasks on one instance: the owner of each task.
-func spreadOwners(port int) (map[string]string, bool) {
+// spreadOwners reads /v1/status/tasks on one instance: the owner of each
+// task; ok once all n tasks have one.
+func spreadOwners(port, n int) (map[string]string, bool) {
 	code, _, body := haGet(port, "/v1/status/tasks")
 	if code != 200 {
 		return nil, false
@@ -94,7 +101,7 @@ func spreadOwners(port int) (map[string]string, bool) {
 		}
 		out[name] = *st.Owner
 	}
-	return out, len(out) == spreadTasks
+	return out, len(out) == n
 }
 
 // applies counts each task's successful runs over every process of the
@@ -122,25 +129,14 @@ func (c *haCluster) applies() map[string]int {
 // unchanged tasks; no task's runs ever overlap on two instances.
 func TestSpreadTasks(t *testing.T) {
 	skipShort(t)
-	c := &haCluster{t: t, consul: testutil.StartConsul(t)}
+	c := newHACluster(t)
 	outs := make([]string, spreadTasks)
 	for i := range outs {
 		outs[i] = t.TempDir()
 	}
 	for _, id := range []string{"cts-a", "cts-b", "cts-c", "cts-d"} {
-		in := &haInstance{id: id, port: testutil.FreePort(t), proxy: testutil.StartFaultProxy(t, c.consul.Addr), work: t.TempDir()}
-		in.cfg = writeFile(t, in.work, "config.hcl", spreadConfig(in, c.consul.Addr, outs))
-		c.insts = append(c.insts, in)
+		c.add(&haInstance{id: id}, func(in *haInstance) string { return spreadConfig(in, c.consul.Addr, outs) })
 	}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("CTSYNC_HA_LOGS") != "" {
-			for _, in := range c.insts {
-				for i, p := range in.procs {
-					t.Logf("==== %s (process %d) ====\n%s", in.id, i+1, p.out.String())
-				}
-			}
-		}
-	})
 	for i := range spreadTasks {
 		c.register(fmt.Sprintf("svc-%d-1", i), fmt.Sprintf("svc-%d", i), 9000+i)
 	}
@@ -157,7 +153,7 @@ func TestSpreadTasks(t *testing.T) {
 		var ok bool
 		for _, in := range c.insts[:3] {
 			var o map[string]string
-			if o, ok = spreadOwners(in.port); !ok {
+			if o, ok = spreadOwners(in.port, spreadTasks); !ok {
 				return false
 			}
 			if owners != nil && fmt.Sprint(o) != fmt.Sprint(owners) {
@@ -249,7 +245,7 @@ func TestSpreadTasks(t *testing.T) {
 	join := time.Now()
 	c.insts[3].start(t)
 	testutil.Eventually(t, 60*time.Second, "the new instance owning tasks", func() bool {
-		o, ok := spreadOwners(c.insts[3].port)
+		o, ok := spreadOwners(c.insts[3].port, spreadTasks)
 		if !ok {
 			return false
 		}
@@ -282,7 +278,7 @@ func TestSpreadTasks(t *testing.T) {
 		t.Fatalf("%s exited with %d", term.id, code)
 	}
 	testutil.Eventually(t, 30*time.Second, "tasks owned by the remaining members", func() bool {
-		o, ok := spreadOwners(c.insts[3].port)
+		o, ok := spreadOwners(c.insts[3].port, spreadTasks)
 		if !ok {
 			return false
 		}

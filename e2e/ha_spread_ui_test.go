@@ -21,34 +21,22 @@ import (
 func TestSpreadDashboard(t *testing.T) {
 	skipShort(t)
 	chromium := findChromium(t)
-	c := &haCluster{t: t, consul: testutil.StartConsul(t)}
+	c := newHACluster(t)
 	outs := make([]string, spreadTasks)
 	for i := range outs {
 		outs[i] = t.TempDir()
 		c.register(fmt.Sprintf("svc-%d-1", i), fmt.Sprintf("svc-%d", i), 9000+i)
 	}
 	for _, id := range []string{"cts-a", "cts-b"} {
-		in := &haInstance{id: id, port: testutil.FreePort(t), proxy: testutil.StartFaultProxy(t, c.consul.Addr), work: t.TempDir()}
-		in.cfg = writeFile(t, in.work, "config.hcl", spreadConfig(in, c.consul.Addr, outs))
-		c.insts = append(c.insts, in)
-		in.start(t)
+		c.add(&haInstance{id: id}, func(in *haInstance) string { return spreadConfig(in, c.consul.Addr, outs) }).start(t)
 	}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("CTSYNC_HA_LOGS") != "" {
-			for _, in := range c.insts {
-				for i, p := range in.procs {
-					t.Logf("==== %s (process %d) ====\n%s", in.id, i+1, p.out.String())
-				}
-			}
-		}
-	})
 	for i := range spreadTasks {
 		waitFile(t, outs[i], fmt.Sprintf("svc-%d-1", i), 90*time.Second)
 	}
 	var owners map[string]string
 	testutil.Eventually(t, 30*time.Second, "both members showing the same owners", func() bool {
-		a, ok1 := spreadOwners(c.insts[0].port)
-		b, ok2 := spreadOwners(c.insts[1].port)
+		a, ok1 := spreadOwners(c.insts[0].port, spreadTasks)
+		b, ok2 := spreadOwners(c.insts[1].port, spreadTasks)
 		owners = a
 		return ok1 && ok2 && fmt.Sprint(a) == fmt.Sprint(b)
 	})

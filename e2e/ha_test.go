@@ -128,6 +128,34 @@ type haCluster struct {
 	insts  []*haInstance
 }
 
+// newHACluster starts the cluster's Consul. The output of every process of
+// its instances is printed when the test fails (or with CTSYNC_HA_LOGS set).
+func newHACluster(t *testing.T) *haCluster {
+	c := &haCluster{t: t, consul: testutil.StartConsul(t)}
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("CTSYNC_HA_LOGS") != "" {
+			for _, in := range c.insts {
+				for i, p := range in.procs {
+					t.Logf("==== %s (process %d) ====\n%s", in.id, i+1, p.out.String())
+				}
+			}
+		}
+	})
+	return c
+}
+
+// add prepares an instance (in gives its id, and its module when not the
+// default): a free API port, a fault proxy of its own to Consul, a working
+// folder, and the configuration cfg writes for it.
+func (c *haCluster) add(in *haInstance, cfg func(*haInstance) string) *haInstance {
+	in.port = testutil.FreePort(c.t)
+	in.proxy = testutil.StartFaultProxy(c.t, c.consul.Addr)
+	in.work = c.t.TempDir()
+	in.cfg = writeFile(c.t, in.work, "config.hcl", cfg(in))
+	c.insts = append(c.insts, in)
+	return in
+}
+
 // leaderSince waits for an instance to log "ha: acquired leadership" after
 // since, and returns it with the log time.
 func (c *haCluster) leaderSince(since time.Time, timeout time.Duration) (*haInstance, time.Time) {
@@ -320,22 +348,11 @@ func haReadServices(dir string) map[string]task.Service {
 // never run Terraform at the same time.
 func TestHighAvailability(t *testing.T) {
 	skipShort(t)
-	c := &haCluster{t: t, consul: testutil.StartConsul(t)}
+	c := newHACluster(t)
 	out, varFile := newTaskDir(t)
 	for _, id := range []string{"cts-a", "cts-b", "cts-c"} {
-		in := &haInstance{id: id, port: testutil.FreePort(t), proxy: testutil.StartFaultProxy(t, c.consul.Addr), work: t.TempDir()}
-		in.cfg = writeFile(t, in.work, "config.hcl", haConfig(in, varFile))
-		c.insts = append(c.insts, in)
+		c.add(&haInstance{id: id}, func(in *haInstance) string { return haConfig(in, varFile) })
 	}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("CTSYNC_HA_LOGS") != "" {
-			for _, in := range c.insts {
-				for i, p := range in.procs {
-					t.Logf("==== %s (process %d) ====\n%s", in.id, i+1, p.out.String())
-				}
-			}
-		}
-	})
 	measured := map[string]time.Duration{}
 	defer func() {
 		keys := make([]string, 0, len(measured))
@@ -572,18 +589,9 @@ func haTasks(t *testing.T, port int) map[string]bool {
 // again, and rerun_all_on_failover runs every task on becoming leader.
 func TestHAStoredStateAcrossRestarts(t *testing.T) {
 	skipShort(t)
-	c := &haCluster{t: t, consul: testutil.StartConsul(t)}
+	c := newHACluster(t)
 	out, varFile := newTaskDir(t)
-	in := &haInstance{id: "cts-a", port: testutil.FreePort(t), proxy: testutil.StartFaultProxy(t, c.consul.Addr), work: t.TempDir()}
-	in.cfg = writeFile(t, in.work, "config.hcl", haConfig(in, varFile))
-	c.insts = []*haInstance{in}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("CTSYNC_HA_LOGS") != "" {
-			for i, p := range in.procs {
-				t.Logf("==== %s (process %d) ====\n%s", in.id, i+1, p.out.String())
-			}
-		}
-	})
+	in := c.add(&haInstance{id: "cts-a"}, func(in *haInstance) string { return haConfig(in, varFile) })
 	restart := func(flags ...string) *proc {
 		t.Helper()
 		if len(in.procs) > 0 {

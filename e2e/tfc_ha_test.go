@@ -121,7 +121,7 @@ func TestTFCFailoverAdoptsRemoteRun(t *testing.T) {
 	skipShort(t)
 	o := testutil.StartOTF(t)
 	tc := o.Client(t)
-	c := &haCluster{t: t, consul: testutil.StartConsul(t)}
+	c := newHACluster(t)
 	for _, id := range []string{"tfc-a", "tfc-b"} {
 		in := &haInstance{id: id, port: testutil.FreePort(t), work: t.TempDir()}
 		in.cfg = writeFile(t, in.work, "config.hcl", tfcHAConfig(in, o, c.consul.Addr))
@@ -129,11 +129,6 @@ func TestTFCFailoverAdoptsRemoteRun(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("CTSYNC_HA_LOGS") != "" {
-			for _, in := range c.insts {
-				for i, p := range in.procs {
-					t.Logf("==== %s (process %d) ====\n%s", in.id, i+1, p.out.String())
-				}
-			}
 			t.Logf("==== otfd ====\n%s", o.Logs())
 		}
 	})
