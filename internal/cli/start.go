@@ -60,6 +60,7 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 	if app == nil {
 		return code
 	}
+	defer app.closeHistory() // history.go
 	if f.once || f.inspect {
 		return app.runOnce(ctx, f.inspectTasks, f.inspect, stdout)
 	}
@@ -193,7 +194,7 @@ func buildApp(ctx context.Context, f *startFlags, stderr io.Writer) (*app, int) 
 	if f.once || f.inspect {
 		cfg.HA = nil // -once and -inspect run alone, outside the cluster (ha.go)
 	}
-	app, err := newApp(cfg, client, bin, logger, live)
+	app, err := newApp(cfg, client, bin, logger, live, !f.inspect)
 	if err != nil {
 		logger.Error("start-up failed", "error", err)
 		return nil, ExitConfig
@@ -217,6 +218,7 @@ type app struct {
 	ha       *haWiring      // high availability (ha.go); nil without
 	secrets  *liveProviders // provider values, kept fresh from Vault (secrets.go)
 	memory   *terraform.MemoryBudget
+	history  *store.Bolt // the local history database (history.go); nil with HA or -inspect
 }
 
 // needsConsulKV reports whether start-up must read Consul KV: a
@@ -230,7 +232,10 @@ func needsConsulKV(cfg *config.Config) bool {
 	return false
 }
 
-func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.Logger, live *liveProviders) (*app, error) {
+// newApp wires the daemon; keepHistory opens the local history database
+// when there is no high availability (not for -inspect, which records no
+// run).
+func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.Logger, live *liveProviders, keepHistory bool) (*app, error) {
 	workDir, err := filepath.Abs(cfg.WorkingDir)
 	if err != nil {
 		return nil, fmt.Errorf("working_dir: %w", err)
@@ -242,7 +247,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	if err := os.MkdirAll(cacheDir, 0o750); err != nil {
 		return nil, fmt.Errorf("creating plugin cache: %w", err)
 	}
-	a := &app{cfg: cfg, log: logger, client: client, store: store.NewMemory(0)}
+	a := &app{cfg: cfg, log: logger, client: client, store: store.NewMemory(cfg.History)}
 	a.registry = watch.NewRegistry(client, logger.With("component", "watch"), func(sub, key string) {
 		a.ctrl.Notify(sub, key)
 	})
@@ -331,6 +336,10 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	}
 	if a.ha != nil {
 		stopTimeout = a.ha.el.Timing().Kill
+	} else if keepHistory {
+		if err := a.openHistory(workDir); err != nil { // history.go
+			return nil, err
+		}
 	}
 	a.setupObserve()
 	a.ctrl = reconcile.New(reconcile.Options{

@@ -32,6 +32,7 @@ type rawConfig struct {
 	tls                                 rawTLS        // the API's tls block (ha.go)
 	notifications                       []Notification
 	retry                               rawRetry    // retry.go
+	runsPerTask                         opt[int]    // history { runs_per_task } (history.go)
 	clientType                          opt[string] // client.go
 	security                            rawSecurity // api_auth, api_tasks, api_http (security.go)
 	ext                                 rawExt      // vault, syslog (vault.go, syslog.go)
@@ -82,6 +83,7 @@ var topKeys = []key{
 	{name: "retry", kind: kBlock},                                                                         // retry.go
 	{name: "api_auth", kind: kBlock}, {name: "api_tasks", kind: kBlock}, {name: "api_http", kind: kBlock}, // security.go
 	{name: "vault", kind: kBlock}, {name: "syslog", kind: kBlock}, // vault.go, syslog.go
+	{name: "history", kind: kBlock}, // history.go
 }
 
 const enterpriseMsg = "is a CTS Enterprise feature and is not supported"
@@ -176,6 +178,9 @@ func (d *decoder) decodeFile(body hcl.Body, r *rawConfig) {
 	d.notifications(c, r)
 	if b := d.onlyOne(c, "retry", ""); b != nil { // retry.go
 		d.retryBlock(b, &r.retry)
+	}
+	if b := d.onlyOne(c, "history", ""); b != nil { // history.go
+		d.historyBlock(b, &r.runsPerTask)
 	}
 	d.security(c, &r.security) // security.go
 	d.decodeExt(c, &r.ext)     // vault.go, syslog.go

@@ -233,6 +233,7 @@ func (d *decoder) finish(r *rawConfig) *Config {
 		Ranges:          map[string]hcl.Range{},
 	}
 	cfg.Retry = r.retry.config()
+	cfg.History = r.runsPerTask.or(DefaultRunsPerTask) // history.go
 	cfg.ClientType = nonEmpty(r.clientType.V, ClientTerraform)
 
 	cfg.BufferPeriod = resolveBuffer(r.buffer, task.DefaultBufferPeriod)

@@ -34,8 +34,8 @@ type Config struct {
 	APIAuth  APIAuth
 	APITasks APITasks
 	APIHTTP  APIHTTP
-	// History is how many run events are kept per task (ctsync extension,
-	// default 50).
+	// History is how many run events are kept per task: history {
+	// runs_per_task } (ctsync extension, default DefaultRunsPerTask).
 	History int
 	// HA is the high_availability block (ha.go); nil when it is absent.
 	HA        *HA

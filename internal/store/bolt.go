@@ -1,0 +1,218 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// HistoryFile is the name of the local history database under working_dir.
+const HistoryFile = "ctsync-history.db"
+
+// Bolt is the Store of a daemon without high availability: the run history
+// is kept in a local embedded database (bbolt) so that it survives a
+// restart, and read from an in-memory copy. Layout: one top-level bucket
+// "events" holding one bucket per task (the raw task name), whose keys are
+// 8-byte big-endian sequence numbers (growing) and whose values are events
+// as JSON (with the path of their run log). The newest `history` events of
+// each task are kept.
+//
+// The run state (applied fingerprint, failure, in-flight marker) and the
+// remote-run records stay in memory, as with the Memory store: a restarted
+// daemon runs every task once, as CTS does, and records it.
+type Bolt struct {
+	*Memory
+	db  *bolt.DB
+	wmu sync.Mutex // orders a write to the file and to the cache
+	log *slog.Logger
+}
+
+var (
+	_ Store      = (*Bolt)(nil)
+	_ RemoteRuns = (*Bolt)(nil)
+)
+
+var bucketEvents = []byte("events")
+
+// boltOpenTimeout bounds the wait for the file lock held by another process.
+const boltOpenTimeout = 2 * time.Second
+
+// ErrHistoryInUse is returned by OpenBolt when another process holds the
+// database (another ctsync with the same working_dir).
+var ErrHistoryInUse = errors.New("the history database is in use by another process (another ctsync with the same working_dir?)")
+
+// OpenBolt opens (creating it when missing, mode 0600) the history database
+// at path, keeping history events per task (DefaultHistory when <= 0), and
+// loads it. Unreadable entries are logged and skipped; events beyond the
+// history length are deleted.
+func OpenBolt(path string, history int, log *slog.Logger) (*Bolt, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: boltOpenTimeout})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("opening %s: %w", path, ErrHistoryInUse)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening the history database %s: %w", path, err)
+	}
+	b := &Bolt{Memory: NewMemory(history), db: db, log: log}
+	if err := b.load(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("reading the history database %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// Close closes the database file.
+func (b *Bolt) Close() error { return b.db.Close() }
+
+// Path is the database file.
+func (b *Bolt) Path() string { return b.db.Path() }
+
+// storedEvent is an event as stored: with the path of its run log, which
+// the API serves while the file is there.
+type storedEvent struct {
+	Event
+	LogPath string `json:"log_path,omitempty"`
+}
+
+func seqKey(n uint64) []byte {
+	k := make([]byte, 8)
+	binary.BigEndian.PutUint64(k, n)
+	return k
+}
+
+// load fills the cache from the file, newest first per task, and trims
+// each task's events to the history length.
+func (b *Bolt) load() error {
+	return b.db.Update(func(tx *bolt.Tx) error {
+		top, err := tx.CreateBucketIfNotExists(bucketEvents)
+		if err != nil {
+			return err
+		}
+		return top.ForEachBucket(func(name []byte) error {
+			tb := top.Bucket(name)
+			var evs []Event
+			var drop [][]byte
+			c := tb.Cursor()
+			for k, v := c.Last(); k != nil; k, v = c.Prev() {
+				if len(evs) >= b.history {
+					drop = append(drop, append([]byte(nil), k...))
+					continue
+				}
+				var se storedEvent
+				if err := json.Unmarshal(v, &se); err != nil {
+					b.log.Warn("ignoring unreadable entry of the history database", "task", string(name), "error", err)
+					continue
+				}
+				ev := se.Event
+				if se.LogPath != "" {
+					if _, err := os.Stat(se.LogPath); err == nil {
+						ev.LogPath = se.LogPath
+					}
+				}
+				evs = append(evs, ev)
+			}
+			for _, k := range drop {
+				if err := tb.Delete(k); err != nil {
+					return err
+				}
+			}
+			if len(evs) > 0 {
+				b.events[string(name)] = evs
+			}
+			return nil
+		})
+	})
+}
+
+// AddEvent implements Store: the event is in the file before the cache.
+func (b *Bolt) AddEvent(ev Event) error {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	if err := b.put(ev); err != nil {
+		return err
+	}
+	return b.Memory.AddEvent(ev)
+}
+
+// put writes ev and drops the task's events beyond the history length.
+func (b *Bolt) put(ev Event) error {
+	val, err := json.Marshal(storedEvent{Event: ev, LogPath: ev.LogPath})
+	if err != nil {
+		return err
+	}
+	err = b.db.Update(func(tx *bolt.Tx) error {
+		tb, err := tx.Bucket(bucketEvents).CreateBucketIfNotExists([]byte(ev.TaskName))
+		if err != nil {
+			return err
+		}
+		seq, err := tb.NextSequence()
+		if err != nil {
+			return err
+		}
+		if err := tb.Put(seqKey(seq), val); err != nil {
+			return err
+		}
+		// Sequence numbers grow by one per event: the ones at or below
+		// seq-history are beyond the history.
+		if seq > uint64(b.history) {
+			limit := seqKey(seq - uint64(b.history))
+			var drop [][]byte
+			c := tb.Cursor()
+			for k, _ := c.First(); k != nil && bytes.Compare(k, limit) <= 0; k, _ = c.Next() {
+				drop = append(drop, append([]byte(nil), k...))
+			}
+			for _, k := range drop {
+				if err := tb.Delete(k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recording the event of task %q in %s: %w", ev.TaskName, b.db.Path(), err)
+	}
+	return nil
+}
+
+// FinishRun implements Store: the event (if any) is written to the file
+// first; nothing changes when that fails.
+func (b *Bolt) FinishRun(taskName string, st RunState, ev *Event) error {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	if ev != nil {
+		if err := b.put(*ev); err != nil {
+			return err
+		}
+	}
+	return b.Memory.FinishRun(taskName, st, ev)
+}
+
+// DeleteTask implements Store.
+func (b *Bolt) DeleteTask(taskName string) error {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		err := tx.Bucket(bucketEvents).DeleteBucket([]byte(taskName))
+		if errors.Is(err, berrors.ErrBucketNotFound) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("deleting the events of task %q from %s: %w", taskName, b.db.Path(), err)
+	}
+	return b.Memory.DeleteTask(taskName)
+}
