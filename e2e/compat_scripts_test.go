@@ -62,7 +62,7 @@ task {
 	if o, code := run("", "-version"); code != 0 || !strings.HasPrefix(o, "consul-terraform-sync v") || !strings.Contains(o, "Compatible with Terraform") || !strings.Contains(o, "ctsync") {
 		t.Fatalf("-version as consul-terraform-sync (exit %d):\n%s", code, o)
 	}
-	if o, _ := run("", "task", "disable", "-help"); !strings.Contains(o, "consul-terraform-sync task disable") || !strings.Contains(o, "-ca-path [Default: \"\"]") {
+	if o, _ := run("", "task", "disable", "-help"); !strings.Contains(o, "consul-terraform-sync task disable") || !strings.Contains(o, "  ca-path \n") {
 		t.Fatalf("task disable -help:\n%s", o)
 	}
 
@@ -74,7 +74,7 @@ task {
 	code := -1
 	testutil.Eventually(t, 30*time.Second, "task disable", func() bool {
 		o, code = run("", "task", "disable", "web-task")
-		return code == 0 || !strings.Contains(o, "status 409")
+		return code == 0 || !strings.Contains(o, "409 Conflict")
 	})
 	if code != 0 || !strings.HasSuffix(strings.TrimSpace(o), "'web-task' disable complete!") {
 		t.Fatalf("task disable (exit %d):\n%s", code, o)

@@ -155,6 +155,18 @@ func runCLI(bin string, env []string, stdin string, args ...string) (string, int
 	return b.String(), code
 }
 
+// withFlags puts flags right after the command words of args ("status",
+// "task <subcommand>"): as in CTS, flags come before a task name.
+func withFlags(args []string, flags ...string) []string {
+	n := min(1, len(args))
+	if len(args) > 1 && args[0] == "task" {
+		n = 2
+	}
+	out := append([]string(nil), args[:n]...)
+	out = append(out, flags...)
+	return append(out, args[n:]...)
+}
+
 // count returns how many times s occurs in the output.
 func (p *proc) count(s string) int { return strings.Count(p.out.String(), s) }
 

@@ -257,7 +257,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	// The CLI, through the same API.
 	cli := func(args ...string) {
 		t.Helper()
-		cmd := exec.Command(ctsyncBin, append(args, "-http-addr", base, "-ca-cert", certs.CACert,
+		cmd := exec.Command(ctsyncBin, withFlags(args, "-http-addr", base, "-ca-cert", certs.CACert,
 			"-client-cert", certs.ClientCert, "-client-key", certs.ClientKey)...)
 		cmd.Env = append(os.Environ(), "CTS_TOKEN="+secrets["API token"])
 		b, _ := cmd.CombinedOutput()
@@ -265,7 +265,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}
 	cli("status")
 	cli("status", "-h")
-	cli("task", "disable", "-auto-approve", "broken")
+	cli("task", "disable", "broken")
 
 	// Stop the daemon (shutdown logging included) and check its output.
 	must(t, p.cmd.Process.Signal(os.Interrupt))

@@ -153,7 +153,7 @@ task {
 
 	// The CLI: CTS_TOKEN, -token, and a hint without one.
 	cli := func(env []string, args ...string) (int, string) {
-		cmd := exec.Command(ctsyncBin, append(args, "-http-addr", base)...)
+		cmd := exec.Command(ctsyncBin, withFlags(args, "-http-addr", base)...)
 		cmd.Env = append(os.Environ(), env...)
 		b, _ := cmd.CombinedOutput()
 		return cmd.ProcessState.ExitCode(), string(b)

@@ -55,12 +55,28 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	}
 	if strings.HasPrefix(args[0], "-") {
 		// Flags without a sub-command: the deprecated CTS start-up form.
-		fmt.Fprintln(stderr, "warning: running without a command is deprecated; use `ctsync start`")
+		if !hasConfigFlag(args) {
+			usage(stderr)
+			return ExitRequiredFlags
+		}
+		fmt.Fprintf(stderr, "warning: running without a command is deprecated; use `%s start`\n", Name)
 		return runStart(args, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "unknown command %q\n\n", args[0])
 	usage(stderr)
 	return ExitFlagParse
+}
+
+// hasConfigFlag reports whether args give a configuration file or
+// directory (-config-file, -config-dir, with one or two dashes).
+func hasConfigFlag(args []string) bool {
+	for _, a := range args {
+		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if strings.HasPrefix(a, "config-file") || strings.HasPrefix(a, "config-dir") {
+			return true
+		}
+	}
+	return false
 }
 
 // Name is the program's name as invoked: the base name of os.Args[0],
@@ -79,16 +95,6 @@ func programName(args []string) string {
 	return n
 }
 
-// named writes the program's name as invoked into a usage text written
-// for "ctsync".
-func named(s string) string {
-	if Name == "ctsync" {
-		return s
-	}
-	s = strings.ReplaceAll(s, "Usage: ctsync ", "Usage: "+Name+" ")
-	return strings.ReplaceAll(s, "Run 'ctsync ", "Run '"+Name+" ")
-}
-
 func printVersion(w io.Writer) {
 	fmt.Fprintf(w, "%s v%s (%s)\n", Name, Version, Commit)
 	fmt.Fprintf(w, "Compatible with Terraform >= %s and OpenTofu >= 1.6.0\n", MinTerraform)
@@ -98,19 +104,19 @@ func printVersion(w io.Writer) {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprint(w, named(`Usage: ctsync <command> [options]
+	fmt.Fprintf(w, `Usage CLI: %[1]s <command> [-help] [options]
 
-Keeps network infrastructure in sync with the Consul catalog by running
-Terraform (or OpenTofu) modules.
+  Keeps network infrastructure in sync with the Consul catalog by running
+  Terraform (or OpenTofu) modules.
 
 Commands:
-    start     Start the daemon (or run tasks once with -once, plan with -inspect)
-    status    Show tasks, their status, last run and next scheduled run
-    task      Manage tasks of a running daemon: create, delete, enable, disable
-    version   Print the version
+    start      Starts the daemon; -once runs every task once, -inspect plans them
+    status     Shows the tasks, their status, last run and next scheduled run
+    task       Manages the tasks of a running daemon: create, delete, enable, disable
+    version    Prints the version
 
-Run 'ctsync <command> -h' for a command's options.
-`))
+For a command's options, try '%[1]s <command> --help'.
+`, Name)
 }
 
 // stringsFlag is a repeatable string flag.

@@ -45,12 +45,13 @@ type startFlags struct {
 	inspectTasks stringsFlag
 	resetStorage bool
 	clientType   string
+	logFormat    string
 }
 
 // runStart is `ctsync start`: parse the flags, build the daemon's parts,
 // run them.
 func runStart(args []string, stdout, stderr io.Writer) int {
-	f, code := parseStartFlags(args, stderr)
+	f, code := parseStartFlags(args, stdout, stderr)
 	if code != ExitOK || f == nil {
 		return code
 	}
@@ -68,7 +69,7 @@ func runStart(args []string, stdout, stderr io.Writer) int {
 }
 
 // parseStartFlags reads start's flags; a nil result with ExitOK is -help.
-func parseStartFlags(args []string, stderr io.Writer) (*startFlags, int) {
+func parseStartFlags(args []string, stdout, stderr io.Writer) (*startFlags, int) {
 	f := &startFlags{}
 	fs := newFlagSet("start", stderr)
 	fs.Var(&f.configs, "config-file", "A configuration file (HCL or JSON). Repeatable.")
@@ -78,14 +79,14 @@ func parseStartFlags(args []string, stderr io.Writer) (*startFlags, int) {
 	fs.Var(&f.inspectTasks, "inspect-task", "Plan only this task (implies -inspect). Repeatable.")
 	fs.BoolVar(&f.resetStorage, "reset-storage", false, "With high availability: overwrite stored state with this instance's configuration.")
 	fs.StringVar(&f.clientType, "client-type", "", `"development" runs no Terraform and logs what each run would do (as CTS's development client); overrides client_type.`)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, named("Usage: ctsync start -config-file=FILE|-config-dir=DIR [-once|-inspect|-inspect-task=NAME]\n\n"))
-		fs.PrintDefaults()
+	fs.StringVar(&f.logFormat, "log-format", "", `The log format: "text" (hclog's, the default) or "json"; overrides log_format.`)
+	fs.Usage = func() {}
+	if isHelp(args) {
+		fmt.Fprint(stdout, startHelp(fs))
+		return nil, ExitOK
 	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, ExitOK
-		}
+		fmt.Fprint(stderr, startHelp(fs))
 		return nil, ExitFlagParse
 	}
 	if fs.NArg() > 0 {
@@ -93,14 +94,34 @@ func parseStartFlags(args []string, stderr io.Writer) (*startFlags, int) {
 		return nil, ExitFlagParse
 	}
 	if len(f.configs) == 0 {
-		fmt.Fprintln(stderr, "no config file provided: use -config-file or -config-dir")
-		return nil, ExitRequiredFlags
+		return nil, term{out: stderr, err: stderr}.failCode(ExitRequiredFlags, "unable to start "+Name,
+			"no config file provided", moreHelp("start"))
+	}
+	switch f.logFormat {
+	case "", "text", "json":
+	default:
+		fmt.Fprintf(stderr, "invalid value %q for -log-format: use \"text\" or \"json\"\n", f.logFormat)
+		return nil, ExitFlagParse
 	}
 	if len(f.inspectTasks) > 0 {
 		f.inspect = true
 	}
 
 	return f, ExitOK
+}
+
+// startHelp is start's -help text.
+func startHelp(fs *flag.FlagSet) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage CLI: %s start [-help] [options]\n\n  Starts the daemon, or runs every task once (-once), or plans them (-inspect).\n\nOptions:\n", Name)
+	fs.VisitAll(func(f *flag.Flag) {
+		def := ""
+		if f.DefValue != "" {
+			def = " [Default: " + f.DefValue + "]"
+		}
+		fmt.Fprintf(&b, "    -%s%s\n        %s\n\n", f.Name, def, f.Usage)
+	})
+	return b.String()
 }
 
 // buildApp loads the configuration and builds the daemon's parts: the
@@ -111,6 +132,9 @@ func buildApp(ctx context.Context, f *startFlags, stderr io.Writer) (*app, int) 
 	if err != nil {
 		fmt.Fprintf(stderr, "configuration error: %v\n", err)
 		return nil, ExitConfig
+	}
+	if f.logFormat != "" {
+		cfg.LogFormat = f.logFormat
 	}
 	logger := newLogger(cfg, stderr)
 	for _, w := range cfg.Warnings {

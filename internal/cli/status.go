@@ -18,20 +18,18 @@ var now = time.Now
 // runStatus handles `ctsync status [options] [task name]`: a table of the
 // tasks with their status, last run and next scheduled run.
 func runStatus(args []string, stdout, stderr io.Writer) int {
-	c := newClientCmd("status", `Usage: ctsync status [options] [task name]
-
-Shows every task of a running daemon (or the named one): whether it is
-enabled, its status (from its latest runs), its last run and what
-triggered it, and its next scheduled run.
+	c := newClientCmd("status", "[options] [task name]", `  Status shows every task of a running daemon (or the named one): whether
+  it is enabled, its status (from its latest runs), its last run and what
+  triggered it, and its next scheduled run.
 `, stdout, stderr)
 	filter := c.fs.String("status", "", "Only tasks with this status: successful, errored, critical or unknown.")
-	pos, code := c.parse(args, -1, "")
+	pos, code := c.parse(args)
 	if code >= 0 {
 		return code
 	}
 	if len(pos) > 1 {
-		fmt.Fprintf(stderr, "Error: status takes at most one task name; unexpected arguments: %s\n", strings.Join(pos[1:], " "))
-		return ExitFlagParse
+		return c.ui.failCode(ExitRequiredFlags, "Error: status takes at most one task name",
+			fmt.Sprintf("%d arguments were passed to the command: '%s'", len(pos), strings.Join(pos, ", ")), moreHelp(c.name))
 	}
 	name := ""
 	if len(pos) == 1 {
@@ -39,13 +37,13 @@ triggered it, and its next scheduled run.
 	}
 	cl, err := c.client()
 	if err != nil {
-		return c.errorf("%v", err)
+		return c.ui.fail("Error: unable to create client", err.Error())
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
 	tasks, err := cl.TaskStatuses(ctx, name, client.StatusQuery{IncludeEvents: true, Status: *filter})
 	if err != nil {
-		return c.errorf("unable to get the status from %s: %v", cl.Address(), err)
+		return c.ui.fail("Error: unable to get the status from "+cl.Address(), clientError(cl, err))
 	}
 	printStatus(stdout, tasks, now())
 	return ExitOK

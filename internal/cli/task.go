@@ -43,13 +43,12 @@ func readAnswer() (string, error) {
 	return strings.TrimSpace(string(line)), nil
 }
 
-// approvePrompt is CTS's prompt text; scripts may match on it.
-const approvePrompt = "Only 'yes' will be accepted to approve, enter 'no' or leave blank to reject.\nEnter a value: "
-
-// approve asks question and reports whether the answer is exactly "yes".
-// An interrupt (ctx done) while waiting rejects.
-func approve(ctx context.Context, w io.Writer, question string) (bool, error) {
-	fmt.Fprintf(w, "\n%s\n%s", question, approvePrompt)
+// approve asks for approval as CTS does and reports whether the answer is
+// exactly "yes"; action names it in the "Cancelled <action> task" line. An
+// interrupt (ctx done) while waiting rejects.
+func approve(ctx context.Context, u term, name, action string) (bool, error) {
+	u.output("Only 'yes' will be accepted to approve, enter 'no' or leave blank to reject.\n")
+	fmt.Fprint(u.out, "Enter a value: ")
 	type result struct {
 		answer string
 		err    error
@@ -63,103 +62,117 @@ func approve(ctx context.Context, w io.Writer, question string) (bool, error) {
 	select {
 	case r = <-got:
 	case <-ctx.Done():
-		fmt.Fprintln(w)
+		r.answer = ""
+	}
+	u.output("")
+	if r.err != nil {
+		return false, r.err
+	}
+	if r.answer != "yes" {
+		u.output("Cancelled %s task '%s'", action, name)
 		return false, nil
 	}
-	fmt.Fprintln(w)
-	if r.err != nil {
-		return false, fmt.Errorf("reading the answer: %w", r.err)
-	}
-	return r.answer == "yes", nil
+	return true, nil
 }
 
-// parseArgs parses flags that may come before or after positional
-// arguments ("task enable NAME -auto-approve" works too).
-func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
+// approvePlan is CTS's question before a plan is applied (task enable and
+// task create); verb is "Enabling" or "Creating".
+func approvePlan(ctx context.Context, u term, name, verb string) (bool, error) {
+	u.info("%s the task will perform the actions described above.", verb)
+	u.output("Do you want to perform these actions for '%s'?", name)
+	u.output(" - This action cannot be undone.")
+	u.output(" - Consul-Terraform-Sync cannot guarantee Terraform will perform")
+	u.output("   these exact actions if monitored services have changed.\n")
+	return approve(ctx, u, name, strings.ToLower(verb))
 }
 
-// clientCmd is what every API command shares: its flags and the client.
+// clientCmd is what every API command shares: its flags, its help and the
+// client.
 type clientCmd struct {
-	name   string
-	fs     *flag.FlagSet
-	cfg    client.Config
-	envErr error
-	stdout io.Writer
-	stderr io.Writer
+	name    string // "task enable"
+	help    string // the text above the options, without the options
+	fs      *flag.FlagSet
+	flagOut strings.Builder
+	cfg     client.Config
+	envErr  error
+	ui      term
 }
 
-func newClientCmd(name, usage string, stdout, stderr io.Writer) *clientCmd {
-	c := &clientCmd{name: name, fs: newFlagSet(name, stderr), stdout: stdout, stderr: stderr}
+// newClientCmd builds a command; usage is its usage line's arguments
+// ("[options] <task name>") and about its description.
+func newClientCmd(name, usage, about string, stdout, stderr io.Writer) *clientCmd {
+	c := &clientCmd{name: name, ui: term{out: stdout, err: stderr}}
+	c.help = fmt.Sprintf("Usage: %s %s [-help] %s\n\n%s", Name, name, usage, about)
+	c.fs = flag.NewFlagSet(name, flag.ContinueOnError)
+	c.fs.SetOutput(&c.flagOut)
+	c.fs.Usage = func() {}
 	c.cfg, c.envErr = client.ConfigFromEnv()
 	c.cfg.RegisterFlags(c.fs)
-	c.fs.Usage = func() {
-		fmt.Fprint(stderr, named(usage))
-		fmt.Fprintln(stderr, "\nOptions:")
-		printFlags(stderr, c.fs)
-	}
 	return c
 }
 
-// printFlags lists a command's flags with their defaults the way CTS does
-// ("-auto-approve [Default: false]"), each followed by its description.
-func printFlags(w io.Writer, fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) {
-		def := f.DefValue
-		if def == "" {
-			def = `""`
-		}
-		fmt.Fprintf(w, "\n  -%s [Default: %s]\n      %s\n", f.Name, def, f.Usage)
+// Help is the command's -help text: usage, description and the options
+// with their values, in CTS's layout ("  auto-approve false").
+func (c *clientCmd) Help() string {
+	var opts []string
+	c.fs.VisitAll(func(f *flag.Flag) {
+		opts = append(opts, fmt.Sprintf("  %s %s\n    %s\n", f.Name, f.Value, f.Usage))
 	})
+	return fmt.Sprintf("%s\nOptions:\n%s", c.help, strings.Join(opts, "\n"))
 }
 
-// parse parses args and checks the number of positional arguments; it
-// returns the exit code to use when it fails (-1 when it succeeded).
-func (c *clientCmd) parse(args []string, wantArgs int, what string) ([]string, int) {
-	pos, err := parseArgs(c.fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, ExitOK
+// isHelp reports whether args ask for help (-h, -help or --help before a
+// "--"): the help is printed instead of running the command, as CTS does.
+func isHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help":
+			return true
 		}
+	}
+	return false
+}
+
+// parse parses the flags, which come before the positional arguments as in
+// CTS, and returns the positional arguments; code is the exit code to
+// return at once (-1 to go on).
+func (c *clientCmd) parse(args []string) (pos []string, code int) {
+	if isHelp(args) {
+		fmt.Fprintln(c.ui.out, strings.TrimSpace(c.Help()))
+		return nil, ExitOK
+	}
+	if err := c.fs.Parse(args); err != nil {
+		c.ui.failCode(ExitFlagParse, fmt.Sprintf("Error: unsupported arguments in flags '%s'", strings.Join(args, ", ")),
+			err.Error())
+		c.ui.output("Please see --help information below for supported options:\n\n%s", strings.TrimSpace(c.Help()))
 		return nil, ExitFlagParse
 	}
 	if c.envErr != nil {
-		fmt.Fprintf(c.stderr, "Error: %v\n", c.envErr)
-		return nil, ExitFlagParse
+		return nil, c.ui.failCode(ExitFlagParse, "Error: "+c.envErr.Error())
 	}
-	if wantArgs >= 0 && len(pos) != wantArgs {
-		switch {
-		case len(pos) < wantArgs:
-			fmt.Fprintf(c.stderr, "Error: %s requires %s\n\n", c.name, what)
-			c.fs.Usage()
-			return nil, ExitRequiredFlags
-		default:
-			fmt.Fprintf(c.stderr, "Error: %s takes %s; unexpected arguments: %s\n", c.name, what, strings.Join(pos[wantArgs:], " "))
-			return nil, ExitFlagParse
-		}
+	return c.fs.Args(), -1
+}
+
+// taskName checks that exactly one positional argument, the task name,
+// was given, with CTS's messages.
+func (c *clientCmd) taskName(args []string) (string, bool) {
+	if len(args) == 1 {
+		return args[0], true
 	}
-	return pos, -1
+	details := []string{"No arguments were passed to the command"}
+	if len(args) > 0 {
+		details = []string{fmt.Sprintf("%d arguments were passed to the command: '%s'", len(args), strings.Join(args, ", ")),
+			"All flags are required to appear before positional arguments if set\n"}
+	}
+	c.ui.failCode(ExitRequiredFlags, "Error: this command requires one argument: [options] <task name>",
+		append(details, moreHelp(c.name))...)
+	return "", false
 }
 
 func (c *clientCmd) client() (*client.Client, error) {
 	return client.New(c.cfg)
-}
-
-// errorf prints an error in the CLI's format and returns ExitError.
-func (c *clientCmd) errorf(format string, args ...any) int {
-	fmt.Fprintf(c.stderr, "Error: "+format+"\n", args...)
-	return ExitError
 }
 
 // commandContext is cancelled by SIGINT/SIGTERM, so a long request (a run)
@@ -168,23 +181,25 @@ func commandContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
-const taskUsage = `Usage: ctsync task <subcommand> [options]
+func taskUsage() string {
+	return fmt.Sprintf(`Usage: %[1]s task <subcommand> [-help] [options]
 
-Manage the tasks of a running ctsync daemon through its API.
+  Manages the tasks of a running daemon through its API.
 
 Subcommands:
-    create     Create a task from a task file (plans it first)
-    delete     Delete a task
-    disable    Disable a task
-    enable     Enable a task (plans it first)
+    create     Creates a new task.
+    delete     Deletes an existing task.
+    disable    Disables existing tasks from running.
+    enable     Enables existing tasks to run.
 
-Run 'ctsync task <subcommand> -h' for a subcommand's options.
-`
+For a subcommand's options, try '%[1]s task <subcommand> --help'.
+`, Name)
+}
 
 // runTask handles `ctsync task <create|delete|enable|disable>`.
 func runTask(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, named(taskUsage))
+		fmt.Fprint(stderr, taskUsage())
 		return ExitRequiredFlags
 	}
 	switch args[0] {
@@ -197,211 +212,235 @@ func runTask(args []string, stdout, stderr io.Writer) int {
 	case "delete":
 		return taskDelete(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
-		fmt.Fprint(stdout, named(taskUsage))
+		fmt.Fprint(stdout, taskUsage())
 		return ExitOK
 	}
 	fmt.Fprintf(stderr, "unknown task subcommand %q\n\n", args[0])
-	fmt.Fprint(stderr, named(taskUsage))
+	fmt.Fprint(stderr, taskUsage())
 	return ExitFlagParse
 }
 
-// ctsComplete is the line CTS ends a successful task command with
-// ("'web' enable complete!"); scripts look for it, so it comes last.
-const ctsComplete = "'%s' %s complete!\n"
-
-func printPlan(w io.Writer, plan string) {
-	plan = strings.TrimRight(plan, "\n")
-	if plan == "" {
-		plan = "(the plan printed nothing)"
+// clientError is an API or connection error as the task commands print
+// it, with CTS's hint for an HTTP client talking to an HTTPS server.
+func clientError(cl *client.Client, err error) string {
+	msg := err.Error()
+	if strings.Contains(msg, "EOF") && strings.HasPrefix(cl.Address(), "http://") {
+		msg += ". Scheme http was used, client may have sent an HTTP request to an HTTPS server. " +
+			"This error can be caused by a client using HTTP to connect to a CTS server with TLS enabled, consider using HTTPS scheme instead"
 	}
-	fmt.Fprintf(w, "%s\n", plan)
+	return msg
 }
 
 func taskEnable(args []string, stdout, stderr io.Writer) int {
-	c := newClientCmd("task enable", `Usage: ctsync task enable [options] <task name>
-
-Enables a task. The task is planned first; when the plan has changes you
-are asked to approve them, and the task is then applied at once.
+	c := newClientCmd("task enable", "[options] <task name>", `  Task Enable enables an existing task. The task is planned first; when the
+  plan has changes, you are asked to approve them and the task is then
+  applied at once. When it has none, the task is enabled without a run.
 `, stdout, stderr)
-	autoApprove := c.fs.Bool("auto-approve", false, "Skip the approval prompt.")
-	pos, code := c.parse(args, 1, "one argument: the task name")
+	autoApprove := c.fs.Bool("auto-approve", false, "Skip interactive approval of inspect plan")
+	pos, code := c.parse(args)
 	if code >= 0 {
 		return code
 	}
-	name := pos[0]
+	name, ok := c.taskName(pos)
+	if !ok {
+		return ExitRequiredFlags
+	}
+	u := c.ui
+	u.info("Inspecting changes to resource if enabling '%s'...\n", name)
+	u.output("Generating plan that Consul-Terraform-Sync will use Terraform to execute\n")
 	cl, err := c.client()
 	if err != nil {
-		return c.errorf("%v", err)
+		return u.fail(fmt.Sprintf("Error: unable to create client for '%s'", name), err.Error())
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
 
-	fmt.Fprintf(stdout, "==> Inspecting changes to resources if task '%s' is enabled...\n\n", name)
 	resp, err := cl.UpdateTask(ctx, name, true, client.RunInspect)
 	if err != nil {
-		return c.errorf("unable to inspect task '%s': %v", name, err)
+		return u.fail(fmt.Sprintf("Error: unable to generate plan for '%s'", name), clientError(cl, err))
 	}
-	if resp.Inspect != nil {
-		printPlan(stdout, resp.Inspect.Plan)
+	if resp.Inspect == nil {
+		return u.fail(fmt.Sprintf("Error: unable to retrieve a plan for '%s'", name))
 	}
-	if resp.Inspect == nil || !resp.Inspect.ChangesPresent {
+	u.output("%s", resp.Inspect.Plan)
+	if !resp.Inspect.ChangesPresent {
 		if _, err := cl.UpdateTask(ctx, name, true, client.RunDefault); err != nil {
-			return c.errorf("unable to enable task '%s': %v", name, err)
+			return u.fail(fmt.Sprintf("Error: unable to enable '%s'", name), clientError(cl, err))
 		}
-		fmt.Fprintf(stdout, "\n==> Task '%s' enabled: no changes to apply.\n", name)
-		fmt.Fprintf(stdout, ctsComplete, name, "enable")
+		u.info("'%s' enable complete!", name)
 		return ExitOK
 	}
 	if !*autoApprove {
-		ok, err := approve(ctx, stdout, fmt.Sprintf("Enable task '%s' and apply the changes above?", name))
+		ok, err := approvePlan(ctx, u, name, "Enabling")
 		if err != nil {
-			return c.errorf("%v", err)
+			return u.fail(fmt.Sprintf("Error asking for approval: %s", err))
 		}
 		if !ok {
-			fmt.Fprintf(stdout, "Cancelled enabling task '%s'\n", name)
 			return ExitOK
 		}
 	}
-	fmt.Fprintf(stdout, "\n==> Enabling and running task '%s'...\n", name)
+	u.info("Enabling and running '%s'...\n", name)
 	if _, err := cl.UpdateTask(ctx, name, true, client.RunNow); err != nil {
-		return c.errorf("unable to enable task '%s': %v", name, err)
+		return u.fail(fmt.Sprintf("Error: unable to enable and run '%s'", name), clientError(cl, err))
 	}
-	fmt.Fprintf(stdout, "==> Task '%s' enabled and applied.\n", name)
-	fmt.Fprintf(stdout, ctsComplete, name, "enable")
+	u.info("'%s' enable complete!", name)
 	return ExitOK
 }
 
 func taskDisable(args []string, stdout, stderr io.Writer) int {
-	c := newClientCmd("task disable", `Usage: ctsync task disable [options] <task name>
-
-Disables a task: it stops running until it is enabled again.
+	c := newClientCmd("task disable", "[options] <task name>", `  Task Disable disables an existing task: it no longer runs until it is
+  enabled again.
 `, stdout, stderr)
-	pos, code := c.parse(args, 1, "one argument: the task name")
+	pos, code := c.parse(args)
 	if code >= 0 {
 		return code
 	}
-	name := pos[0]
+	name, ok := c.taskName(pos)
+	if !ok {
+		return ExitRequiredFlags
+	}
+	u := c.ui
+	u.info("Waiting to disable '%s'...", name)
+	u.output("")
 	cl, err := c.client()
 	if err != nil {
-		return c.errorf("%v", err)
+		return u.fail(fmt.Sprintf("Error: unable to create client for '%s'", name), err.Error())
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
-	fmt.Fprintf(stdout, "==> Disabling task '%s'...\n", name)
 	if _, err := cl.UpdateTask(ctx, name, false, client.RunDefault); err != nil {
-		return c.errorf("unable to disable task '%s': %v", name, err)
+		return u.fail(fmt.Sprintf("Error: unable to disable '%s'", name), clientError(cl, err))
 	}
-	fmt.Fprintf(stdout, "==> Task '%s' disabled.\n", name)
-	fmt.Fprintf(stdout, ctsComplete, name, "disable")
+	u.info("'%s' disable complete!", name)
 	return ExitOK
 }
 
 func taskCreate(args []string, stdout, stderr io.Writer) int {
-	c := newClientCmd("task create", `Usage: ctsync task create [options] -task-file=<file>
-
-Creates a task from a file holding one task block (HCL, or JSON for a
-.json file). variable_files are read here and sent as variables. The task
-is planned first; after approval it is created and applied at once.
+	c := newClientCmd("task create", "[options] -task-file=<task config>", `  Task Create creates a new task from a file holding one task block (HCL,
+  or JSON for a .json file); it does not update an existing task. The
+  variable_files of the task are read here and sent as its variables. The
+  task is planned first; after approval it is created and applied at once.
 `, stdout, stderr)
-	autoApprove := c.fs.Bool("auto-approve", false, "Skip the approval prompt.")
-	taskFile := c.fs.String("task-file", "", "The file holding the task block. Required.")
-	if _, code := c.parse(args, 0, "no arguments (use -task-file)"); code >= 0 {
+	autoApprove := c.fs.Bool("auto-approve", false, "Skip interactive approval of inspect plan")
+	taskFile := c.fs.String("task-file", "", "[Required] A file containing the hcl or json definition of a task")
+	pos, code := c.parse(args)
+	if code >= 0 {
 		return code
 	}
+	u := c.ui
+	if len(pos) > 0 {
+		// As CTS: flag parsing stops at the first argument that is not a
+		// flag, and what follows is not used.
+		fmt.Fprint(stderr, prefixed(infoPrefix, fmt.Sprintf("Warning: ignoring arguments after the flags: '%s'", strings.Join(pos, ", "))))
+	}
 	if *taskFile == "" {
-		fmt.Fprintf(stderr, "Error: the -task-file flag is required\n\n")
-		c.fs.Usage()
-		return ExitRequiredFlags
+		return u.failCode(ExitRequiredFlags, "Error: unable to create request", "no task file provided", moreHelp(c.name))
 	}
 	spec, warns, err := config.LoadTaskFileWarnings(*taskFile)
 	if err != nil {
-		return c.errorf("reading the task file:\n%v", err)
+		return u.fail("Error: unable to create request", "unable to read task file", err.Error())
 	}
 	for _, w := range warns {
-		fmt.Fprintf(stderr, "Warning: %s\n", w)
+		fmt.Fprint(stderr, prefixed(infoPrefix, "Warning: "+w))
 	}
 	cl, err := c.client()
 	if err != nil {
-		return c.errorf("%v", err)
+		return u.fail("Error: unable to create client", err.Error())
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
 
 	spec = api.TaskView(spec)
-	payload, _ := json.MarshalIndent(map[string]any{"task": spec}, "  ", "  ")
-	fmt.Fprintf(stdout, "==> Inspecting changes to resources if task '%s' is created...\n\n", spec.Name)
+	u.info("Inspecting changes to resource if creating task '%s'...\n", spec.Name)
+	u.output("Generating plan that Consul-Terraform-Sync will use Terraform to execute\n")
 	resp, err := cl.CreateTask(ctx, client.RunInspect, spec)
 	if err != nil {
-		return c.errorf("unable to inspect task '%s': %v", spec.Name, err)
+		return u.fail(fmt.Sprintf("Error: unable to generate plan for '%s'", spec.Name), clientError(cl, err))
 	}
+	payload, _ := json.MarshalIndent(map[string]any{"task": spec}, "    ", "  ")
+	u.output("Request ID: %s", resp.RequestID)
+	u.output("Request Payload:")
+	u.output("%s\n", payload)
+	plan := ""
 	if resp.Run != nil {
-		printPlan(stdout, resp.Run.Plan)
+		plan = resp.Run.Plan
 	}
-	fmt.Fprintf(stdout, "\n  Request ID: %s\n  Request Payload:\n  %s\n", resp.RequestID, payload)
+	u.output("Plan: \n%s", plan)
+	if resp.Run != nil && resp.Run.TFCRunURL != "" {
+		u.output("Terraform Cloud Run URL: %s\n", resp.Run.TFCRunURL)
+	}
 	if !*autoApprove {
-		ok, err := approve(ctx, stdout, fmt.Sprintf("Create task '%s' and apply the changes above?", spec.Name))
+		ok, err := approvePlan(ctx, u, spec.Name, "Creating")
 		if err != nil {
-			return c.errorf("%v", err)
+			return u.fail(fmt.Sprintf("Error asking for approval: %s", err))
 		}
 		if !ok {
-			fmt.Fprintf(stdout, "Cancelled creating task '%s'\n", spec.Name)
 			return ExitOK
 		}
 	}
-	fmt.Fprintf(stdout, "\n==> Creating and running task '%s'...\n", spec.Name)
+	u.info("Creating and running task '%s'...", spec.Name)
+	u.output("The task creation request has been sent to the CTS server.")
+	u.output("Please be patient as it may take some time to see a confirmation that this task has completed.")
+	u.output("Warning: Terminating this process will not stop task creation.\n")
 	resp, err = cl.CreateTask(ctx, client.RunNow, spec)
 	if err != nil {
-		return c.errorf("unable to create task '%s': %v", spec.Name, err)
+		return u.fail(fmt.Sprintf("Error: unable to create '%s'", spec.Name), clientError(cl, err))
 	}
-	fmt.Fprintf(stdout, "  Request ID: %s\n==> Task '%s' created and applied.\n", resp.RequestID, spec.Name)
-	fmt.Fprintf(stdout, ctsComplete, spec.Name, "create")
+	u.info("Task '%s' created", spec.Name)
+	u.output("Request ID: '%s'", resp.RequestID)
 	return ExitOK
 }
 
 func taskDelete(args []string, stdout, stderr io.Writer) int {
-	c := newClientCmd("task delete", `Usage: ctsync task delete [options] <task name>
-
-Deletes a task. A running task is deleted when its run ends. Without
--destroy the infrastructure the task created is left as it is.
+	c := newClientCmd("task delete", "[options] <task name>", `  Task Delete deletes an existing task. If the task is not running, it is
+  deleted at once; otherwise it is deleted when its run ends. Without
+  -destroy, the infrastructure the task manages is left as it is.
 `, stdout, stderr)
-	autoApprove := c.fs.Bool("auto-approve", false, "Skip the approval prompt.")
+	autoApprove := c.fs.Bool("auto-approve", false, "Skip interactive approval of deleting a task")
 	destroy := c.fs.Bool("destroy", false, "Destroy the task's infrastructure (terraform destroy) and remove its state first.")
-	pos, code := c.parse(args, 1, "one argument: the task name")
+	pos, code := c.parse(args)
 	if code >= 0 {
 		return code
 	}
-	name := pos[0]
+	name, ok := c.taskName(pos)
+	if !ok {
+		return ExitRequiredFlags
+	}
+	u := c.ui
 	cl, err := c.client()
 	if err != nil {
-		return c.errorf("%v", err)
+		return u.fail("Error: unable to create client", fmt.Sprintf("client could not be created for '%s'", name), err.Error())
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
+	// Unlike CTS, an unknown task fails before the question is asked.
 	if _, err := cl.Task(ctx, name); err != nil {
-		return c.errorf("unable to delete task '%s': %v", name, err)
+		return u.fail(fmt.Sprintf("Error: unable to delete '%s'", name), clientError(cl, err))
 	}
 	if !*autoApprove {
-		notes := "  - This action cannot be undone.\n"
+		u.info("Do you want to delete '%s'?", name)
+		u.output(" - This action cannot be undone.")
 		if *destroy {
-			notes += "  - The infrastructure managed by the task will be destroyed (terraform destroy) and its Terraform state removed.\n"
+			u.output(" - The infrastructure managed by the task will be destroyed (terraform destroy) and its Terraform state removed.")
 		} else {
-			notes += "  - Deleting the task will not destroy the infrastructure managed by the task.\n"
+			u.output(" - Deleting a task will not destroy the infrastructure managed by the task.")
 		}
-		notes += "  - A task that is running is deleted when its run ends."
-		ok, err := approve(ctx, stdout, fmt.Sprintf("Delete task '%s'?\n%s", name, notes))
+		u.output(" - If the task is not running, it will be deleted immediately.")
+		u.output(" - If the task is running, it will be deleted once it has completed.")
+		ok, err := approve(ctx, u, name, "deleting")
 		if err != nil {
-			return c.errorf("%v", err)
+			return u.fail(fmt.Sprintf("Error asking for approval: %s", err))
 		}
 		if !ok {
-			fmt.Fprintf(stdout, "Cancelled deleting task '%s'\n", name)
 			return ExitOK
 		}
 	}
+	u.info("Marking task '%s' for deletion...\n", name)
 	id, err := cl.DeleteTask(ctx, name, *destroy)
 	if err != nil {
-		return c.errorf("unable to delete task '%s': %v", name, err)
+		return u.fail(fmt.Sprintf("Error: unable to delete '%s'", name), clientError(cl, err))
 	}
-	fmt.Fprintf(stdout, "==> Task '%s' marked for deletion; it is removed when it is not running.\n  Request ID: %s\n", name, id)
-	fmt.Fprintf(stdout, ctsComplete, name, "delete")
+	u.info("Task '%s' has been marked for deletion and will be deleted when not running.", name)
+	u.output("Request ID: %s", id)
 	return ExitOK
 }

@@ -668,11 +668,11 @@ func TestLoadTaskFile(t *testing.T) {
 	bad := []struct {
 		name, content, want string
 	}{
-		{"none.hcl", "# nothing\n", "holds no task block"},
-		{"two.hcl", "task {\n name = \"a\"\n}\ntask {\n name = \"b\"\n}\n", "two.hcl:4: task: a task file must hold exactly one task block"},
+		{"none.hcl", "# nothing\n", "does not contain a task, must contain at least one task"},
+		{"two.hcl", "task {\n name = \"a\"\n}\ntask {\n name = \"b\"\n}\n", "cannot contain more than 1 task, contains 2 tasks"},
 		{"other.hcl", "port = 1\n", "other.hcl:1: port: unknown top-level field"},
 		{"invalid.hcl", "task {\n name = \"a\"\n module = \"m\"\n}\n", `invalid.hcl:1: task "a".condition: task should be configured with a condition block`},
-		{"empty.json", "{}", "holds no task block"},
+		{"empty.json", "{}", "does not contain a task, must contain at least one task"},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {

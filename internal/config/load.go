@@ -104,11 +104,12 @@ func LoadTaskFileWarnings(path string) (task.Spec, []string, error) {
 	}
 	c := d.content(body, "", []key{{name: "task", kind: kBlock}}, nil)
 	tasks := c.blocks["task"]
+	// CTS's messages, which scripts may match.
 	if len(tasks) == 0 && len(d.errs) == 0 {
-		d.errf(hcl.Range{Filename: path}, "", "the task file holds no task block")
+		d.errf(hcl.Range{Filename: path}, "", "task file '%s' does not contain a task, must contain at least one task", path)
 	}
-	for _, b := range tasks[min(1, len(tasks)):] {
-		d.errf(b.DefRange, "task", "a task file must hold exactly one task block")
+	if len(tasks) > 1 {
+		d.errf(tasks[1].DefRange, "task", "task file '%s' cannot contain more than 1 task, contains %d tasks", path, len(tasks))
 	}
 	var spec task.Spec
 	if len(tasks) > 0 && len(d.errs) == 0 {

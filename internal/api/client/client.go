@@ -185,11 +185,14 @@ type Error struct {
 	RequestID  string
 }
 
+// Error starts with the HTTP status line, as CTS's client prints it
+// ("404 Not Found: a task with name 'x' does not exist ...").
 func (e *Error) Error() string {
+	status := fmt.Sprintf("%d %s", e.StatusCode, http.StatusText(e.StatusCode))
 	if e.Message == "" {
-		return fmt.Sprintf("unexpected response: %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+		return status
 	}
-	return fmt.Sprintf("%s (status %d)", e.Message, e.StatusCode)
+	return status + ": " + e.Message
 }
 
 // IsNotFound reports whether err is a 404 from the API.

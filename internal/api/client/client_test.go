@@ -106,7 +106,7 @@ func TestErrors(t *testing.T) {
 		t.Errorf("request id %q", e.RequestID)
 	}
 	_, err = cl.Task(ctx, "text")
-	if err == nil || !strings.Contains(err.Error(), "bad gateway (status 502)") || IsNotFound(err) {
+	if err == nil || !strings.Contains(err.Error(), "502 Bad Gateway: bad gateway") || IsNotFound(err) {
 		t.Errorf("text error %v", err)
 	}
 	err = cl.Health(ctx)
@@ -212,7 +212,7 @@ func TestToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cl.Status(ctx); err == nil || !strings.Contains(err.Error(), "(status 401)") || !strings.Contains(err.Error(), tc.want) {
+		if _, err := cl.Status(ctx); err == nil || !strings.Contains(err.Error(), "401 Unauthorized: ") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("token %q: %v", tc.token, err)
 		}
 		if err := cl.Health(ctx); err != nil {

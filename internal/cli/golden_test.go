@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the testdata/*.golden files with the output the commands print now")
+
+// golden compares got with testdata/name.golden (or writes it with -update).
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	p := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(got), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatalf("%v (run go test -run %s -update to write it)", err, t.Name())
+	}
+	if string(want) != got {
+		t.Errorf("output differs from %s (-want +got):\n%s", p, lineDiff(string(want), got))
+	}
+}
+
+// lineDiff lists the lines that differ, with their numbers.
+func lineDiff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var b strings.Builder
+	for i := 0; i < max(len(w), len(g)); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			fmt.Fprintf(&b, "%d:\n-%q\n+%q\n", i+1, wl, gl)
+		}
+	}
+	return b.String()
+}
+
+var taskFileRe = regexp.MustCompile(`/[^ \n']*/task\.hcl`)
+
+var uuidRe = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+// TestGolden runs every subcommand as a CTS script would (against the API
+// on a test server, answering its prompts) and compares what it prints,
+// byte for byte, with testdata/*.golden: CTS's lines must stay as they are.
+// Request ids, the server's address and temporary paths are replaced by
+// placeholders.
+func TestGolden(t *testing.T) {
+	file := writeTaskFile(t)
+	cases := []struct {
+		name    string
+		stdin   string
+		changes bool
+		args    []string
+	}{
+		{"help", "", true, []string{"-help"}},
+		{"no_command", "", true, nil},
+		{"task_help", "", true, []string{"task", "-help"}},
+		{"start_help", "", true, []string{"start", "-help"}},
+		{"start_no_config", "", true, []string{"start"}},
+		{"commandless_no_config", "", true, []string{"-once"}},
+
+		{"task_enable_help", "", true, []string{"task", "enable", "-help"}},
+		{"task_enable_yes", "yes\n", true, []string{"task", "enable", "a"}},
+		{"task_enable_no", "no\n", true, []string{"task", "enable", "a"}},
+		{"task_enable_auto_approve", "", true, []string{"task", "enable", "-auto-approve", "a"}},
+		{"task_enable_no_changes", "", false, []string{"task", "enable", "a"}},
+		{"task_enable_unknown", "", true, []string{"task", "enable", "nope"}},
+		{"task_enable_no_args", "", true, []string{"task", "enable"}},
+		{"task_enable_flag_after_name", "", true, []string{"task", "enable", "a", "-auto-approve"}},
+		{"task_enable_bad_flag", "", true, []string{"task", "enable", "-bogus", "a"}},
+
+		{"task_disable_help", "", true, []string{"task", "disable", "-help"}},
+		{"task_disable", "", true, []string{"task", "disable", "a"}},
+		{"task_disable_unknown", "", true, []string{"task", "disable", "nope"}},
+		{"task_disable_two_args", "", true, []string{"task", "disable", "a", "b"}},
+
+		{"task_create_help", "", true, []string{"task", "create", "-help"}},
+		{"task_create_yes", "yes\n", true, []string{"task", "create", "-task-file=" + file}},
+		{"task_create_no", "no\n", true, []string{"task", "create", "-task-file=" + file}},
+		{"task_create_no_task_file", "", true, []string{"task", "create"}},
+		{"task_create_stray_argument", "", true, []string{"task", "create", "-auto-approve", "-task-file=" + file, "stray"}},
+		{"task_create_exists", "", true, []string{"task", "create", "-task-file=" + writeTaskFileNamed(t, "a")}},
+
+		{"task_delete_help", "", true, []string{"task", "delete", "-help"}},
+		{"task_delete_yes", "yes\n", true, []string{"task", "delete", "a"}},
+		{"task_delete_no", "no\n", true, []string{"task", "delete", "a"}},
+		{"task_delete_auto_approve", "", true, []string{"task", "delete", "-auto-approve", "a"}},
+		{"task_delete_destroy", "yes\n", true, []string{"task", "delete", "-destroy", "a"}},
+		{"task_delete_unknown", "yes\n", true, []string{"task", "delete", "nope"}},
+
+		{"status_help", "", true, []string{"status", "-help"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFakeCtrl(specNamed("a"))
+			f.changes = c.changes
+			ts := serve(t, f)
+			code, out, errOut := run(t, c.stdin, c.args...)
+			got := fmt.Sprintf("$ ctsync %s\nexit %d\n--- stdout\n%s--- stderr\n%s", strings.Join(c.args, " "), code, out, errOut)
+			got = strings.ReplaceAll(got, ts.URL, "<address>")
+			got = taskFileRe.ReplaceAllString(got, "<dir>/task.hcl")
+			got = uuidRe.ReplaceAllString(got, "<request id>")
+			golden(t, c.name, got)
+		})
+	}
+}

@@ -1,0 +1,60 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+)
+
+// term writes the task commands' output in CTS's layout, which scripts
+// written for CTS match line by line: an action or a result starts with
+// "==> ", a detail is indented by four spaces, an error starts with
+// "==> " and goes to stderr. As in CTS, only the first line of a
+// multi-line message carries the prefix. ctsync's own additions are
+// further lines in the same layout; CTS's lines are never changed.
+type term struct {
+	out, err io.Writer
+}
+
+const (
+	infoPrefix   = "==> "
+	outputPrefix = "    "
+)
+
+func prefixed(prefix, msg string) string {
+	if msg == "" {
+		return "\n"
+	}
+	return prefix + msg + "\n"
+}
+
+// info writes an action or a result ("==> Task 'web' created").
+func (u term) info(format string, args ...any) {
+	fmt.Fprint(u.out, prefixed(infoPrefix, fmt.Sprintf(format, args...)))
+}
+
+// output writes a detail line ("    Request ID: ..."); an empty message
+// writes an empty line.
+func (u term) output(format string, args ...any) {
+	fmt.Fprint(u.out, prefixed(outputPrefix, fmt.Sprintf(format, args...)))
+}
+
+// fail writes an error headline and its details to stderr and returns
+// ExitError.
+func (u term) fail(headline string, details ...string) int {
+	u.failCode(ExitError, headline, details...)
+	return ExitError
+}
+
+// failCode is fail with another exit code.
+func (u term) failCode(code int, headline string, details ...string) int {
+	fmt.Fprint(u.err, prefixed(infoPrefix, headline))
+	for _, d := range details {
+		fmt.Fprint(u.err, prefixed(outputPrefix, d))
+	}
+	return code
+}
+
+// moreHelp is CTS's pointer to a command's help.
+func moreHelp(command string) string {
+	return fmt.Sprintf("For additional help try '%s %s --help'", Name, command)
+}
