@@ -216,7 +216,25 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 		next := t.NextRun.UTC().Truncate(time.Second)
 		ts.NextRun = &next
 	}
+	ts.LastRun = s.lastRun(evs)
+	if r := t.Retry; r != nil {
+		ts.Retry = &RetryStatus{Attempt: r.Attempt, NextAt: r.NextAt.UTC().Truncate(time.Millisecond), LastError: s.redact(r.LastError)}
+	}
 	return ts
+}
+
+// lastRun is the newest event that is a run of the task (not a drift
+// check), redacted; nil when there is none.
+func (s *Server) lastRun(evs []store.Event) *LastRun {
+	for _, ev := range evs {
+		if ev.Kind == store.KindDrift {
+			continue
+		}
+		ev = ev.Redacted(s.redact)
+		return &LastRun{ID: ev.ID, Success: ev.Success, Trigger: ev.Trigger, StartTime: ev.StartTime, EndTime: ev.EndTime,
+			ErrorSummary: ev.ErrorSummary, Terminal: ev.Terminal, Plan: ev.Plan}
+	}
+	return nil
 }
 
 func (s *Server) getTasks(w http.ResponseWriter, r *http.Request) {
@@ -330,7 +348,7 @@ func (s *Server) updateTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	res, err := s.opts.Controller.SetEnabled(r.Context(), name, *req.Enabled, run)
+	res, err := s.opts.Controller.SetEnabled(reconcile.WithActor(r.Context(), tokenName(r)), name, *req.Enabled, run)
 	if err != nil {
 		if !errors.Is(err, errNotFound) && !errors.Is(err, errActive) {
 			err = fmt.Errorf("updating task '%s': %w", name, err)
@@ -427,7 +445,7 @@ func (s *Server) runTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.opts.Controller.RunNow(r.Context(), name); err != nil {
+	if err := s.opts.Controller.RunNow(reconcile.WithActor(r.Context(), tokenName(r)), name); err != nil {
 		if !errors.Is(err, errNotFound) && !errors.Is(err, errActive) {
 			err = fmt.Errorf("running task '%s': %w", name, err)
 		}
@@ -439,21 +457,6 @@ func (s *Server) runTask(w http.ResponseWriter, r *http.Request) {
 		resp.Event = &evs[0]
 	}
 	writeJSON(w, http.StatusOK, resp)
-}
-
-// getEvents serves GET /v1/tasks/{name}/events (ctsync): the whole run
-// history kept, newest first.
-func (s *Server) getEvents(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	if _, err := s.lookupAny(name); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	evs := s.redactEvents(s.opts.Controller.Events(name))
-	if evs == nil {
-		evs = []store.Event{}
-	}
-	writeJSON(w, http.StatusOK, EventsResponse{Events: evs, RequestID: requestID(r)})
 }
 
 // TaskView returns a task as the API shows it: empty lists and maps instead

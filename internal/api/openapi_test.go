@@ -221,6 +221,11 @@ func TestEveryOperationLive(t *testing.T) {
 		LogPath: writeLog(t, "terraform output\n")})
 	h.do("GET", "/v1/tasks/web-task/events/with-log/log", "").expect(t, 200)
 	h.do("GET", "/v1/tasks/web-task/events/nope/log", "").expect(t, 404)
+	h.do("GET", "/v1/tasks/web-task/events/with-log", "").expect(t, 200)
+	h.do("GET", "/v1/tasks/web-task/events/nope", "").expect(t, 404)
+	h.do("GET", "/v1/tasks/web-task/events?result=failure&limit=1&offset=0", "").expect(t, 200)
+	h.do("GET", "/v1/tasks/web-task/events?result=maybe", "").expect(t, 400)
+	h.do("GET", "/v1/tasks/web-task/events?limit=0", "").expect(t, 400)
 
 	h.do("DELETE", "/v1/tasks/api-task?destroy=maybe", "").expect(t, 400)
 	h.do("DELETE", "/v1/tasks/api-task", "").expect(t, 202)
@@ -241,7 +246,8 @@ func TestEveryOperationLive(t *testing.T) {
 		"DELETE /v1/tasks/{name} Accepted", "DELETE /v1/tasks/{name} Bad Request", "DELETE /v1/tasks/{name} Not Found",
 		"POST /v1/tasks/{name}/run OK", "POST /v1/tasks/{name}/run Not Found",
 		"POST /v1/tasks/{name}/run Conflict", "POST /v1/tasks/{name}/run Internal Server Error",
-		"GET /v1/tasks/{name}/events OK", "GET /v1/tasks/{name}/events Not Found",
+		"GET /v1/tasks/{name}/events OK", "GET /v1/tasks/{name}/events Not Found", "GET /v1/tasks/{name}/events Bad Request",
+		"GET /v1/tasks/{name}/events/{id} OK", "GET /v1/tasks/{name}/events/{id} Not Found",
 		"GET /v1/tasks/{name}/events/{id}/log OK", "GET /v1/tasks/{name}/events/{id}/log Not Found",
 	}
 	coveredMu.Lock()

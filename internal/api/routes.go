@@ -34,6 +34,7 @@ func (s *Server) routeTable() []route {
 		{"DELETE", "/v1/tasks/{name}", s.deleteTask},
 		{"POST", "/v1/tasks/{name}/run", s.runTask},
 		{"GET", "/v1/tasks/{name}/events", s.getEvents},
+		{"GET", "/v1/tasks/{name}/events/{id}", s.getEvent},
 		{"GET", "/v1/tasks/{name}/events/{id}/log", s.getEventLog},
 	}
 }

@@ -92,6 +92,34 @@ type TaskStatus struct {
 	// Owner is the id of the member that owns the task in spread mode
 	// ("" when none does right now; absent outside spread mode) (ctsync).
 	Owner *string `json:"owner,omitempty"`
+	// LastRun is the task's newest run, drift checks aside (ctsync).
+	LastRun *LastRun `json:"last_run,omitempty"`
+	// Retry is the pending retry of a failed run (ctsync).
+	Retry *RetryStatus `json:"retry,omitempty"`
+}
+
+// LastRun is the outcome of a task's newest run at a glance.
+type LastRun struct {
+	ID        string    `json:"id"`
+	Success   bool      `json:"success"`
+	Trigger   string    `json:"trigger,omitempty"`
+	StartTime time.Time `json:"start_time"`
+	EndTime   time.Time `json:"end_time"`
+	// ErrorSummary is the failure in one line (Terraform's "Error:
+	// <summary>" lines).
+	ErrorSummary string             `json:"error_summary,omitempty"`
+	Terminal     bool               `json:"terminal"`
+	Plan         *store.PlanSummary `json:"plan,omitempty"`
+}
+
+// RetryStatus is a failed task's pending retry.
+type RetryStatus struct {
+	// Attempt is the number of the retry that waits (1: the first).
+	Attempt int `json:"attempt"`
+	// NextAt is when it runs.
+	NextAt time.Time `json:"next_at"`
+	// LastError is the one-line error of the run it retries.
+	LastError string `json:"last_error"`
 }
 
 // TaskRequest is the body of POST /v1/tasks.
@@ -146,6 +174,18 @@ type RunTaskResponse struct {
 
 // EventsResponse is the body of GET /v1/tasks/{name}/events (ctsync).
 type EventsResponse struct {
-	Events    []store.Event `json:"events"`
-	RequestID string        `json:"request_id"`
+	Events []store.Event `json:"events"`
+	// Total is how many events match the filters, before paging.
+	Total     int    `json:"total"`
+	RequestID string `json:"request_id"`
+}
+
+// EventResponse is the body of GET /v1/tasks/{name}/events/{id} (ctsync).
+type EventResponse struct {
+	Event store.Event `json:"event"`
+	// NewerID and OlderID are the ids of the task's runs just after and
+	// before it ("" at either end of the history).
+	NewerID   string `json:"newer_id,omitempty"`
+	OlderID   string `json:"older_id,omitempty"`
+	RequestID string `json:"request_id"`
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/api/client"
+	"github.com/ctsync/ctsync/internal/store"
 )
 
 // now is the clock of the status command (tests fix it).
@@ -74,8 +75,8 @@ func printStatus(w io.Writer, tasks map[string]api.TaskStatus, t time.Time) {
 			result := "succeeded"
 			if !ev.Success {
 				result = "failed"
-				if ev.Error != nil {
-					failures = append(failures, fmt.Sprintf("%s: %s", n, oneLine(ev.Error.Message)))
+				if f := failureLine(ev); f != "" {
+					failures = append(failures, n+": "+f)
 				}
 			}
 			last = fmt.Sprintf("%s ago (%s)", ago(t.Sub(at)), result)
@@ -105,10 +106,25 @@ func nextRun(ts api.TaskStatus, t time.Time) string {
 		return "running now"
 	case !ts.Enabled:
 		return "-"
+	case ts.Retry != nil:
+		return fmt.Sprintf("retry %d in %s (%s)", ts.Retry.Attempt, ago(ts.Retry.NextAt.Sub(t)), ts.Retry.NextAt.Local().Format("15:04:05"))
 	case ts.NextRun != nil:
 		return fmt.Sprintf("in %s (%s)", ago(ts.NextRun.Sub(t)), ts.NextRun.Local().Format("2006-01-02 15:04:05"))
 	}
 	return "on change"
+}
+
+// failureLine is a failed run's error in one line: Terraform's
+// diagnostic summary when known, and whether the failure is terminal.
+func failureLine(ev store.Event) string {
+	msg := ev.ErrorSummary
+	if msg == "" && ev.Error != nil {
+		msg = oneLine(ev.Error.Message)
+	}
+	if msg != "" && ev.Terminal {
+		msg += " [terminal: not retried until the task's desired state changes]"
+	}
+	return msg
 }
 
 // ago renders a duration coarsely: 45s, 12m, 3h5m, 2d4h.

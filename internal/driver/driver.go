@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -88,6 +89,15 @@ type Result struct {
 	// the JSON object of the module's outputs (name to value); nil when
 	// not asked for or not available.
 	Outputs json.RawMessage
+	// Phases are the parts of the run with their timings ("plan" and
+	// "apply" of an apply), when the driver can tell them apart.
+	Phases []Phase
+}
+
+// Phase is one timed part of a run: "init", "plan", "apply", "destroy".
+type Phase struct {
+	Name       string
+	Start, End time.Time
 }
 
 // ErrStateLocked is wrapped by the error of a run that failed because the
@@ -104,7 +114,11 @@ var ErrStateLocked = errors.New("terraform state is locked")
 type Error struct {
 	Op      string // init, workspace, plan, apply, destroy, ...
 	Summary string
-	Err     error
+	// Headline is the one-line form of the failure: Terraform's
+	// diagnostic summaries only ("Error: <summary>", several joined by
+	// "; "), without their detail; "" when Summary has no diagnostic.
+	Headline string
+	Err      error
 	// Terminal marks an error that running the same desired state again
 	// cannot fix (see ErrTerminal).
 	Terminal bool
@@ -188,6 +202,49 @@ func TerminalDiagnostic(stderr string) bool {
 		}
 	}
 	return false
+}
+
+// maxHeadline bounds the length of ErrorSummary's line.
+const maxHeadline = 200
+
+// ErrorSummary returns the one-line summary of a run's error: the
+// Headline of a driver *Error (Terraform's "Error: <summary>" lines),
+// else the first line of the error, cut at 200 bytes. "" for nil.
+func ErrorSummary(err error) string {
+	if err == nil {
+		return ""
+	}
+	var s string
+	if de := (*Error)(nil); errors.As(err, &de) && de.Headline != "" {
+		s = de.Headline
+	} else {
+		s = firstLine(err.Error())
+	}
+	if len(s) > maxHeadline {
+		cut := maxHeadline
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
+	}
+	return s
+}
+
+// Headline returns the summaries of Terraform's error diagnostics in
+// stderr ("Error: <summary>", boxed or plain layout, each once, joined by
+// "; "), or "" when there is none.
+func Headline(stderr string) string {
+	var out []string
+	for _, raw := range strings.Split(strings.ReplaceAll(stderr, "\r\n", "\n"), "\n") {
+		line := unbox(raw)
+		if !strings.HasPrefix(line, "Error: ") {
+			continue
+		}
+		if line = strings.TrimSpace(line); !slices.Contains(out, line) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // Summarize extracts Terraform's error diagnostics from the standard error

@@ -62,3 +62,17 @@ func TestErrorFormat(t *testing.T) {
 		t.Fatal(e.Error())
 	}
 }
+
+func TestHeadline(t *testing.T) {
+	stderr := "\n╷\n│ Error: local-exec provisioner error\n│ \n│   with terraform_data.rules,\n│   on main.tf line 9:\n│ \n│ Error running command 'echo x; exit 3': exit status 3. Output: x\n╵\n╷\n│ Error: local-exec provisioner error\n╵\nError: Invalid reference\n\n  Error: not a diagnostic\n"
+	if got, want := Headline(stderr), "Error: local-exec provisioner error; Error: Invalid reference"; got != want {
+		t.Fatalf("Headline = %q, want %q", got, want)
+	}
+	if Headline("plain failure") != "" {
+		t.Fatal("a headline without diagnostics")
+	}
+	long := &Error{Op: "apply", Headline: "Error: " + strings.Repeat("é", 200)}
+	if s := ErrorSummary(long); len(s) > maxHeadline+3 || !strings.HasSuffix(s, "...") || !utf8.ValidString(s) {
+		t.Fatalf("long summary %q", s)
+	}
+}

@@ -234,6 +234,16 @@ type entry struct {
 	lastDriftCheck time.Time
 	changed        chan struct{} // signalled on every notification (once mode)
 	exports        bool          // drv was built with ExportOutputs (chain.go)
+	// what the operator sees of runs (runinfo.go)
+	seen         time.Time     // when the change behind trigger was seen
+	runSeen      time.Time     // seen, taken by the worker for the run it starts
+	prevInputs   *inputsDigest // the Consul data of the last recorded run
+	timerAt      time.Time     // when the armed timer fires
+	retryAttempt int           // the number of the retry that waits
+	lastErr      string        // the one-line error of the run it retries
+	// the init of the run in progress (only the worker running the task
+	// touches them, as drv)
+	initStart, initEnd time.Time
 }
 
 // New returns a Controller for the given tasks.
@@ -478,6 +488,7 @@ func (c *Controller) markDirtyLocked(e *entry, trigger string) {
 	}
 	if e.trigger == "" {
 		e.trigger = trigger
+		e.seen = time.Now()
 	}
 	bp := e.spec.BufferPeriod
 	buffered := bp != nil && bp.Enabled && bp.Min > 0
@@ -720,6 +731,7 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 		}
 		trigger := e.trigger
 		e.trigger = ""
+		e.runSeen, e.seen = e.seen, time.Time{}
 		force := e.force
 		e.force = false
 		spec := e.spec
@@ -748,6 +760,7 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 				"attempt", e.lockWaits, "delay", delay.Round(time.Millisecond))
 			e.trigger = "retry"
 			e.rerun = false // a change does not free the lock: the retry reads it
+			e.retryAttempt, e.lastErr = e.lockWaits, c.redact(driver.ErrorSummary(res.err))
 			c.stepLocked(e, evRetry, wake{d: delay})
 		case res.failed && res.terminal:
 			c.log.Warn("task failed with a terminal error: it runs again when its desired state changes",
@@ -759,6 +772,7 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			if !res.waiting {
 				c.log.Info("retrying task after failure", "task", name, "attempt", e.retries, "delay", delay.Round(time.Millisecond))
 			}
+			e.retryAttempt, e.lastErr = e.retries, c.redact(driver.ErrorSummary(res.err))
 			// A change that came during the run runs now.
 			c.stepLocked(e, evRetry, wake{d: delay, before: func() {
 				if e.trigger == "" {
@@ -873,7 +887,12 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	}
 	c.mu.Unlock()
 
-	r := &runRecord{id: uuid.NewString(), trigger: trigger, kind: store.KindApply, want: want, before: st}
+	r := &runRecord{id: uuid.NewString(), trigger: trigger, kind: store.KindApply, want: want, before: st,
+		actor: actorFrom(ctx), inputs: digest(&in)}
+	c.mu.Lock()
+	r.seen, e.runSeen = e.runSeen, time.Time{}
+	r.prev = e.prevInputs
+	c.mu.Unlock()
 	if inspect {
 		r.kind = store.KindPlan
 	} else if err := c.opts.Store.StartRun(s.Name, r.id); err != nil {
@@ -890,6 +909,8 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	r.start = time.Now()
 	r.res, r.err = c.drive(ctx, e, s, driver.Run{ID: r.id}, &in, inspect)
 	r.end = time.Now()
+	r.phases = eventPhases(e.initStart, e.initEnd, r.res.Phases, r.kind, r.start, r.end)
+	e.initStart, e.initEnd = time.Time{}, time.Time{}
 	if inspect {
 		if c.opts.Metrics != nil {
 			c.opts.Metrics.RunFinished(s.Name, r.kind, r.err == nil, r.end.Sub(r.start))
@@ -951,6 +972,11 @@ type runRecord struct {
 	start, end  time.Time
 	res         driver.Result
 	err         error
+	// what the operator sees of it (runinfo.go)
+	actor        string
+	seen         time.Time
+	inputs, prev *inputsDigest
+	phases       []store.Phase
 }
 
 // recordRun records a run's outcome: its event and the task's next run
@@ -960,7 +986,11 @@ func (c *Controller) recordRun(ctx context.Context, log *slog.Logger, e *entry, 
 	terminal := driver.IsTerminal(err)
 	ev := store.Event{ID: r.id, TaskName: s.Name, Success: err == nil, StartTime: r.start, EndTime: r.end,
 		Kind: r.kind, Trigger: r.trigger, InputsHash: r.want.Fingerprint, Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: c.redact(tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL}
+		LogTail: c.redact(tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL,
+		ErrorSummary: c.redact(driver.ErrorSummary(err)), Actor: r.actor, Phases: r.phases, Changes: changes(r.prev, r.inputs)}
+	if !r.seen.IsZero() {
+		ev.DetectedAt = &r.seen
+	}
 	if res.Add+res.Change+res.Destroy > 0 || err == nil {
 		ev.Plan = &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
 	}
@@ -979,7 +1009,13 @@ func (c *Controller) recordRun(ctx context.Context, log *slog.Logger, e *entry, 
 		next = store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: r.want.Fingerprint, Terminal: terminal, Outputs: st.Outputs}
 		log.Error("task run failed", "run_id", r.id, "error", c.redact(err.Error()), "terminal", terminal, "log", res.LogPath)
 	}
-	if recErr := c.finish(ctx, s.Name, next, &ev); recErr != nil && err == nil {
+	recErr := c.finish(ctx, s.Name, next, &ev)
+	if recErr == nil {
+		c.mu.Lock()
+		e.prevInputs = r.inputs
+		c.mu.Unlock()
+	}
+	if recErr != nil && err == nil {
 		// Applied but not recorded: not reported as a success. The task
 		// stays dirty here, and the in-flight marker (still set in the
 		// store) makes the next leader run it again.
@@ -1084,7 +1120,10 @@ func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driv
 			// the same desired state would fail the same way.
 			return driver.Result{}, &driver.Error{Op: "prepare", Summary: err.Error(), Err: err, Terminal: true}
 		}
-		if err := d.Init(ctx); err != nil {
+		e.initStart = time.Now()
+		err = d.Init(ctx)
+		e.initEnd = time.Now()
+		if err != nil {
 			return driver.Result{}, err
 		}
 		e.drv, e.exports = d, spec.ExportOutputs

@@ -245,6 +245,7 @@ func (c *Controller) armLocked(e *entry, kind phase, w wake) {
 	e.gen++
 	gen := e.gen
 	e.timerPhase = kind
+	e.timerAt = c.opts.Clock.Now().Add(w.d)
 	e.timer = c.opts.Clock.AfterFunc(w.d, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()

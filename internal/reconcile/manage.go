@@ -58,6 +58,8 @@ type TaskState struct {
 	// Waiting says why the task cannot run yet (a provider waiting for
 	// Vault); "" otherwise.
 	Waiting string
+	// Retry is the pending retry of a failed run; nil when none waits.
+	Retry *Retry
 }
 
 // Tasks returns every task, sorted by name.
@@ -101,7 +103,15 @@ func (c *Controller) stateLocked(e *entry) TaskState {
 	return TaskState{Spec: e.spec, Active: e.phase == phaseRunning || e.phase == phaseQueued,
 		Deleting: e.doomed || e.phase == phaseDeleting, NextRun: e.nextCron,
 		Drifted: e.drifted, LastDriftCheck: e.lastDriftCheck, Dirty: rs.Dirty(), Terminal: rs.Dirty() && rs.Terminal,
-		Waiting: e.waiting}
+		Waiting: e.waiting, Retry: e.retryLocked()}
+}
+
+// retryLocked is the task's pending retry (runinfo.go), if one waits.
+func (e *entry) retryLocked() *Retry {
+	if e.phase != phaseRetryWait || e.timer == nil || e.timerPhase != phaseRetryWait {
+		return nil
+	}
+	return &Retry{Attempt: e.retryAttempt, NextAt: e.timerAt, LastError: e.lastErr}
 }
 
 // PlanResult is the outcome of an inspect (plan-only) run.

@@ -45,6 +45,53 @@ type Event struct {
 	LogPath string `json:"-"`
 	// TFCRunURL is the remote run's page (terraform-cloud driver).
 	TFCRunURL string `json:"tfc_run_url,omitempty"`
+
+	// ErrorSummary is the failure in one line: Terraform's diagnostic
+	// summaries ("Error: <summary>"), without their detail.
+	ErrorSummary string `json:"error_summary,omitempty"`
+	// Actor is the name of the API token whose request ran the task
+	// (trigger "api" with api_auth on).
+	Actor string `json:"actor,omitempty"`
+	// DetectedAt is when ctsync saw the change that caused the run; the
+	// reaction latency is EndTime - DetectedAt.
+	DetectedAt *time.Time `json:"detected_at,omitempty"`
+	// Phases are the timed parts of the run (init, plan, apply).
+	Phases []Phase `json:"phases,omitempty"`
+	// Changes is what changed in the run's Consul data since the task's
+	// previous run (nil: no previous run since the daemon started).
+	Changes *Changes `json:"changes,omitempty"`
+}
+
+// Phase is one timed part of a run.
+type Phase struct {
+	Name      string    `json:"name"`
+	StartTime time.Time `json:"start_time"`
+	EndTime   time.Time `json:"end_time"`
+}
+
+// Changes is what changed in a run's Consul data since the previous run
+// of the task: service instances (by their key in the `services`
+// variable), Consul KV keys, catalog service names and nodes. Lists hold at
+// most MaxChangeNames names each; the counts are exact.
+type Changes struct {
+	Services        *SetDiff `json:"services,omitempty"`
+	ConsulKV        *SetDiff `json:"consul_kv,omitempty"`
+	CatalogServices *SetDiff `json:"catalog_services,omitempty"`
+	Nodes           *SetDiff `json:"nodes,omitempty"`
+}
+
+// MaxChangeNames bounds each list of a SetDiff.
+const MaxChangeNames = 50
+
+// SetDiff lists what was added, removed and changed, with counts. A
+// changed entry may say what changed: "web-1 (status passing → critical)".
+type SetDiff struct {
+	Added        []string `json:"added,omitempty"`
+	Removed      []string `json:"removed,omitempty"`
+	Changed      []string `json:"changed,omitempty"`
+	AddedCount   int      `json:"added_count"`
+	RemovedCount int      `json:"removed_count"`
+	ChangedCount int      `json:"changed_count"`
 }
 
 // EventError is the CTS error object of an event.
@@ -57,6 +104,7 @@ type EventError struct {
 // secrets). The event itself is not changed.
 func (ev Event) Redacted(redact func(string) string) Event {
 	ev.LogTail = redact(ev.LogTail)
+	ev.ErrorSummary = redact(ev.ErrorSummary)
 	if ev.Error != nil {
 		ev.Error = &EventError{Message: redact(ev.Error.Message)}
 	}

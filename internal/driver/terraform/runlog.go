@@ -32,7 +32,15 @@ type sink struct {
 	logger  *slog.Logger // nil: do not forward
 	task    string
 	partial map[string][]byte // per stream, a line not yet ended
+	// planned is when the current command printed its plan's summary
+	// ("Plan: ..." or "No changes."): where an apply's plan ends.
+	planned time.Time
 }
+
+var (
+	planLine     = []byte("Plan: ")
+	noChangeLine = []byte("No changes.")
+)
 
 func (s *sink) writer(stream string) io.Writer { return streamWriter{s: s, stream: stream} }
 
@@ -49,6 +57,9 @@ func (w streamWriter) Write(p []byte) (int, error) {
 		s.stderr.Write(p)
 	} else {
 		s.stdout.Write(p)
+		if s.planned.IsZero() && (bytes.Contains(p, planLine) || bytes.Contains(p, noChangeLine)) {
+			s.planned = time.Now()
+		}
 		if s.mute {
 			return len(p), nil // machine-readable output: neither logged nor forwarded
 		}
@@ -97,6 +108,7 @@ func (s *sink) begin(cmd string, mute bool) {
 	s.flushPartial()
 	s.stdout.Reset()
 	s.stderr.Reset()
+	s.planned = time.Time{}
 	s.mute = mute
 	if s.file != nil {
 		fmt.Fprintf(s.file, "==> %s terraform %s\n", time.Now().UTC().Format(time.RFC3339), cmd)
@@ -120,6 +132,14 @@ func (s *sink) output() (stdout, stderr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stdout.String(), s.stderr.String()
+}
+
+// plannedAt returns when the current command printed its plan's summary
+// (zero: not seen).
+func (s *sink) plannedAt() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.planned
 }
 
 // note writes a line of our own into the log file.

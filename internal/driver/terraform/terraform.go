@@ -681,7 +681,7 @@ func (d *Driver) fail(op string, err error) error {
 	}
 	d.sink.note("%s failed: %s", op, sum)
 	terminal := ctxErr(err) == nil && driver.TerminalDiagnostic(stderr)
-	return &driver.Error{Op: op, Summary: sum, Err: err, Terminal: terminal}
+	return &driver.Error{Op: op, Summary: sum, Headline: driver.Headline(stderr), Err: err, Terminal: terminal}
 }
 
 // writeInputs writes terraform.tfvars atomically.
@@ -816,12 +816,17 @@ func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (dr
 		opts = append(opts, tfexec.Parallelism(p))
 	}
 	d.sink.begin("apply", false)
+	began := time.Now()
 	err = d.tf.Apply(ctx, opts...)
 	out, _ := d.sink.output()
-	res := driver.Result{LogPath: logPath, Output: out}
+	res := driver.Result{LogPath: logPath, Output: out, Phases: applyPhases(began, d.sink.plannedAt(), time.Now())}
 	res.Add, res.Change, res.Destroy = parseApplyCounts(out)
 	res.Changes = res.Add+res.Change+res.Destroy > 0
 	if err != nil {
+		// A failed apply reports what its plan had.
+		if res.Add+res.Change+res.Destroy == 0 {
+			res.Add, res.Change, res.Destroy = parsePlanCounts(out)
+		}
 		err = d.fail("apply", err)
 	} else if d.opts.Spec.ExportOutputs {
 		res.Outputs, err = d.readOutputs(ctx)
@@ -863,6 +868,16 @@ func (d *Driver) Destroy(ctx context.Context, run driver.Run) (driver.Result, er
 }
 
 // --- output parsing ---------------------------------------------------------
+
+// applyPhases splits the time of a `terraform apply` into its plan and its
+// apply at the moment the plan's summary was printed (planned; zero when
+// it was not seen: the whole command is the apply).
+func applyPhases(start, planned, end time.Time) []driver.Phase {
+	if planned.IsZero() || planned.Before(start) || planned.After(end) {
+		return []driver.Phase{{Name: "apply", Start: start, End: end}}
+	}
+	return []driver.Phase{{Name: "plan", Start: start, End: planned}, {Name: "apply", Start: planned, End: end}}
+}
 
 // countPlan counts resource changes the way Terraform's plan summary does:
 // a replacement is one add and one destroy.

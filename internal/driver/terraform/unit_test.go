@@ -203,3 +203,14 @@ func TestWriteFileAtomic(t *testing.T) {
 		t.Fatalf("temporary files left: %v", entries)
 	}
 }
+
+func TestApplyPhases(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ph := applyPhases(t0, t0.Add(2*time.Second), t0.Add(5*time.Second))
+	if len(ph) != 2 || ph[0].Name != "plan" || ph[1].Name != "apply" || !ph[0].End.Equal(ph[1].Start) || !ph[1].End.Equal(t0.Add(5*time.Second)) {
+		t.Fatalf("split: %+v", ph)
+	}
+	if ph := applyPhases(t0, time.Time{}, t0.Add(time.Second)); len(ph) != 1 || ph[0].Name != "apply" {
+		t.Fatalf("no plan line: %+v", ph)
+	}
+}

@@ -1,0 +1,130 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/api"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/testutil"
+)
+
+// taskStatus reads GET /v1/status/tasks/{name}.
+func taskStatus(t *testing.T, base, name string) api.TaskStatus {
+	t.Helper()
+	resp, err := http.Get(base + "/v1/status/tasks/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]api.TaskStatus
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m[name]
+}
+
+// failingApplyConfig is a daemon with one task whose applies plan a
+// resource and then fail in its provisioner (retried after 2 s, 4 s ...).
+func failingApplyConfig(t *testing.T, consulAddr, work string, port int) string {
+	return writeFile(t, work, "config.hcl", fmt.Sprintf(`
+working_dir = %q
+port        = %d
+consul {
+  address = %q
+  service_registration {
+    enabled = false
+  }
+}
+buffer_period {
+  enabled = false
+}
+retry {
+  max_delay = "4s"
+}
+task {
+  name   = "firewall"
+  module = %q
+  condition "services" {
+    names = ["web"]
+  }
+}
+`, filepath.Join(work, "sync"), port, consulAddr, module("failing_apply")))
+}
+
+// TestFailedRunAtAGlance: a task whose apply fails in a provisioner (real
+// Consul, real Terraform). Its status says the last result, Terraform's
+// one-line diagnostic (not the provisioner's command line) and the
+// pending retry; the failed run keeps the plan it had, its phases and
+// what changed in Consul since the previous run.
+func TestFailedRunAtAGlance(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	work := t.TempDir()
+	port := testutil.FreePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	startCtsync(t, work, "start", "-config-file", failingApplyConfig(t, c.Addr, work, port))
+
+	var st api.TaskStatus
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if resp, err := http.Get(base + "/v1/health"); err == nil {
+			resp.Body.Close()
+			if st = taskStatus(t, base, "firewall"); st.Retry != nil && st.LastRun != nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no pending retry shown: %+v", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	const summary = "Error: local-exec provisioner error"
+	if st.LastRun.Success || st.LastRun.ErrorSummary != summary || st.LastRun.Terminal {
+		t.Errorf("last run %+v, want a failure summarised as %q, not terminal", st.LastRun, summary)
+	}
+	if st.Retry.LastError != summary || st.Retry.Attempt < 1 || st.Retry.NextAt.Before(st.LastRun.EndTime) {
+		t.Errorf("retry %+v", st.Retry)
+	}
+	if p := st.LastRun.Plan; p == nil || p.Add != 1 {
+		t.Errorf("the failed apply's plan summary: %+v, want +1", p)
+	}
+
+	// A change while it fails: the next run records what changed.
+	c.RegisterService(t, reg("web-2", "web", 8002), "passing")
+	evs := waitEvents(t, base, "firewall", 60*time.Second, func(evs []store.Event) bool {
+		return len(evs) > 0 && evs[0].Changes != nil && evs[0].Changes.Services != nil
+	})
+	ev := evs[0]
+	if d := ev.Changes.Services; d.AddedCount != 1 || !strings.HasPrefix(d.Added[0], "web-2") {
+		t.Errorf("changes %+v, want web-2 added", d)
+	}
+	if strings.Contains(ev.ErrorSummary, "firewall") || ev.ErrorSummary != summary {
+		t.Errorf("error summary %q", ev.ErrorSummary)
+	}
+	if ev.Error == nil || !strings.Contains(ev.Error.Message, "exit status 3") {
+		t.Errorf("the full error keeps the detail: %+v", ev.Error)
+	}
+	var names []string
+	for _, p := range ev.Phases {
+		names = append(names, p.Name)
+		if p.EndTime.Before(p.StartTime) {
+			t.Errorf("phase %+v ends before it starts", p)
+		}
+	}
+	if got := strings.Join(names, ","); got != "plan,apply" && got != "init,plan,apply" {
+		t.Errorf("phases %s, want plan,apply", got)
+	}
+	if ev.DetectedAt == nil || ev.DetectedAt.After(ev.StartTime) {
+		t.Errorf("detected_at %v, start %v", ev.DetectedAt, ev.StartTime)
+	}
+	if ev.Plan == nil || ev.Plan.Add+ev.Plan.Destroy == 0 {
+		t.Errorf("failed apply plan %+v", ev.Plan)
+	}
+}

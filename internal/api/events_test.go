@@ -1,0 +1,67 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// The status of a task tells its last run (with the one-line error) and
+// its pending retry; the shapes match the OpenAPI document.
+func TestStatusShowsLastRunAndRetry(t *testing.T) {
+	h := newHarness(t, []task.Spec{servicesTask("web-task", "web")})
+	start := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	_ = h.st.AddEvent(store.Event{ID: "r1", TaskName: "web-task", Kind: store.KindApply, StartTime: start, EndTime: start.Add(time.Second),
+		Error: &store.EventError{Message: "apply: Error: boom: detail"}, ErrorSummary: "Error: boom", Terminal: true,
+		Plan: &store.PlanSummary{Add: 1, Destroy: 1}})
+	_ = h.st.AddEvent(store.Event{ID: "d1", TaskName: "web-task", Kind: store.KindDrift, Success: true})
+	spec := servicesTask("web-task", "web")
+	next := start.Add(time.Minute)
+	ts := h.srv.taskStatus(reconcile.TaskState{Spec: spec, Retry: &reconcile.Retry{Attempt: 4, NextAt: next, LastError: "Error: boom"}}, false)
+	if ts.LastRun == nil || ts.LastRun.ID != "r1" || ts.LastRun.ErrorSummary != "Error: boom" || !ts.LastRun.Terminal || ts.LastRun.Plan.Add != 1 {
+		t.Fatalf("last run %+v", ts.LastRun)
+	}
+	if ts.Retry == nil || ts.Retry.Attempt != 4 || !ts.Retry.NextAt.Equal(next) || ts.Retry.LastError != "Error: boom" {
+		t.Fatalf("retry %+v", ts.Retry)
+	}
+	b, _ := json.Marshal(ts)
+	var v any
+	_ = json.Unmarshal(b, &v)
+	if err := loadSpec(t).Components.Schemas["TaskStatus"].Value.VisitJSON(v); err != nil {
+		t.Fatalf("status with last_run and retry does not match the spec: %v\n%s", err, b)
+	}
+}
+
+// GET /v1/tasks/{name}/events filters by result and pages; GET
+// .../events/{id} serves one run with its neighbours.
+func TestEventsFilterPageAndOne(t *testing.T) {
+	h := newHarness(t, []task.Spec{servicesTask("web-task", "web")})
+	detected := time.Date(2026, 3, 4, 5, 6, 0, 0, time.UTC)
+	for i := range 7 {
+		ev := store.Event{ID: fmt.Sprint("e", i), TaskName: "web-task", Kind: store.KindApply, Success: i%3 != 0,
+			StartTime: detected.Add(time.Duration(i) * time.Minute), DetectedAt: &detected, Actor: "ops",
+			Phases:  []store.Phase{{Name: "apply", StartTime: detected, EndTime: detected.Add(time.Second)}},
+			Changes: &store.Changes{Services: &store.SetDiff{Added: []string{"web-3"}, AddedCount: 1}}}
+		_ = h.st.AddEvent(ev)
+	}
+	var page EventsResponse
+	h.do("GET", "/v1/tasks/web-task/events?result=failure&limit=2&offset=1", "").expect(t, 200).json(t, &page)
+	if page.Total != 3 || len(page.Events) != 2 || page.Events[0].ID != "e3" || page.Events[1].ID != "e0" {
+		t.Fatalf("failures page: total %d, %+v", page.Total, page.Events)
+	}
+	h.do("GET", "/v1/tasks/web-task/events?result=success&offset=100", "").expect(t, 200).json(t, &page)
+	if page.Total != 4 || len(page.Events) != 0 {
+		t.Fatalf("past the end: total %d, %d events", page.Total, len(page.Events))
+	}
+	var one EventResponse
+	h.do("GET", "/v1/tasks/web-task/events/e3", "").expect(t, 200).json(t, &one)
+	if one.Event.ID != "e3" || one.NewerID != "e4" || one.OlderID != "e2" || one.Event.Actor != "ops" ||
+		one.Event.Changes.Services.Added[0] != "web-3" {
+		t.Fatalf("one event: %+v", one)
+	}
+}
