@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,7 +134,8 @@ func resolveProviders(ctx context.Context, cfg *config.Config, client *consul.Cl
 	return l, ExitOK
 }
 
-// get returns the provider block ref with its current values.
+// get returns the provider block ref with its current values (a provider
+// named without a block: its default configuration).
 func (l *liveProviders) get(ref string) (config.Provider, error) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -142,7 +144,12 @@ func (l *liveProviders) get(ref string) (config.Provider, error) {
 	}
 	p, ok := l.byRef[ref]
 	if !ok {
-		return config.Provider{}, fmt.Errorf("provider %q is not configured", ref)
+		if strings.Contains(ref, ".") {
+			return config.Provider{}, fmt.Errorf("provider %q is not configured", ref)
+		}
+		// No terraform_provider block: the provider's default
+		// configuration, as CTS does.
+		return config.Provider{Name: ref}, nil
 	}
 	return p, nil
 }

@@ -613,6 +613,28 @@ terraform_provider "aws" {
 	}
 }
 
+// A task may name a provider that has no terraform_provider block (CTS's
+// e2e configurations do: providers = ["local"]); it is used with its default
+// configuration. An alias exists only through its block.
+func TestProviderWithoutBlock(t *testing.T) {
+	clearConsulEnv(t)
+	dir := t.TempDir()
+	f := writeFile(t, dir, "p.hcl", `
+task {
+  name      = "web"
+  module    = "./m"
+  providers = ["local"]
+  condition "services" {
+    names = ["api"]
+  }
+}
+`)
+	cfg := mustLoad(t, f)
+	if got := cfg.Tasks[0].Providers; !reflect.DeepEqual(got, []string{"local"}) || len(cfg.Providers) != 0 {
+		t.Fatalf("providers = %v, blocks = %v", got, cfg.Providers)
+	}
+}
+
 func TestHCLLiteral(t *testing.T) {
 	v := cty.ObjectVal(map[string]cty.Value{
 		"s": cty.StringVal("a\"b\\c\n${x}%{y}$z"),

@@ -116,7 +116,6 @@ func TestLoadErrors(t *testing.T) {
 			{"a.hcl", lines(okTask()...)},
 			{"b.hcl", lines("# second", "task {", `  name = "web"`, `  module = "m"`, `  condition "services" {`, `    names = ["a"]`, "  }", "}")},
 		}, "b.hcl", 3, `task "web".name`, `duplicate task name "web": also declared at `},
-		{"unknown provider", hclFile(lines(append([]string{`terraform_provider "aws" {`, "}"}, okTask(`  providers = ["aws", "gcp"]`)...)...)), "c.hcl", 6, `task "web".providers[1]`, `provider "gcp" is not declared`},
 		{"unknown provider alias", hclFile(lines(append([]string{`terraform_provider "aws" {`, "}"}, okTask(`  providers = [`, `    "aws.west",`, `  ]`)...)...)), "c.hcl", 7, `task "web".providers[0]`, `provider "aws.west" is not declared`},
 		{"provider used twice", hclFile(lines(append([]string{`terraform_provider "aws" {`, "}", `terraform_provider "aws" {`, `  alias = "b"`, "}"}, okTask(`  providers = ["aws", "aws.b"]`)...)...)),
 			"c.hcl", 9, `task "web".providers[1]`, "listed more than once"},

@@ -601,8 +601,8 @@ func (d *decoder) finishTask(t *rawTask, global task.BufferPeriod) {
 	}
 }
 
-// checkTaskRefs reports duplicate task names and references to providers
-// that are not declared.
+// checkTaskRefs reports duplicate task names and references to provider
+// aliases that are not declared.
 func (d *decoder) checkTaskRefs(tasks []*rawTask, providers map[string]bool) {
 	seen := map[string]*rawTask{}
 	for _, t := range tasks {
@@ -627,7 +627,10 @@ func (d *decoder) checkTaskRefs(tasks []*rawTask, providers map[string]bool) {
 			continue
 		}
 		for i, p := range t.spec.Providers {
-			if providers[p] {
+			if providers[p] || !strings.Contains(p, ".") {
+				// A provider without a terraform_provider block is
+				// used with its default configuration (as in CTS); an
+				// alias only exists through its block.
 				continue
 			}
 			field := fmt.Sprintf("providers[%d]", i)

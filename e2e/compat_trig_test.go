@@ -1,0 +1,182 @@
+package e2e
+
+// CTS scenarios about when tasks run: several tasks at start-up naming a
+// provider that has no terraform_provider block, and a schedule task
+// created while the daemon runs.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/ctsync/ctsync/internal/testutil"
+)
+
+// tfvarsIDs returns the sorted service IDs in a task's terraform.tfvars,
+// read the way CTS's scenario reads them.
+func tfvarsIDs(work, taskName string) string {
+	b, err := os.ReadFile(filepath.Join(work, taskName, "terraform.tfvars"))
+	if err != nil {
+		return ""
+	}
+	var ids []string
+	for _, m := range regexp.MustCompile(`\s+id\s+= "([^"]+)`).FindAllSubmatch(b, -1) {
+		ids = append(ids, string(m[1]))
+	}
+	slices.Sort(ids)
+	return strings.Join(ids, ",")
+}
+
+// taskStatuses returns each task's status from /v1/status/tasks.
+func taskStatuses(port int) map[string]string {
+	_, _, b := haGet(port, "/v1/status/tasks")
+	var body map[string]struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(b, &body) != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for name, st := range body {
+		out[name] = st.Status
+	}
+	return out
+}
+
+// CTS's multi-task scenario (TestTasksUpdate): three tasks on api,
+// api+db and api+web, each with providers = ["local"] and no
+// terraform_provider block, the default buffer period. Every task shows as
+// run in /v1/status/tasks, the rendered inputs follow registrations and
+// deregistrations, and SIGINT ends the daemon with exit code 0.
+func TestCompatTasksUpdate(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	reg := func(id, name, addr string, port int) {
+		c.RegisterService(t, &api.AgentServiceRegistration{ID: id, Name: name, Address: addr, Port: port}, api.HealthPassing)
+	}
+	reg("api", "api", "1.2.3.4", 8080)
+	reg("web", "web", "5.6.7.8", 8000)
+	reg("db", "db", "10.10.10.10", 8000)
+
+	dir := t.TempDir()
+	work := filepath.Join(dir, "sync-tasks")
+	port := testutil.FreePort(t)
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "log_level = \"DEBUG\"\nworking_dir = %q\nport = %d\nconsul {\n  address = %q\n}\ndriver \"terraform\" {\n  log = true\n}\n",
+		work, port, c.Addr)
+	tasks := map[string]string{"e2e_task_api": `"api"`, "e2e_task_api_db": `"api", "db"`, "e2e_task_api_web": `"api", "web"`}
+	for _, name := range []string{"e2e_task_api_db", "e2e_task_api_web", "e2e_task_api"} {
+		fmt.Fprintf(&cfg, "\ntask {\n  name = %q\n  description = \"multi-task scenario\"\n  providers = [\"local\"]\n  module = %q\n  condition \"services\" {\n    names = [%s]\n  }\n}\n",
+			name, module("instances_file"), tasks[name])
+	}
+	p := startCtsync(t, dir, "start", "-config-file", writeFile(t, dir, "config.hcl", cfg.String()))
+
+	start := time.Now()
+	testutil.Eventually(t, 90*time.Second, "every task to show as run in /v1/status/tasks", func() bool {
+		st := taskStatuses(port)
+		if len(st) != len(tasks) {
+			return false
+		}
+		for _, s := range st {
+			if s == "unknown" || s == "" {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("every task run %s after start", time.Since(start).Round(time.Millisecond))
+	want := map[string]string{"e2e_task_api": "api", "e2e_task_api_db": "api,db", "e2e_task_api_web": "api,web"}
+	waitIDs := func(what string) {
+		t.Helper()
+		testutil.Eventually(t, 60*time.Second, what, func() bool {
+			for name, ids := range want {
+				if tfvarsIDs(work, name) != ids {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	waitIDs("terraform.tfvars of every task to list its services")
+	if _, err := os.Stat(filepath.Join(work, "resources", "db.txt")); err != nil {
+		t.Fatalf("the module did not write its files: %v", err)
+	}
+
+	reg("api_new", "api", "5.6.7.8", 8080)
+	reg("web_new", "web", "5.6.7.8", 8080)
+	want = map[string]string{"e2e_task_api": "api,api_new", "e2e_task_api_db": "api,api_new,db", "e2e_task_api_web": "api,api_new,web,web_new"}
+	waitIDs("the new instances in every task's terraform.tfvars")
+
+	if err := c.Client.Agent().ServiceDeregister("api_new"); err != nil {
+		t.Fatal(err)
+	}
+	want = map[string]string{"e2e_task_api": "api", "e2e_task_api_db": "api,db", "e2e_task_api_web": "api,web,web_new"}
+	waitIDs("the deregistered instance gone from every task's terraform.tfvars")
+
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit code %d on SIGINT, want 0", code)
+	}
+}
+
+// A schedule task created through the CLI while the daemon runs
+// (`task create -task-file`, cron every 10 seconds) runs on its schedule
+// from its creation: a schedule event within 17 s, as CTS's scenario
+// (TestCondition_Schedule_CreateAndDeleteCLI) expects, and one more ~10 s
+// later.
+func TestCompatScheduleCreatedAtRunTime(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	c.RegisterService(t, &api.AgentServiceRegistration{ID: "web-1", Name: "web", Port: 1}, api.HealthPassing)
+	dir, out := t.TempDir(), t.TempDir()
+	port := testutil.FreePort(t)
+	cfg := fmt.Sprintf("log_level = \"DEBUG\"\nworking_dir = %q\nport = %d\nconsul {\n  address = %q\n}\nbuffer_period {\n  enabled = false\n}\n",
+		filepath.Join(dir, "sync-tasks"), port, c.Addr)
+	cfg += fmt.Sprintf("\ntask {\n  name = \"web\"\n  module = %q\n  variables = { dir = %q }\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}\n",
+		module("services_file"), out)
+	startCtsync(t, dir, "start", "-config-file", writeFile(t, dir, "config.hcl", cfg))
+	testutil.Eventually(t, 90*time.Second, "the configured task to run", func() bool { return taskStatuses(port)["web"] == "successful" })
+
+	taskFile := writeFile(t, dir, "task.hcl", fmt.Sprintf(`
+task {
+  name      = "created_scheduled_task"
+  module    = %q
+  variables = { dir = %q }
+  condition "schedule" {
+    cron = "*/10 * * * * * *"
+  }
+  module_input "services" {
+    names = ["web"]
+  }
+}
+`, module("services_file"), t.TempDir()))
+	o, code := runCLI(ctsyncBin, []string{fmt.Sprintf("CTS_ADDRESS=http://127.0.0.1:%d", port)}, "yes\n",
+		"task", "create", "-auto-approve", "-task-file", taskFile)
+	if code != 0 {
+		t.Fatalf("task create: exit %d\n%s", code, o)
+	}
+	created := time.Now()
+	schedule := func() []apiEvent {
+		var out []apiEvent
+		for _, ev := range apiEvents(t, port, "created_scheduled_task") {
+			if ev.Trigger == "schedule" && ev.Success {
+				out = append(out, ev)
+			}
+		}
+		return out
+	}
+	testutil.Eventually(t, 17*time.Second, "a schedule event of the created task", func() bool { return len(schedule()) >= 1 })
+	t.Logf("first schedule event %s after creation", time.Since(created).Round(time.Millisecond))
+	testutil.Eventually(t, 15*time.Second, "a second schedule event", func() bool { return len(schedule()) >= 2 })
+}
