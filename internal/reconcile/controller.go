@@ -123,6 +123,7 @@ type Controller struct {
 	kick      chan struct{} // wakes a worker
 	noteKick  chan struct{} // wakes the note loop
 	driftKick chan struct{} // wakes the drift loop (task added or changed)
+	cronKick  chan struct{} // wakes the schedule loop (task added or enabled)
 	slots     chan struct{} // one token per Terraform run allowed at once
 
 	scheduleWakes atomic.Int64 // iterations of the schedule loop (tests: a follower must not spin)
@@ -276,6 +277,7 @@ func New(opts Options, specs []task.Spec) *Controller {
 		kick:       make(chan struct{}, 1),
 		noteKick:   make(chan struct{}, 1),
 		driftKick:  make(chan struct{}, 1),
+		cronKick:   make(chan struct{}, 1),
 		slots:      make(chan struct{}, opts.MaxParallel),
 		standby:    opts.Standby,
 		runCtx:     context.Background(),

@@ -146,6 +146,7 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 	}
 	c.tasks[spec.Name] = e
 	signal(c.driftKick) // schedule its drift checks
+	signal(c.cronKick)  // and its cron ticks
 	c.mu.Unlock()
 	c.subscribe(spec.Name, &spec)
 	if !runNow {
@@ -238,6 +239,7 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	}
 	e.spec.Enabled = enabled
 	signal(c.driftKick) // drift checks follow the flag
+	signal(c.cronKick)  // and so do cron ticks
 	if !enabled {
 		c.stepLocked(e, evStop, wake{}) // off the queue (standby only, above), no timer
 		e.nextCron = time.Time{}

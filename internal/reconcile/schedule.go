@@ -9,7 +9,8 @@ import (
 
 // scheduleLoop enqueues schedule-condition tasks when their cron expression
 // fires. One goroutine serves every schedule task: it sleeps until the
-// earliest next tick.
+// earliest next tick, or until a task is added or enabled (cronKick), so
+// that a schedule task created at run time ticks from its creation.
 func (c *Controller) scheduleLoop(ctx context.Context) {
 	for {
 		c.scheduleWakes.Add(1)
@@ -51,7 +52,7 @@ func (c *Controller) scheduleLoop(ctx context.Context) {
 			}
 		}
 		c.mu.Unlock()
-		if !c.waitUntil(ctx, earliest, nil) {
+		if !c.waitUntil(ctx, earliest, c.cronKick) {
 			return
 		}
 	}
