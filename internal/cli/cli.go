@@ -96,8 +96,10 @@ func programName(args []string) string {
 }
 
 func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "%s v%s (%s)\n", Name, Version, Commit)
+	b := readBuildInfo() // version.go
+	fmt.Fprintf(w, "%s v%s (%s)\n", Name, b.version, b.commit)
 	fmt.Fprintf(w, "Compatible with Terraform >= %s and OpenTofu >= 1.6.0\n", MinTerraform)
+	fmt.Fprintf(w, "Build date: %s\nGo: %s %s\n", b.date, b.goVersion, b.platform)
 	if Name != "ctsync" {
 		fmt.Fprintln(w, "This is ctsync, a drop-in successor to Consul-Terraform-Sync.")
 	}

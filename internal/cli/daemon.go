@@ -127,6 +127,7 @@ func (a *app) runDaemon(ctx context.Context) int {
 		}
 		return err
 	}}, false)
+	gr.start(a.serviceManager(srv), false) // systemd.go: READY=1, reload on SIGHUP
 	a.log.Info("ctsync started", "tasks", len(a.cfg.Tasks), "working_dir", a.cfg.WorkingDir)
 
 	_ = gr.g.Wait() // each failure is in gr.failure()

@@ -39,7 +39,7 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 		Tasks:          a.cfg.APITasks,
 		HTTP:           a.apiHTTP(),
 		LogDirs:        a.logDirs(),
-		ReloadOnSIGHUP: true,
+		ReloadOnSIGHUP: false, // the systemd part reloads on SIGHUP and tells systemd (systemd.go)
 	})
 	if err != nil {
 		return nil, err

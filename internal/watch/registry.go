@@ -572,3 +572,24 @@ func (r *Registry) notifyAll(ctx context.Context, v *view) {
 		r.notify(s, v.key)
 	}
 }
+
+// Answered reports whether every view has had its first answer from
+// Consul: a value, or a failed read (the view keeps retrying). The daemon
+// tells its service manager it is ready once this holds (internal/cli).
+func (r *Registry) Answered() bool {
+	r.mu.Lock()
+	views := make([]*view, 0, len(r.views))
+	for _, v := range r.views {
+		views = append(views, v)
+	}
+	r.mu.Unlock()
+	for _, v := range views {
+		v.mu.RLock()
+		answered := v.ready || v.lastErr != nil || v.refused != nil
+		v.mu.RUnlock()
+		if !answered {
+			return false
+		}
+	}
+	return true
+}

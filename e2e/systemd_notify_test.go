@@ -1,0 +1,82 @@
+package e2e
+
+// The daemon speaks systemd's notify protocol (the packaged unit is
+// Type=notify): READY=1 once the API listens and the watches answered,
+// RELOADING=1 then READY=1 around a SIGHUP reload, STOPPING=1 on shutdown.
+// The test plays systemd: it listens on a datagram socket named by
+// NOTIFY_SOCKET, as systemd does for the service it starts.
+
+import (
+	"net"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/testutil"
+)
+
+func TestSystemdNotify(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	work := t.TempDir()
+	cfgText := config(t, c.Addr, filepath.Join(work, "sync-tasks"),
+		taskSpec{name: "web-task", module: module("services_file"), services: `"web"`})
+	port := regexp.MustCompile(`(?m)^port = (\d+)$`).FindStringSubmatch(cfgText)[1]
+	cfg := writeFile(t, work, "config.hcl", cfgText)
+
+	sock := filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	must(t, err)
+	defer conn.Close()
+	msgs := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, _, err := conn.ReadFromUnix(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	next := func(want string) string {
+		t.Helper()
+		select {
+		case m, ok := <-msgs:
+			if !ok || !strings.Contains(m, want) {
+				t.Fatalf("notification %q, want one with %s", m, want)
+			}
+			return m
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no %s notification within a minute", want)
+		}
+		return ""
+	}
+
+	p := startCtsyncEnv(t, work, []string{"NOTIFY_SOCKET=" + sock}, "start", "-config-file", cfg)
+	next("READY=1")
+	// Ready means the API answers.
+	resp, err := http.Get("http://127.0.0.1:" + port + "/v1/health")
+	must(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("/v1/health after READY=1: %d", resp.StatusCode)
+	}
+
+	must(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	if m := next("RELOADING=1"); !strings.Contains(m, "MONOTONIC_USEC=") {
+		t.Errorf("RELOADING=1 without MONOTONIC_USEC: %q", m)
+	}
+	next("READY=1")
+
+	must(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	next("STOPPING=1")
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Errorf("exit code %d after SIGTERM", code)
+	}
+}
