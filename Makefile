@@ -3,10 +3,10 @@ SHELL := /bin/bash
 TOOLS_ENV := source .tools/env.sh
 GO_TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: build test test-short demo tools lint bench bench-floor clean
+.PHONY: build test test-short demo tools lint bench bench-floor clean release release-test
 
 build:
-	go build -o bin/ctsync ./cmd/ctsync
+	go build -ldflags "$$(bash scripts/version.sh ldflags)" -o bin/ctsync ./cmd/ctsync
 
 tools:
 	@bash scripts/tools.sh
@@ -44,5 +44,24 @@ lint:
 	go vet ./...
 	@out=$$(gofmt -l . | grep -v '^.tools/'); if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 
+# Release artifacts in dist/ (docs/install.md): tarballs, .deb, .rpm, an OCI
+# image archive and SHA256SUMS, reproducibly, by tools/release (a module of
+# its own: nfpm and go-containerregistry stay out of the daemon's go.mod).
+RELEASE_FLAGS = -root ../.. -dist ../../dist -tofu ../../.tools/bin/tofu \
+	-busybox-root ../../.tools/build/busybox/root \
+	-tofu-license "$$(cd ../../.tools/build/tofu && go list -m -f '{{.Dir}}' github.com/opentofu/opentofu)/LICENSE"
+
+release:
+	@TOOLS_RELEASE=1 TOOLS_OTF=0 TOOLS_CHROMIUM=0 bash scripts/tools.sh
+	cd tools/release && GOFLAGS=-buildvcs=false go run . $(RELEASE_FLAGS)
+
+# Each artifact where users run it (dpkg and chroot parts as root): the
+# tarball's binary; the .deb installed, verified by systemd-analyze, removed
+# and purged; the image's root filesystem running a task with local-exec
+# against a real Consul; and a second run giving identical files.
+release-test: release
+	$(TOOLS_ENV) && cd tools/release && go vet ./... && \
+		GOFLAGS=-buildvcs=false go test -count=1 -timeout 15m -v ./... -args $(RELEASE_FLAGS)
+
 clean:
-	rm -rf bin sync-tasks
+	rm -rf bin sync-tasks dist

@@ -14,6 +14,10 @@
 #                                   (Debian package, which OTF needs); the
 #                                   terraform-cloud driver's end-to-end tests
 #                                   (e2e/tfc_test.go) run against them
+#   TOOLS_RELEASE=1 scripts/tools.sh   also what `make release` and the chart
+#                                   checks need: helm (built from the module
+#                                   proxy, ~2 minutes once) and Debian's
+#                                   busybox-static (the image's shell)
 #   TOOLS_CHROMIUM=0 scripts/tools.sh   without Chromium (Debian package, ~1 minute
 #                                   once; the dashboard test e2e/ui_test.go drives
 #                                   it headless and skips itself without it)
@@ -23,7 +27,10 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-TOOLS="$ROOT/.tools"
+# .tools may be a link to a cache shared by several checkouts: the files
+# written below (env.sh, terraformrc) name its real path.
+mkdir -p "$ROOT/.tools"
+TOOLS=$(cd "$ROOT/.tools" && pwd -P)
 BIN="$TOOLS/bin"
 MIRROR="$TOOLS/mirror"
 BUILD="$TOOLS/build"
@@ -39,6 +46,7 @@ TOFU_VERSION=1.12.6
 LOCAL_PROVIDER_VERSION=1.4.0
 TIME_PROVIDER_VERSION=0.14.2
 OTF_VERSION=0.1.0
+HELM_VERSION=v3.22.0
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -122,6 +130,30 @@ provider() {
   cp "$d/$(basename "$mod")" "$b/$file"
 }
 
+# helm v3 for `helm lint` / `helm template` of deploy/helm/ctsync.
+build_helm() {
+  local d="$BUILD/helm"
+  rm -rf "$d"; mkdir -p "$d"; cd "$d"
+  log "helm: building $HELM_VERSION from the module proxy (a few minutes)"
+  go mod init helmbuild >/dev/null 2>&1
+  go get -tool "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" >/dev/null 2>&1
+  go build -trimpath -ldflags "-s -w" -o "$BIN/helm.tmp" helm.sh/helm/v3/cmd/helm
+  mv "$BIN/helm.tmp" "$BIN/helm"
+  cd "$ROOT"
+}
+
+# Debian's busybox-static: the container image's /bin/sh (local-exec) and
+# basic commands. Unpacked in $BUILD/busybox/root (bin/busybox and its
+# copyright file); the .deb is kept so rebuilt images stay identical.
+fetch_busybox() {
+  local d="$BUILD/busybox"
+  rm -rf "$d"; mkdir -p "$d"; cd "$d"
+  log "busybox-static: downloading the Debian package"
+  apt-get download busybox-static >/dev/null 2>&1 || { apt-get update -qq >/dev/null; apt-get download busybox-static >/dev/null; }
+  dpkg-deb -x busybox-static_*.deb root
+  cd "$ROOT"
+}
+
 have consul || build_consul
 have terraform || build_terraform
 if [ "${TOOLS_TOFU:-1}" = 1 ]; then have tofu || build_tofu; fi
@@ -132,6 +164,10 @@ if [ "${TOOLS_OTF:-1}" = 1 ]; then
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
   fi
+fi
+if [ "${TOOLS_RELEASE:-0}" = 1 ]; then
+  [ -x "$BIN/helm" ] || build_helm
+  [ -x "$BUILD/busybox/root/bin/busybox" ] || fetch_busybox
 fi
 provider local github.com/terraform-providers/terraform-provider-local "$LOCAL_PROVIDER_VERSION"
 provider time github.com/hashicorp/terraform-provider-time "$TIME_PROVIDER_VERSION"

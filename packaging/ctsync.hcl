@@ -1,0 +1,52 @@
+# ctsync configuration (/etc/ctsync.d/ctsync.hcl).
+#
+# The service reads every *.hcl and *.json file in /etc/ctsync.d/. Put
+# secrets in /etc/ctsync.d/ctsync.env (KEY=value lines, mode 0640, read by
+# the systemd unit) and refer to them with {{ env "KEY" }}. After a change:
+# `systemctl restart ctsync` (token files and TLS certificates only need
+# `systemctl reload ctsync`). Reference: docs/configuration.md.
+#
+# With nothing but comments, ctsync starts with no task and waits for the
+# local Consul agent.
+
+# log_level   = "INFO"
+# port        = 8558
+# working_dir = "/var/lib/ctsync/sync-tasks"
+
+# consul {
+#   address = "localhost:8500"
+#   token   = "{{ env \"CONSUL_HTTP_TOKEN\" }}"
+# }
+
+# driver "terraform" {
+#   # `terraform` or `tofu` from the PATH, or a path:
+#   # path = "/usr/local/bin/tofu"
+#   backend "consul" {
+#     gzip = true
+#   }
+# }
+
+# api_auth {
+#   token {
+#     name        = "ops"
+#     secret_file = "/etc/ctsync.d/ops.token"
+#     access      = "write"
+#   }
+# }
+
+# task {
+#   name   = "web-lb"
+#   module = "/var/lib/ctsync/modules/lb"
+#   condition "services" {
+#     names = ["web"]
+#   }
+# }
+
+# high_availability {
+#   cluster {
+#     name = "ctsync"
+#   }
+#   instance {
+#     address = "ctsync-01.example.com"
+#   }
+# }
