@@ -175,6 +175,10 @@ func (b *browser) act(sel, want string) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		b.click(sel)
+		if sel == "#run-now" { // "Run now" asks for confirmation first
+			b.wait("the run confirmation", `!!document.querySelector('#confirm-run')`, 10*time.Second)
+			b.click("#confirm-run")
+		}
 		b.wait(fmt.Sprintf("%s to answer %q", sel, want), fmt.Sprintf(
 			`(t => t.includes(%s) || t.includes('is active'))((document.querySelector('#message') || {}).innerText || '')`,
 			jsString(want)), 60*time.Second)
@@ -438,7 +442,7 @@ task {
 	b.waitText(row("web-task")+" .desc", desc, 30*time.Second)
 	for _, check := range []struct{ what, expr string }{
 		{"no <img> element", `document.images.length === 0`},
-		{"only the dashboard's own script", `document.scripts.length === 1 && document.scripts[0].src.endsWith('/ui/app.js')`},
+		{"only the dashboard's own scripts", `document.scripts.length === 3 && Array.from(document.scripts).every(s => s.src.startsWith(location.origin + '/ui/'))`},
 		{"no <b> element from the description", `document.querySelectorAll('main b').length === 0`},
 	} {
 		if ok, _ := b.eval(check.expr).(bool); !ok {

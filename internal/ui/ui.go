@@ -1,5 +1,6 @@
-// Package ui is ctsync's web dashboard: a few static files (HTML, one
-// script, one style sheet) embedded in the binary and served at /ui/. The
+// Package ui is ctsync's web dashboard: a few static files (HTML, its
+// scripts and style sheet, and the vendored uPlot chart library under
+// assets/vendor/uplot) embedded in the binary and served at /ui/. The
 // page reads and changes everything through the /v1 API, so it shows what
 // the API shows, works offline and needs no build step.
 //
@@ -14,6 +15,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 //go:embed assets
@@ -47,8 +49,32 @@ func Handler() http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		// A new ctsync version brings new files: revalidate every time.
 		h.Set("Cache-Control", "no-cache")
+		if task, id, ok := runLink(r.URL.EscapedPath()); ok {
+			// A run's link (/ui/runs/<task>/<id>, pasted into an incident)
+			// opens the dashboard's run page. The Location is relative,
+			// so it works behind a proxy that serves ctsync under a prefix.
+			h.Set("Location", "../../#/runs/"+task+"/"+id)
+			w.WriteHeader(http.StatusFound)
+			return
+		}
 		files.ServeHTTP(w, r)
 	}))
+}
+
+// RunPath is the link of one run: RunPath + "<task>/<id>" (path-escaped).
+const RunPath = Path + "runs/"
+
+// runLink splits "/runs/<task>/<id>" (the path under /ui, escaped).
+func runLink(escaped string) (task, id string, ok bool) {
+	rest, ok := strings.CutPrefix(escaped, "/runs/")
+	if !ok {
+		return "", "", false
+	}
+	task, id, ok = strings.Cut(rest, "/")
+	if !ok || task == "" || id == "" || strings.Contains(id, "/") {
+		return "", "", false
+	}
+	return task, id, true
 }
 
 // RedirectHome sends "/" to the dashboard.

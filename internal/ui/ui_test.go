@@ -22,10 +22,13 @@ func TestHandler(t *testing.T) {
 	mux.Handle(Path, Handler())
 	mux.Handle("GET /{$}", RedirectHome())
 	for path, ctype := range map[string]string{
-		"/ui/":            "text/html; charset=utf-8",
-		"/ui/app.js":      "text/javascript; charset=utf-8",
-		"/ui/style.css":   "text/css; charset=utf-8",
-		"/ui/favicon.svg": "image/svg+xml",
+		"/ui/":                               "text/html; charset=utf-8",
+		"/ui/app.js":                         "text/javascript; charset=utf-8",
+		"/ui/style.css":                      "text/css; charset=utf-8",
+		"/ui/favicon.svg":                    "image/svg+xml",
+		"/ui/charts.js":                      "text/javascript; charset=utf-8",
+		"/ui/vendor/uplot/uPlot.iife.min.js": "text/javascript; charset=utf-8",
+		"/ui/vendor/uplot/uPlot.min.css":     "text/css; charset=utf-8",
 	} {
 		resp := get(t, mux, "GET", path)
 		body, _ := io.ReadAll(resp.Body)
@@ -53,6 +56,21 @@ func TestHandler(t *testing.T) {
 	}
 	if resp := get(t, mux, "GET", "/"); resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
 		t.Errorf("/: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	for path, want := range map[string]string{
+		"/ui/runs/web/3f2a":     "../../#/runs/web/3f2a",
+		"/ui/runs/a%2Fb/x%20y":  "../../#/runs/a%2Fb/x%20y",
+		"/ui/runs/web/3f2a?x=1": "../../#/runs/web/3f2a",
+	} {
+		resp := get(t, mux, "GET", path)
+		if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != want {
+			t.Errorf("%s: %d %q, want a redirect to %q", path, resp.StatusCode, resp.Header.Get("Location"), want)
+		}
+	}
+	for _, path := range []string{"/ui/runs/", "/ui/runs/web", "/ui/runs/web/", "/ui/runs/web/a/b"} {
+		if resp := get(t, mux, "GET", path); resp.StatusCode != 404 {
+			t.Errorf("%s: %d, want 404", path, resp.StatusCode)
+		}
 	}
 	if resp := get(t, mux, "GET", "/other"); resp.StatusCode != 404 {
 		t.Errorf("/other: %d", resp.StatusCode)

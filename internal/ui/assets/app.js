@@ -23,6 +23,10 @@ const state = {
   message: null,   // {text, kind} shown above the task page
   plan: null,      // {task, text, changes}: the plan preview of an enable
   log: null,       // {task, id, text, error}: the run log shown
+  confirmRun: null, // the task whose "Run now" waits for confirmation
+  filter: '',      // history filter: '', 'success' or 'failure'
+  page: 0,         // history page (PAGE_SIZE runs each), newest first
+  allEvents: null, // {at, list}: every task's events for the runs-per-minute chart
   timer: null,
   seq: 0,          // render generation: a slow, stale render is dropped
 };
@@ -39,7 +43,7 @@ function el(tag, props, ...children) {
     else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     e.append(c instanceof Node ? c : String(c));
   }
@@ -83,6 +87,14 @@ async function request(method, url, body) {
 
 const taskPath = (name) => '/tasks/' + encodeURIComponent(name);
 const taskHref = (name) => '#/tasks/' + encodeURIComponent(name);
+const runHref = (name, id) => '#/runs/' + encodeURIComponent(name) + '/' + encodeURIComponent(id);
+// runURL is a run's link to paste anywhere: /ui/runs/<task>/<id>, which
+// the server sends to this page (it survives a reload).
+const runURL = (name, id) => new URL('runs/' + encodeURIComponent(name) + '/' + encodeURIComponent(id),
+  location.href.split('#')[0]).href;
+const PAGE_SIZE = 20;
+// How often the runs-per-minute chart reads every task's history.
+const ALL_EVENTS_MS = 30000;
 
 // ---- formatting ----
 
@@ -279,15 +291,51 @@ async function renderList(seq) {
       el('td', { class: 'status' }, statusBadge(st.status), st.active ? [' ', badge('running', 'info')] : null),
       el('td', { class: 'enabled' }, st.enabled ? badge('yes', 'ok') : badge('no', 'muted')),
       el('td', { class: 'last-run' }, ev ? timeCell(ev.end_time) : el('span', { class: 'muted' }, 'never')),
-      el('td', { class: 'result' }, ev ? [resultBadge(ev), ' ', planCell(ev.plan)] : null),
+      el('td', { class: 'result' }, ev ? [resultBadge(ev), ' ', planCell(ev.plan)] : null, errorLine(st)),
       el('td', { class: 'trigger' }, ev && ev.trigger ? el('code', null, ev.trigger) : ''),
-      el('td', { class: 'next-run' }, st.next_run ? timeCell(st.next_run) : el('span', { class: 'muted' }, '—')),
+      el('td', { class: 'next-run' }, nextRunCell(st)),
       el('td', { class: 'drift' }, driftBadge(st, spec)));
   }));
   const table = names.length
     ? el('table', { class: 'tasks', id: 'tasks' }, head, body)
     : el('p', { class: 'muted' }, 'No tasks are configured.');
-  setMain(el('h1', null, 'Tasks'), counts, table);
+  setMain(el('h1', null, 'Tasks'), counts, table,
+    el('h2', null, 'Activity'), chartFigure('chart-runs', 'Runs per minute, all tasks', 'last hour'));
+  drawRunsPerMinute(await allEvents(names, seq));
+}
+
+// allEvents reads every task's history for the runs-per-minute chart, at
+// most every ALL_EVENTS_MS (the list refreshes more often).
+async function allEvents(names, seq) {
+  const c = state.allEvents;
+  if (c && Date.now() - c.at < ALL_EVENTS_MS) return c.list;
+  const list = await Promise.all(names.slice(0, 200).map((n) =>
+    api('GET', taskPath(n) + '/events?limit=200').then((r) => r.events || [], () => [])));
+  if (seq === state.seq) state.allEvents = { at: Date.now(), list };
+  return list;
+}
+
+// errorLine is a failed task's error in one line, and whether it is
+// terminal.
+function errorLine(st) {
+  const lr = st.last_run;
+  if (!lr || lr.success || !lr.error_summary) return null;
+  return el('div', { class: 'err-summary' }, lr.error_summary,
+    lr.terminal ? [' ', badge('terminal', 'bad', 'not retried until the task\'s desired state changes')] : null);
+}
+
+// nextRunCell: running, a pending retry, a schedule tick, or on change.
+function nextRunCell(st) {
+  if (st.active) return badge('running', 'info');
+  if (st.retry) return retryBadge(st.retry);
+  if (st.next_run) return timeCell(st.next_run);
+  return el('span', { class: 'muted', title: 'runs when its Consul data or configuration changes' }, st.enabled ? 'on change' : '—');
+}
+
+function retryBadge(r) {
+  const due = new Date(r.next_at) <= Date.now();
+  return el('span', { class: 'retry' }, badge('retry ' + r.attempt, 'warn', r.last_error), ' ',
+    el('time', { datetime: r.next_at, title: fmtTime(r.next_at) }, due ? 'due now' : fmtAgo(r.next_at)));
 }
 
 // ---- task page ----
@@ -297,10 +345,12 @@ function detail(label, value) {
 }
 
 async function renderTask(name, seq) {
-  let spec, statuses, events;
+  let spec, statuses, events, recent;
+  const q = '?limit=' + PAGE_SIZE + '&offset=' + state.page * PAGE_SIZE + (state.filter ? '&result=' + state.filter : '');
   try {
-    [spec, statuses, events] = await Promise.all([
-      api('GET', taskPath(name)), api('GET', '/status' + taskPath(name)), api('GET', taskPath(name) + '/events')]);
+    [spec, statuses, events, recent] = await Promise.all([
+      api('GET', taskPath(name)), api('GET', '/status' + taskPath(name)), api('GET', taskPath(name) + '/events' + q),
+      api('GET', taskPath(name) + '/events?limit=200')]);
   } catch (e) {
     if (seq !== state.seq) return;
     if (e.status === 404) {
@@ -315,7 +365,7 @@ async function renderTask(name, seq) {
   const evs = events.events || [];
 
   const actions = el('div', { class: 'actions' },
-    el('button', { id: 'run-now', type: 'button', disabled: state.busy || !t.enabled, onclick: () => runNow(name),
+    el('button', { id: 'run-now', type: 'button', disabled: state.busy || !t.enabled, onclick: () => { state.confirmRun = name; render(); },
       title: t.enabled ? 'apply now, even if the inputs did not change' : 'enable the task first' }, 'Run now'),
     t.enabled
       ? el('button', { id: 'disable', type: 'button', disabled: state.busy, onclick: () => disable(name) }, 'Disable')
@@ -330,7 +380,12 @@ async function renderTask(name, seq) {
     detail('Condition', conditionText(t)),
     detail('Providers', (t.providers || []).join(', ')),
     detail('Buffer period', t.buffer_period && t.buffer_period.enabled ? t.buffer_period.min + ' – ' + t.buffer_period.max : 'off'),
-    detail('Next run', st.next_run ? timeCell(st.next_run) : ''),
+    detail('Next run', nextRunCell(st)),
+    st.last_run && !st.last_run.success ? detail('Last error', el('span', { id: 'last-error' }, st.last_run.error_summary || 'failed',
+      ' ', el('a', { href: runHref(name, st.last_run.id) }, 'run'))) : null,
+    st.dirty ? detail('Terminal', st.terminal ? badge('yes: waits for a change of its desired state', 'bad') : badge('no: retried', 'warn')) : null,
+    st.retry ? detail('Retry', el('span', { id: 'retry-info' }, 'attempt ' + st.retry.attempt + ' at ' + fmtTime(st.retry.next_at) +
+      ' (' + fmtAgo(st.retry.next_at) + ')')) : null,
     detail('Drift detection', dd ? ['every ' + dd.interval + (dd.remediate ? ', remediate' : ', report only') + ' ', driftBadge(st, t)] : 'off'),
     detail('Last drift check', st.last_drift_check ? timeCell(st.last_drift_check) : ''));
 
@@ -342,7 +397,12 @@ async function renderTask(name, seq) {
   ];
   if (state.message) nodes.push(el('p', { id: 'message', class: 'message ' + state.message.kind, role: 'status' }, state.message.text));
   if (state.plan && state.plan.task === name) nodes.push(planPanel(name));
-  nodes.push(details, el('h2', null, 'History'), historyTable(name, evs));
+  if (state.confirmRun === name) nodes.push(runConfirmPanel(name));
+  nodes.push(details,
+    el('div', { class: 'charts' },
+      chartFigure('chart-duration', 'Run duration (s) and result', 'newest ' + runEvents(recent.events).length + ' runs'),
+      chartFigure('chart-latency', 'Reaction latency (s): change seen → run ended')),
+    el('h2', null, 'History'), historyControls(events.total || 0), historyTable(name, evs));
   if (state.log && state.log.task === name) nodes.push(logPanel());
   // A refresh must not move the log the user is reading.
   const oldLog = document.getElementById('log');
@@ -350,21 +410,64 @@ async function renderTask(name, seq) {
   setMain(...nodes);
   const newLog = document.getElementById('log');
   if (kept && newLog && newLog.dataset.event === kept.event) newLog.scrollTop = kept.top;
+  drawTaskCharts(recent.events);
+}
+
+// historyControls: the result filter and the pages of the history.
+function historyControls(total) {
+  const sel = el('select', { id: 'result-filter', 'aria-label': 'show runs', onchange: () => { state.filter = sel.value; state.page = 0; render(); } },
+    [['', 'All runs'], ['success', 'Successful'], ['failure', 'Failed']].map(([v, label]) =>
+      el('option', { value: v, selected: state.filter === v }, label)));
+  const from = total ? state.page * PAGE_SIZE + 1 : 0;
+  const to = Math.min(total, (state.page + 1) * PAGE_SIZE);
+  return el('div', { class: 'history-controls' }, sel, ' ',
+    el('span', { id: 'page-info', class: 'muted' }, from + '–' + to + ' of ' + total), ' ',
+    el('button', { id: 'newer-page', type: 'button', class: 'small', disabled: state.page === 0,
+      onclick: () => { state.page--; render(); } }, '‹ Newer'), ' ',
+    el('button', { id: 'older-page', type: 'button', class: 'small', disabled: to >= total,
+      onclick: () => { state.page++; render(); } }, 'Older ›'));
+}
+
+// collapse folds identical consecutive failures (same kind and error
+// summary) into the newest of them, with how many it stands for.
+function collapse(evs) {
+  const out = [];
+  for (const ev of evs) {
+    const prev = out[out.length - 1];
+    const key = (e) => e.kind + '\u0000' + (e.error_summary || (e.error && e.error.message) || '');
+    if (prev && !prev.ev.success && !ev.success && prev.ev.kind !== 'drift' && key(prev.ev) === key(ev)) {
+      prev.count++;
+      prev.oldest = ev;
+      continue;
+    }
+    out.push({ ev, count: 1, oldest: ev });
+  }
+  return out;
+}
+
+function runConfirmPanel(name) {
+  return el('section', { class: 'panel', id: 'run-confirm', 'aria-label': 'confirm run' },
+    el('p', null, 'Apply ', el('b', null, name), ' now? Terraform applies its module even if nothing changed.'),
+    el('div', { class: 'actions' },
+      el('button', { id: 'confirm-run', type: 'button', class: 'primary', disabled: state.busy, onclick: () => { state.confirmRun = null; runNow(name); } }, 'Apply now'),
+      el('button', { id: 'cancel-run', type: 'button', disabled: state.busy, onclick: () => { state.confirmRun = null; render(); } }, 'Cancel')));
 }
 
 function historyTable(name, evs) {
-  if (!evs.length) return el('p', { class: 'muted', id: 'history' }, 'No runs yet.');
+  if (!evs.length) return el('p', { class: 'muted', id: 'history' }, state.filter || state.page ? 'No runs match.' : 'No runs yet.');
   const head = el('thead', null, el('tr', null,
     ['Started', 'Kind', 'Result', 'Plan', 'Trigger', 'Inputs', 'Duration', 'Error', ''].map((h) => el('th', { scope: 'col' }, h))));
-  const rows = evs.map((ev) => el('tr', { dataset: { event: ev.id }, class: state.log && state.log.id === ev.id ? 'selected' : null },
-    el('td', null, el('span', { title: fmtTime(ev.start_time) }, fmtTime(ev.start_time))),
+  const rows = collapse(evs).map(({ ev, count, oldest }) => el('tr', { dataset: { event: ev.id }, class: state.log && state.log.id === ev.id ? 'selected' : null },
+    el('td', { class: 'started' }, el('a', { class: 'run-link', href: runHref(name, ev.id), title: 'open this run' }, fmtTime(ev.start_time))),
     el('td', { class: 'kind' }, ev.kind || ''),
-    el('td', { class: 'result' }, resultBadge(ev)),
+    el('td', { class: 'result' }, resultBadge(ev), count > 1
+      ? [' ', el('span', { class: 'badge warn repeat', title: count + ' identical failures since ' + fmtTime(oldest.start_time) }, '×' + count)] : null),
     el('td', { class: 'plan-cell' }, planCell(ev.plan)),
     el('td', { class: 'trigger' }, ev.trigger ? el('code', null, ev.trigger) : ''),
     el('td', { class: 'hash' }, ev.inputs_hash ? el('code', { title: ev.inputs_hash }, ev.inputs_hash.slice(0, 12)) : ''),
     el('td', null, fmtDuration(ev.start_time, ev.end_time)),
-    el('td', { class: 'error' }, ev.error ? ev.error.message : ''),
+    el('td', { class: 'error', title: ev.error ? ev.error.message : null }, ev.error_summary || (ev.error ? ev.error.message.split('\n')[0] : ''),
+      ev.terminal ? [' ', badge('terminal', 'bad')] : null),
     el('td', null, ev.kind === 'noop' ? '' : el('button', { type: 'button', class: 'small view-log', onclick: () => showLog(name, ev.id) }, 'Log'))));
   return el('table', { class: 'history', id: 'history' }, head, el('tbody', null, rows));
 }
@@ -475,6 +578,126 @@ async function showLog(name, id) {
   render();
 }
 
+// ---- a run's page (#/runs/<task>/<id>) ----
+
+function decode(s) {
+  try { return decodeURIComponent(s); } catch (e) { return s; }
+}
+
+function secondsBetween(a, b) {
+  const ms = new Date(b) - new Date(a);
+  return ms >= 0 ? ms / 1000 : null;
+}
+
+function fmtSeconds(s) {
+  if (s === null || s === undefined) return '';
+  if (s < 1) return Math.round(s * 1000) + 'ms';
+  if (s < 60) return s.toFixed(1) + 's';
+  return Math.floor(s / 60) + 'm' + pad(Math.round(s % 60)) + 's';
+}
+
+// changesView says what changed in Consul since the task's previous run.
+function changesView(c) {
+  if (!c) return el('p', { class: 'muted', id: 'changes' }, 'Not recorded: the first run of the task since the daemon started.');
+  const kinds = [['services', 'Service instances'], ['consul_kv', 'Consul KV keys'], ['catalog_services', 'Catalog services'], ['nodes', 'Nodes']];
+  const parts = [];
+  for (const [k, label] of kinds) {
+    const d = c[k];
+    if (!d) continue;
+    const line = (what, n, names, cls) => n ? el('li', { class: cls },
+      n + ' ' + what + ': ', (names || []).map((x, i) => [i ? ', ' : '', el('code', null, x)]),
+      n > (names || []).length ? ' and ' + (n - names.length) + ' more' : '') : null;
+    parts.push(el('div', { class: 'change-kind', dataset: { kind: k } }, el('h3', null, label), el('ul', null,
+      line('added', d.added_count, d.added, 'add'), line('removed', d.removed_count, d.removed, 'destroy'),
+      line('changed', d.changed_count, d.changed, 'change'))));
+  }
+  if (!parts.length) return el('p', { class: 'muted', id: 'changes' }, 'Nothing changed in the Consul data since the previous run (the run had another cause: ' +
+    'its configuration, module, a retry or a request).');
+  return el('div', { id: 'changes' }, parts);
+}
+
+// phasesView: init, plan and apply with their durations, as bars on the
+// run's time line.
+function phasesView(ev) {
+  const phases = ev.phases || [];
+  if (!phases.length) return el('p', { class: 'muted', id: 'phases' }, 'Not recorded.');
+  const t0 = new Date(phases[0].start_time).getTime();
+  const total = Math.max(1, new Date(phases[phases.length - 1].end_time).getTime() - t0);
+  return el('table', { class: 'history phases', id: 'phases' },
+    el('thead', null, el('tr', null, ['Phase', 'Started', 'Duration', ''].map((h) => el('th', { scope: 'col' }, h)))),
+    el('tbody', null, phases.map((p) => {
+      const start = new Date(p.start_time).getTime() - t0;
+      const dur = new Date(p.end_time).getTime() - new Date(p.start_time).getTime();
+      const bar = el('div', { class: 'bar ' + p.name });
+      bar.style.marginLeft = (100 * start / total).toFixed(1) + '%';
+      bar.style.width = Math.max(0.5, 100 * dur / total).toFixed(1) + '%';
+      return el('tr', { dataset: { phase: p.name } }, el('td', { class: 'phase-name' }, p.name), el('td', null, '+' + fmtSeconds(start / 1000)),
+        el('td', { class: 'phase-duration' }, fmtSeconds(dur / 1000)), el('td', { class: 'timeline' }, bar));
+    })));
+}
+
+async function renderRun(name, id, seq) {
+  let r;
+  try {
+    r = await api('GET', taskPath(name) + '/events/' + encodeURIComponent(id));
+  } catch (e) {
+    if (seq !== state.seq) return;
+    if (e.status === 404) {
+      setMain(el('p', { class: 'crumbs' }, el('a', { href: '#/' }, 'Tasks'), ' / ', el('a', { href: taskHref(name) }, name), ' / '),
+        el('h1', null, 'Run ' + id), el('p', { class: 'error', id: 'run-missing' }, e.message));
+      return;
+    }
+    throw e;
+  }
+  const ev = r.event;
+  let log = null;
+  let logNote = '';
+  try {
+    log = await api('GET', taskPath(name) + '/events/' + encodeURIComponent(id) + '/log');
+  } catch (e) {
+    logNote = e.message;
+  }
+  if (seq !== state.seq) return;
+  const latency = ev.detected_at ? secondsBetween(ev.detected_at, ev.end_time) : null;
+  const link = runURL(name, id);
+  const details = el('dl', { class: 'details', id: 'run-details' },
+    detail('Result', [resultBadge(ev), ev.terminal ? [' ', badge('terminal', 'bad', 'not retried until the task\'s desired state changes')] : null]),
+    detail('Kind', ev.kind || ''),
+    detail('Trigger', ev.trigger ? el('code', { id: 'run-trigger' }, ev.trigger) : ''),
+    detail('Triggered by', el('span', { id: 'run-actor' }, ev.actor ? 'token ' + ev.actor
+      : (ev.trigger === 'api' || ev.trigger === 'enable' ? 'an API request (no token: api_auth is off)' : 'ctsync'))),
+    detail('Change seen', ev.detected_at ? fmtTime(ev.detected_at) : ''),
+    detail('Started', fmtTime(ev.start_time)),
+    detail('Ended', fmtTime(ev.end_time)),
+    detail('Duration', fmtDuration(ev.start_time, ev.end_time)),
+    detail('Reaction latency', latency !== null ? el('span', { id: 'run-latency', title: 'from the change seen to the end of the run' }, fmtSeconds(latency)) : ''),
+    detail('Plan', el('span', { id: 'run-plan' }, planCell(ev.plan))),
+    detail('Error', ev.error_summary || ev.error ? el('span', { id: 'run-error-summary', class: 'err-summary' }, ev.error_summary || ev.error.message.split('\n')[0]) : ''),
+    detail('Inputs', ev.inputs_hash ? el('code', null, ev.inputs_hash) : ''),
+    ev.tfc_run_url ? detail('Remote run', el('a', { href: ev.tfc_run_url, rel: 'noopener noreferrer' }, ev.tfc_run_url)) : null,
+    detail('Link', el('input', { id: 'run-url', type: 'text', readonly: true, value: link, 'aria-label': 'link to this run',
+      onfocus: (e) => e.target.select() })));
+  const nav = el('p', { class: 'run-nav' },
+    r.newer_id ? el('a', { id: 'newer-run', href: runHref(name, r.newer_id) }, '‹ newer run') : el('span', { class: 'muted' }, 'newest run'), ' · ',
+    r.older_id ? el('a', { id: 'older-run', href: runHref(name, r.older_id) }, 'older run ›') : el('span', { class: 'muted' }, 'oldest run kept'));
+  const oldLog = document.getElementById('run-log');
+  const top = oldLog ? oldLog.scrollTop : null;
+  setMain(
+    el('p', { class: 'crumbs' }, el('a', { href: '#/' }, 'Tasks'), ' / ', el('a', { href: taskHref(name), id: 'run-task' }, name), ' / '),
+    el('h1', { id: 'run-title' }, 'Run ', el('code', null, id)),
+    nav, details,
+    ev.error ? el('details', { class: 'full-error' }, el('summary', null, 'Full error'), el('pre', { class: 'log', id: 'run-error' }, ev.error.message)) : null,
+    el('h2', null, 'What changed in Consul'), changesView(ev.changes),
+    el('h2', null, 'Phases'), phasesView(ev),
+    el('h2', null, 'Log'),
+    log !== null
+      ? el('pre', { class: 'log', id: 'run-log' }, log)
+      : [el('p', { class: 'muted', id: 'run-log-note' }, (logNote || 'No log.') + (ev.log_tail ? ' The end of the output, kept with the event:' : '')),
+        ev.log_tail ? el('pre', { class: 'log', id: 'run-log' }, ev.log_tail) : null]);
+  const newLog = document.getElementById('run-log');
+  if (newLog && top !== null) newLog.scrollTop = top;
+}
+
 // ---- routing and refresh ----
 
 // ---- the API token ----
@@ -518,16 +741,16 @@ function showSignOut() {
 async function renderMetrics(seq) {
   const text = await request('GET', '../metrics');
   if (seq !== state.seq) return;
-  setMain(el('h1', null, 'Metrics'), el('pre', { id: 'metrics', class: 'log' }, typeof text === 'string' ? text : JSON.stringify(text)));
+  setMain(el('h1', null, 'Metrics'), ...metricsView(typeof text === 'string' ? text : JSON.stringify(text)));
 }
 
 function route() {
   if (location.hash === '#/metrics') return { view: 'metrics' };
+  const run = location.hash.match(/^#\/runs\/([^/]+)\/([^/]+)$/);
+  if (run) return { view: 'run', name: decode(run[1]), id: decode(run[2]) };
   const m = location.hash.match(/^#\/tasks\/(.+)$/);
   if (!m) return { view: 'list' };
-  let name;
-  try { name = decodeURIComponent(m[1]); } catch (e) { name = m[1]; }
-  return { view: 'task', name };
+  return { view: 'task', name: decode(m[1]) };
 }
 
 async function render() {
@@ -536,6 +759,7 @@ async function render() {
   const r = route();
   try {
     if (r.view === 'task') await renderTask(r.name, seq);
+    else if (r.view === 'run') await renderRun(r.name, r.id, seq);
     else if (r.view === 'metrics') await renderMetrics(seq);
     else await renderList(seq);
     if (seq === state.seq) setBanner('');
@@ -557,7 +781,7 @@ async function render() {
 // refresh re-renders unless the user is in the middle of something.
 function refresh() {
   if (state.login !== null) return;
-  if (state.busy || state.plan) {
+  if (state.busy || state.plan || state.confirmRun) {
     state.timer = setTimeout(refresh, REFRESH_MS);
     return;
   }
@@ -569,6 +793,9 @@ window.addEventListener('hashchange', () => {
   state.message = null;
   state.plan = null;
   state.log = null;
+  state.confirmRun = null;
+  state.page = 0;
+  state.filter = '';
   render();
 });
 
