@@ -45,13 +45,13 @@ func TestChainWithRealTerraform(t *testing.T) {
 		{func() { c.RegisterService(t, reg("web-2", "web", 8002), "passing") }, "web-1,web-2|web-1,web-2|2"},
 		{func() { c.SetCheck(t, "web-1", "critical", "down") }, "web-2|web-2|1"},
 	} {
-		before := len(haLines(p, `msg="running task"`, "task=down"))
-		upBefore := len(haLines(p, `msg="task run succeeded"`, "task=up"))
+		before := len(haLines(p, ` executing task: `, "task_name=down"))
+		upBefore := len(haLines(p, ` task completed: `, "task_name=up"))
 		step.change()
 		waitChain(step.want)
 		// down's applying run came after up's run of the change ended.
-		downRuns := haLines(p, `msg="running task"`, "task=down")[before:]
-		upDone := haLines(p, `msg="task run succeeded"`, "task=up")[upBefore:]
+		downRuns := haLines(p, ` executing task: `, "task_name=down")[before:]
+		upDone := haLines(p, ` task completed: `, "task_name=up")[upBefore:]
 		if len(downRuns) == 0 || len(upDone) == 0 {
 			t.Fatalf("after the change: %d runs of down, %d successes of up", len(downRuns), len(upDone))
 		}

@@ -69,7 +69,7 @@ func TestCompatBadConfigAtStart(t *testing.T) {
 					t.Errorf("the error lacks %q:\n%s", w, out)
 				}
 			}
-			if strings.Contains(out, "running task") {
+			if strings.Contains(out, "executing task") {
 				t.Errorf("a task ran")
 			}
 		})

@@ -133,14 +133,15 @@ func startCompat(t *testing.T, dir string, extraEnv []string, args ...string) *p
 }
 
 // runs counts the runs ctsync started for a task, by its log lines.
-func (p *proc) runs(taskName string) int { return p.countLog("running task", taskName) }
+func (p *proc) runs(taskName string) int { return p.countLog("executing task", taskName) }
 
 // successes counts the task's successful runs. A run that failed and was
 // retried counts once, when it succeeded.
-func (p *proc) successes(taskName string) int { return p.countLog("task run succeeded", taskName) }
+func (p *proc) successes(taskName string) int { return p.countLog("task completed", taskName) }
 
 func (p *proc) countLog(msg, taskName string) int {
-	re := regexp.MustCompile(`msg="` + regexp.QuoteMeta(msg) + `".* task=` + regexp.QuoteMeta(taskName) + `( |$)`)
+	// hclog's format: "<time> [LEVEL] <name>: <msg>: key=value ...".
+	re := regexp.MustCompile(` ` + regexp.QuoteMeta(msg) + `: (.* )?task_name=` + regexp.QuoteMeta(taskName) + `( |$)`)
 	n := 0
 	for _, l := range strings.Split(p.out.String(), "\n") {
 		if re.MatchString(l) {
@@ -354,7 +355,7 @@ func jsonEqual(a, b json.RawMessage) bool {
 func settle(t *testing.T, p *proc, taskName string) {
 	t.Helper()
 	testutil.Eventually(t, 60*time.Second, "the runs of task "+taskName+" to finish", func() bool {
-		return p.runs(taskName) == p.successes(taskName)+p.countLog("task run failed", taskName)
+		return p.runs(taskName) == p.successes(taskName)+p.countLog("error applying task", taskName)
 	})
 }
 

@@ -371,13 +371,13 @@ an_object = {
 	}, "start", "-config-file", cfg)
 	for _, name := range compatTasks {
 		testutil.Eventually(t, 3*time.Minute, "the first successful run of task "+name, func() bool {
-			return len(r.p.lines(`msg="task run succeeded"`, "task="+name+" ")) > 0
+			return len(r.p.lines(` task completed: `, "task_name="+name+" ")) > 0
 		})
 	}
 	// On a loaded machine Terraform may fail a run for reasons of its own
 	// (a provider plugin slow to start); the controller retries, and the
 	// checks below look at what the modules finally received.
-	if failed := r.p.lines(`msg="task run failed"`); len(failed) > 0 {
+	if failed := r.p.lines(` error applying task: `); len(failed) > 0 {
 		t.Logf("runs failed and were retried:\n%s", strings.Join(failed, "\n"))
 	}
 	if !strings.Contains(r.p.out.String(), "using terraform binary") || !strings.Contains(r.p.out.String(), b.path) {
@@ -794,7 +794,7 @@ func (r *compatRun) provider(t *testing.T) {
 // because its module input changed.
 func checkScheduleTriggers(t *testing.T, p *proc, taskName string) {
 	t.Helper()
-	for _, l := range p.lines(`msg="running task"`, "task="+taskName+" ") {
+	for _, l := range p.lines(` executing task: `, "task_name="+taskName+" ") {
 		if !strings.Contains(l, "trigger=schedule") && !strings.Contains(l, "trigger=start") {
 			t.Fatalf("a schedule task ran for another reason than its schedule: %s", l)
 		}

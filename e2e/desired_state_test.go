@@ -133,7 +133,7 @@ func TestDesiredStateAcrossHARestarts(t *testing.T) {
 		t.Helper()
 		testutil.Eventually(t, 120*time.Second, "the task run or skipped", func() bool {
 			return p.countLog("desired state unchanged since last apply, skipping run", "edge") > 0 ||
-				p.countLog("task run succeeded", "edge") > 0 || p.countLog("task run failed", "edge") > 0
+				p.countLog("task completed", "edge") > 0 || p.countLog("error applying task", "edge") > 0
 		})
 	}
 	must(t, c.Client.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "web-1", Name: "web", Port: 80, Address: "10.0.0.1"}))

@@ -116,8 +116,8 @@ func TestFaultWorkingDirUnwritable(t *testing.T) {
 			t.Errorf("the event does not say which step failed: %q", m)
 		}
 	}
-	p.waitOutput(t, 10*time.Second, "task run failed", "task=readonly")
-	p.waitOutput(t, 10*time.Second, "task run failed", "task=full")
+	p.waitOutput(t, 10*time.Second, "error applying task", "task_name=readonly")
+	p.waitOutput(t, 10*time.Second, "error applying task", "task_name=full")
 
 	restore()
 	must(t, os.Remove(filler))

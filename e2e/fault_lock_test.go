@@ -82,7 +82,7 @@ func TestFaultStateLockHeld(t *testing.T) {
 	}
 	// The other task is not held up.
 	waitConverged(t, c, other, "web")
-	p.waitOutput(t, 30*time.Second, "retrying task: its Terraform state is locked by another process", "task=locked")
+	p.waitOutput(t, 30*time.Second, "retrying task: its Terraform state is locked by another process", "task_name=locked")
 	release()
 	start := time.Now()
 	waitConverged(t, c, out, "web")
@@ -130,7 +130,7 @@ func TestFaultKilledDuringApply(t *testing.T) {
 	waitConverged(t, c, out, "web")
 	t.Logf("converged %s after the kill; %d failed runs on the way", time.Since(killed).Round(time.Second),
 		len(failedEvents(t, port, "gated")))
-	if ls := p2.lines("task run failed", "task=gated"); len(ls) > 0 && !strings.Contains(ls[0], "locked by another process") {
+	if ls := p2.lines("error applying task", "task_name=gated"); len(ls) > 0 && !strings.Contains(ls[0], "locked by another process") {
 		t.Errorf("a failed run after the restart does not say why: %s", ls[0])
 	}
 	p2.running(t)

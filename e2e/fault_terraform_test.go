@@ -103,7 +103,7 @@ func TestFaultTerraformCrashMidApply(t *testing.T) {
 	if !strings.Contains(msg, "terraform was terminated by signal") {
 		t.Errorf("the event does not say Terraform was killed: %q", msg)
 	}
-	p.waitOutput(t, 10*time.Second, "task run failed", "task=crashy")
+	p.waitOutput(t, 10*time.Second, "error applying task", "task_name=crashy")
 
 	// Terraform works again; a change brings the crashed task up to date.
 	// The gate lets the crashed apply's orphaned provisioner shell end, and

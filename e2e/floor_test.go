@@ -194,7 +194,7 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 	profile := os.Getenv("CTSYNC_FLOOR_PROFILE")
 	d := startFloorDaemon(t, work, cfg, profile != "")
 	testutil.Eventually(t, 30*time.Minute, "every task's first apply", func() bool {
-		return d.count("task run succeeded") >= cell.tasks
+		return d.count("task completed") >= cell.tasks
 	})
 	var prof *os.File
 	if profile != "" {
@@ -224,7 +224,7 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 			before[tk.name] = b
 		}
 		// 1. ctsync.
-		done := d.count("task run succeeded")
+		done := d.count("task completed")
 		i := cat.per + nextInstance[cat]
 		nextInstance[cat]++
 		if prof != nil && r == 0 {
@@ -239,7 +239,7 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 			t.Fatalf("registration: %v %+v", err, resp)
 		}
 		testutil.Eventually(t, 30*time.Minute, "every task's apply of the change", func() bool {
-			return d.count("task run succeeded") >= done+cell.tasks
+			return d.count("task completed") >= done+cell.tasks
 		})
 		end := time.Now()
 		if at, ok := d.lastSuccess(); ok && at.After(begin) && at.Before(end) {
@@ -250,7 +250,7 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 		if prof != nil && r == 0 {
 			pprof.StopCPUProfile()
 		}
-		if n := d.count("task run failed"); n > 0 {
+		if n := d.count("error applying task"); n > 0 {
 			t.Fatalf("%d runs failed", n)
 		}
 		// 2. Terraform alone, in the same directories.
@@ -384,8 +384,8 @@ func startFloorDaemon(t *testing.T, dir, cfg string, inProcess bool) *floorDaemo
 	return d
 }
 
-// lastSuccess is the time of the last "task run succeeded" line in the
-// daemon's log (slog's text format keeps milliseconds).
+// lastSuccess is the time of the last "task completed" line in the
+// daemon's log (hclog's format keeps milliseconds).
 func (d *floorDaemon) lastSuccess() (time.Time, bool) {
 	var out string
 	if d.p != nil {
@@ -393,17 +393,16 @@ func (d *floorDaemon) lastSuccess() (time.Time, bool) {
 	} else {
 		out = d.buf.String()
 	}
-	i := strings.LastIndex(out, "task run succeeded")
+	i := strings.LastIndex(out, "task completed")
 	if i < 0 {
 		return time.Time{}, false
 	}
 	line := out[strings.LastIndexByte(out[:i], '\n')+1 : i]
-	v, ok := strings.CutPrefix(line, "time=")
-	if !ok {
+	m := logTime.FindStringSubmatch(line)
+	if m == nil {
 		return time.Time{}, false
 	}
-	v, _, _ = strings.Cut(v, " ")
-	at, err := time.Parse(time.RFC3339Nano, v)
+	at, err := parseLogTime(m[1])
 	return at, err == nil
 }
 

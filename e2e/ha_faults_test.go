@@ -184,11 +184,11 @@ func TestHAFaultsMidApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	cont := time.Now()
-	leader.proc().waitOutput(t, 30*time.Second, `msg="ha: lost leadership"`)
+	leader.proc().waitOutput(t, 30*time.Second, ` ha: lost leadership: `)
 	if l := c.leading(30 * time.Second); l != next {
 		t.Fatalf("after SIGCONT %s leads, want %s", l.id, next.id)
 	}
-	if ls := haLines(leader.proc(), `msg="ha: acquired leadership"`); len(ls) > 0 && ls[len(ls)-1].at.After(cont) {
+	if ls := haLines(leader.proc(), ` ha: acquired leadership: `); len(ls) > 0 && ls[len(ls)-1].at.After(cont) {
 		t.Fatalf("%s acquired the lead after SIGCONT", leader.id)
 	}
 	checkBeats("sigstop", stop)

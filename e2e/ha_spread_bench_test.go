@@ -121,7 +121,7 @@ func TestSpreadBench(t *testing.T) {
 		n, last := 0, time.Time{}
 		for _, in := range c.insts {
 			for _, p := range in.procs {
-				for _, l := range haLines(p, `msg="task run succeeded"`) {
+				for _, l := range haLines(p, ` task completed: `) {
 					n++
 					if l.at.After(last) {
 						last = l.at

@@ -233,7 +233,7 @@ func TestSpreadFaultsHeartbeat(t *testing.T) {
 		for _, i := range partTasks {
 			for _, in := range c.insts {
 				if in != part && alive(in) {
-					at := firstLine(in, cut, `msg="ha: owning task"`, "how=takeover", fmt.Sprintf(" task=task-%d ", i))
+					at := firstLine(in, cut, ` ha: owning task: `, "how=takeover", fmt.Sprintf(" task_name=task-%d ", i))
 					if !at.IsZero() && (took.IsZero() || at.Before(took)) {
 						took = at
 					}
@@ -242,7 +242,7 @@ func TestSpreadFaultsHeartbeat(t *testing.T) {
 		}
 		return !took.IsZero()
 	})
-	stopped := firstLine(part, cut, `msg="ha: stopped running tasks"`)
+	stopped := firstLine(part, cut, ` ha: stopped running tasks: `)
 	if stopped.IsZero() || !stopped.Before(took) {
 		t.Fatalf("the partitioned %s did not stop running its tasks (at %s) before another member took one over at %s",
 			part.id, stopped.Format(time.StampMilli), took.Format(time.StampMilli))
@@ -279,7 +279,7 @@ func TestSpreadFaultsHeartbeat(t *testing.T) {
 	// Its own view is stale until it has read the folder again: wait until
 	// it has locked a key since, and every member agrees.
 	testutil.Eventually(t, 90*time.Second, part.id+" owning tasks again after the link healed", func() bool {
-		if firstLine(part, healed, `msg="ha: owning task"`).IsZero() {
+		if firstLine(part, healed, ` ha: owning task: `).IsZero() {
 			return false
 		}
 		var o map[string]string

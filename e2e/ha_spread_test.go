@@ -110,9 +110,9 @@ func (c *haCluster) applies() map[string]int {
 	out := map[string]int{}
 	for _, in := range c.insts {
 		for _, p := range in.procs {
-			for _, l := range haLines(p, `msg="task run succeeded"`) {
+			for _, l := range haLines(p, ` task completed: `) {
 				for i := range spreadTasks {
-					if strings.Contains(l.text, fmt.Sprintf(" task=task-%d ", i)) {
+					if strings.Contains(l.text, fmt.Sprintf(" task_name=task-%d ", i)) {
 						out[fmt.Sprintf("task-%d", i)]++
 					}
 				}
@@ -323,10 +323,10 @@ func (c *haCluster) noOverlapPerTask() {
 	taskOf := map[string]string{}
 	for _, in := range c.insts {
 		for _, p := range in.procs {
-			for _, l := range haLines(p, `msg="running task"`, "run_id=") {
+			for _, l := range haLines(p, ` executing task: `, "run_id=") {
 				m := runIDRe.FindStringSubmatch(l.text)
 				for i := range spreadTasks {
-					if m != nil && strings.Contains(l.text, fmt.Sprintf(" task=task-%d ", i)) {
+					if m != nil && strings.Contains(l.text, fmt.Sprintf(" task_name=task-%d ", i)) {
 						taskOf[m[1]] = fmt.Sprintf("task-%d", i)
 					}
 				}

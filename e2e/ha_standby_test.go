@@ -136,7 +136,7 @@ high_availability {
 	if pct >= 1 {
 		t.Errorf("a follower used %.2f%% of a core, want < 1%%", pct)
 	}
-	if n := p.count(`msg="running task"`); n != 0 {
+	if n := p.count(` executing task: `); n != 0 {
 		t.Errorf("a follower ran %d tasks", n)
 	}
 }

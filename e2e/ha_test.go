@@ -97,7 +97,13 @@ type logLine struct {
 	text string
 }
 
-var logTime = regexp.MustCompile(`^time=(\S+) `)
+// logTime is the time at the start of a log line (hclog's format).
+var logTime = regexp.MustCompile(`^(\d{4}-\d\d-\d\dT\S+) \[`)
+
+// parseLogTime parses logTime's match.
+func parseLogTime(v string) (time.Time, error) {
+	return time.Parse("2006-01-02T15:04:05.000Z0700", v)
+}
 
 func haLines(p *proc, subs ...string) []logLine {
 	var out []logLine
@@ -112,7 +118,7 @@ next:
 		if m == nil {
 			continue
 		}
-		at, err := time.Parse(time.RFC3339Nano, m[1])
+		at, err := parseLogTime(m[1])
 		if err != nil {
 			continue
 		}
@@ -164,7 +170,7 @@ func (c *haCluster) leaderSince(since time.Time, timeout time.Duration) (*haInst
 	var at time.Time
 	testutil.Eventually(c.t, timeout, "an instance acquiring leadership", func() bool {
 		for _, in := range c.insts {
-			for _, l := range haLines(in.proc(), `msg="ha: acquired leadership"`) {
+			for _, l := range haLines(in.proc(), ` ha: acquired leadership: `) {
 				if !l.at.Before(since) {
 					who, at = in, l.at
 					return true
@@ -216,8 +222,8 @@ func haGet(port int, path string) (int, http.Header, []byte) {
 func waitIdle(t *testing.T, in *haInstance) {
 	t.Helper()
 	testutil.Eventually(t, 60*time.Second, in.id+" idle", func() bool {
-		started := len(haLines(in.proc(), `msg="running task"`))
-		ended := len(haLines(in.proc(), `msg="task run succeeded"`)) + len(haLines(in.proc(), `msg="task run failed"`))
+		started := len(haLines(in.proc(), ` executing task: `))
+		ended := len(haLines(in.proc(), ` task completed: `)) + len(haLines(in.proc(), ` error applying task: `))
 		if started != ended {
 			return false
 		}
@@ -262,9 +268,9 @@ func (c *haCluster) runs() []runInterval {
 					continue
 				}
 				switch {
-				case strings.Contains(l.text, `msg="running task"`):
+				case strings.Contains(l.text, ` executing task: `):
 					open[m[1]] = l.at
-				case strings.Contains(l.text, `msg="task run succeeded"`), strings.Contains(l.text, `msg="task run failed"`):
+				case strings.Contains(l.text, ` task completed: `), strings.Contains(l.text, ` error applying task: `):
 					if st, ok := open[m[1]]; ok {
 						out = append(out, runInterval{in.id, m[1], st, l.at})
 						delete(open, m[1])
@@ -274,7 +280,7 @@ func (c *haCluster) runs() []runInterval {
 			end := time.Now()
 			select {
 			case <-p.done: // exited: its runs ended with its last words
-				if ls := haLines(p, "time="); len(ls) > 0 {
+				if ls := haLines(p); len(ls) > 0 {
 					end = ls[len(ls)-1].at
 				}
 			default:
@@ -482,7 +488,7 @@ func TestHighAvailability(t *testing.T) {
 	if next == leader {
 		t.Fatalf("the cut leader %s acquired again", leader.id)
 	}
-	lost := haLines(leader.proc(), `msg="ha: lost leadership"`)
+	lost := haLines(leader.proc(), ` ha: lost leadership: `)
 	if len(lost) == 0 || lost[len(lost)-1].at.Before(cut) || !lost[len(lost)-1].at.Before(at) {
 		t.Fatalf("the cut leader did not step down before %s took over at %s: %v", next.id, at.Format(time.StampMilli), lost)
 	}
@@ -515,7 +521,7 @@ func TestHighAvailability(t *testing.T) {
 		return strings.Contains(string(b), "'"+next.id+"'")
 	})
 	for _, in := range c.insts {
-		if ls := haLines(in.proc(), `msg="ha: acquired leadership"`); len(ls) > 0 && ls[len(ls)-1].at.After(healed) {
+		if ls := haLines(in.proc(), ` ha: acquired leadership: `); len(ls) > 0 && ls[len(ls)-1].at.After(healed) {
 			t.Fatalf("%s acquired the lead after the link healed", in.id)
 		}
 	}
@@ -604,7 +610,7 @@ func TestHAStoredStateAcrossRestarts(t *testing.T) {
 		c.leading(30 * time.Second)
 		return p
 	}
-	runs := func(p *proc, task string) int { return len(haLines(p, `msg="running task"`, "task="+task+" ")) }
+	runs := func(p *proc, task string) int { return len(haLines(p, ` executing task: `, "task_name="+task+" ")) }
 
 	c.register("web-1", "web", 8001)
 	c.register("api-1", "api", 9001)
@@ -630,7 +636,7 @@ func TestHAStoredStateAcrossRestarts(t *testing.T) {
 	}
 	waitIdle(t, in)
 	testutil.Eventually(t, 60*time.Second, "api-task considered and skipped", func() bool {
-		return len(haLines(p, "desired state unchanged since last apply, skipping run", "task=api-task ")) > 0
+		return len(haLines(p, "desired state unchanged since last apply, skipping run", "task_name=api-task ")) > 0
 	})
 	if n := runs(p, "api-task") + runs(p, "web-task"); n != 0 {
 		t.Fatalf("%d runs after a restart with nothing changed", n)

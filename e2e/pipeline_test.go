@@ -86,7 +86,7 @@ func TestServicesLifecycle(t *testing.T) {
 	}
 	extNode("HTTP 200 at 10:00:00")
 	waitServices(t, out, "web-2,web-3,web-ext")
-	runs := p.count("running task")
+	runs := p.count("executing task")
 	_, meta, err := c.Client.Health().Service("web", "", true, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func TestServicesLifecycle(t *testing.T) {
 	// A change that does trigger a run proves the watch saw both.
 	c.RegisterService(t, reg("web-4", "web", 8004), "passing")
 	waitServices(t, out, "web-2,web-3,web-4,web-ext")
-	if n := p.count("running task") - runs; n != 1 {
+	if n := p.count("executing task") - runs; n != 1 {
 		t.Fatalf("%d runs after an output-only change and one registration, want 1", n)
 	}
 }
@@ -124,7 +124,7 @@ func TestGracefulShutdownDuringApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, 10*time.Second, "the shutdown to begin", func() bool {
-		return p.count("shutting down") > 0
+		return p.count("signal received to initiate graceful shutdown") > 0
 	})
 	writeFile(t, out, "gate", "")
 	if code := p.wait(t, 60*time.Second); code != 0 {
@@ -132,6 +132,12 @@ func TestGracefulShutdownDuringApply(t *testing.T) {
 	}
 	if got := ids(readServices(t, out)); got != "web-1" {
 		t.Fatalf("the apply in progress did not finish: services.json has %q", got)
+	}
+	// CTS's lines, which operators' log alerts look for.
+	for _, want := range []string{"[INFO]  ctrl: task completed: task_name=gated ", "[INFO]  cli: graceful shutdown\n"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("the log lacks %q:\n%s", want, p.out.String())
+		}
 	}
 }
 
@@ -272,6 +278,21 @@ func TestOnceMode(t *testing.T) {
 			t.Fatalf("task output in %s missing", out)
 		}
 	}
+	// CTS's lines: one "task completed" per task, in task order (the runs
+	// are parallel), then "graceful shutdown".
+	log := p.out.String()
+	last := -1
+	for _, ts := range tasks {
+		line := "[INFO]  ctrl: task completed: task_name=" + ts.name + "\n"
+		i := strings.Index(log, line)
+		if i < 0 || strings.Count(log, line) != 1 || i < last {
+			t.Fatalf("%q: not once, or not in task order:\n%s", line, log)
+		}
+		last = i
+	}
+	if i := strings.Index(log, "[INFO]  cli: graceful shutdown\n"); i < last {
+		t.Fatalf("no graceful shutdown line after the tasks:\n%s", log)
+	}
 
 	cfg2 := writeFile(t, work, "fail.hcl", config(t, c.Addr, filepath.Join(work, "sync-tasks-2"),
 		taskSpec{name: "broken", module: module("failing"), services: `"web"`}))
@@ -298,8 +319,11 @@ func TestInspectMode(t *testing.T) {
 	if code := p.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("exit code %d", code)
 	}
-	if !strings.Contains(p.out.String(), "local_file.services") {
-		t.Fatalf("plan not printed:\n%s", p.out.String())
+	// Terraform's plan, as CTS prints it, then CTS's last line.
+	for _, want := range []string{"local_file.services", "Plan: 1 to add, 0 to change, 0 to destroy.", "[INFO]  cli: graceful shutdown\n"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Fatalf("%q not printed:\n%s", want, p.out.String())
+		}
 	}
 	if readServices(t, out) != nil {
 		t.Fatal("inspect applied the plan")

@@ -429,7 +429,7 @@ func startupRun(t *testing.T, res *results) {
 			}
 		} else {
 			p := startCtsync(t, work, "start", "-config-file", cfg)
-			testutil.Eventually(t, 10*time.Minute, "50 tasks applied", func() bool { return p.count("task run succeeded") >= 50 })
+			testutil.Eventually(t, 10*time.Minute, "50 tasks applied", func() bool { return p.count("task completed") >= 50 })
 		}
 		res.add("start-up", "50 tasks, built-in module, max_parallel_runs default (the CPUs)", mode+": all tasks applied", time.Since(begin).Seconds(), "s", "< 20")
 	}
@@ -469,7 +469,7 @@ func memoryRun(t *testing.T, res *results) {
 		t.Fatal(err)
 	}
 	p := startCtsync(t, work, "start", "-config-file", cfg)
-	testutil.Eventually(t, 15*time.Minute, "100 tasks applied", func() bool { return p.count("task run succeeded") >= 100 })
+	testutil.Eventually(t, 15*time.Minute, "100 tasks applied", func() bool { return p.count("task completed") >= 100 })
 	pid := p.cmd.Process.Pid
 	// Let the runs' garbage be collected, then sample an idle minute... or
 	// a shorter window when asked.

@@ -72,7 +72,7 @@ task {
 	})
 	// Drift checks of an unchanged infrastructure find nothing.
 	testutil.Eventually(t, 60*time.Second, "a drift check without changes", func() bool {
-		return len(p.lines(`msg="drift check: no changes"`, "task=files")) > 0
+		return len(p.lines(` drift check: no changes: `, "task_name=files")) > 0
 	})
 	for _, e := range tfcEvents(port, "files") {
 		if e.Kind == "drift" {

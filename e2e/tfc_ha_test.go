@@ -151,7 +151,7 @@ func TestTFCFailoverAdoptsRemoteRun(t *testing.T) {
 		}
 		return false
 	})
-	if n := len(haLines(leader.proc(), `msg="queued a remote run"`, "run_id="+first.ID)); n != 1 {
+	if n := len(haLines(leader.proc(), ` queued a remote run: `, "run_id="+first.ID)); n != 1 {
 		t.Fatalf("the leader logged %d queued runs with id %s", n, first.ID)
 	}
 	kill := time.Now()
@@ -169,10 +169,10 @@ func TestTFCFailoverAdoptsRemoteRun(t *testing.T) {
 	// its own (or, on a machine so slow that the 30 s apply ended before
 	// the new leader looked, takes its result).
 	testutil.Eventually(t, 60*time.Second, "the new leader adopting the recorded run", func() bool {
-		if len(haLines(next.proc(), `msg="waiting for the run recorded for this configuration instead of queuing another"`, "run_id="+first.ID)) > 0 {
+		if len(haLines(next.proc(), ` waiting for the run recorded for this configuration instead of queuing another: `, "run_id="+first.ID)) > 0 {
 			return true
 		}
-		if len(haLines(next.proc(), `msg="the run recorded for this configuration has already ended`, "run_id="+first.ID)) > 0 {
+		if len(haLines(next.proc(), ` the run recorded for this configuration has already ended`, "run_id="+first.ID)) > 0 {
 			t.Logf("the recorded run had ended when the new leader looked")
 			return true
 		}
@@ -203,7 +203,7 @@ func TestTFCFailoverAdoptsRemoteRun(t *testing.T) {
 	if got := tfcState(t, tc, o.Organization, "cts-web"); got != "slow:web-1" {
 		t.Fatalf("state %q", got)
 	}
-	if n := len(haLines(next.proc(), `msg="queued a remote run"`)); n != 0 {
+	if n := len(haLines(next.proc(), ` queued a remote run: `)); n != 0 {
 		t.Fatalf("the new leader queued %d runs for the change", n)
 	}
 	t.Logf("MEASURED kill -> adopted run's outcome recorded by the new leader: %s", adopted.Sub(kill).Round(100*time.Millisecond))

@@ -204,9 +204,9 @@ func TestTFCDaemon(t *testing.T) {
 	reach("<none>", "destroy on delete")
 	// API requests per remote run, as the driver counts and logs them.
 	testutil.Eventually(t, 30*time.Second, "the destroy run's log line", func() bool {
-		return len(p.lines(`msg="remote run finished"`, "op=destroy")) > 0
+		return len(p.lines(` remote run finished: `, "op=destroy")) > 0
 	})
-	for _, l := range p.lines(`msg="remote run finished"`) {
+	for _, l := range p.lines(` remote run finished: `) {
 		m := apiRequestsRe.FindStringSubmatch(l)
 		if m != nil {
 			t.Logf("MEASURED remote run: op %s, %s API requests, %s", m[1], m[3], m[2])

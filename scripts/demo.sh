@@ -158,5 +158,5 @@ sed 's/^/    /' "$DEMO/nginx/upstream.conf"
 traffic
 
 say "ctsync's log"
-grep -E 'task run|running task' "$DEMO/ctsync.log" | sed 's/^/    /' | tail -n 12
+grep -E 'executing task|task completed|error applying task' "$DEMO/ctsync.log" | sed 's/^/    /' | tail -n 12
 say "Demo finished: $(servers) backends in rotation"

@@ -294,7 +294,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := checkModule(s.opts.Tasks, spec.Module); err != nil {
-		s.log.Warn("api: task with a module outside the allowlist refused", "task", spec.Name, "module", spec.Module,
+		s.log.Warn("api: task with a module outside the allowlist refused", "task_name", spec.Name, "module", spec.Module,
 			"run", run, "token", tokenName(r), "request_id", requestID(r))
 		s.fail(w, r, err)
 		return
@@ -328,7 +328,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.log.Info("task created through the api", "task", spec.Name, "module", spec.Module, "run", run, "token", tokenName(r), "request_id", requestID(r))
+	s.log.Info("task created through the api", "task_name", spec.Name, "module", spec.Module, "run", run, "token", tokenName(r), "request_id", requestID(r))
 	writeJSON(w, http.StatusCreated, TaskResponse{Task: TaskView(spec), RequestID: requestID(r)})
 }
 
@@ -360,7 +360,7 @@ func (s *Server) updateTask(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, UpdateTaskResponse{Inspect: &RunResult{Plan: res.Plan, ChangesPresent: res.ChangesPresent, TFCRunURL: res.TFCRunURL}})
 		return
 	}
-	s.log.Info("task updated through the api", "task", name, "enabled", *req.Enabled, "run", run, "token", tokenName(r), "request_id", requestID(r))
+	s.log.Info("task updated through the api", "task_name", name, "enabled", *req.Enabled, "run", run, "token", tokenName(r), "request_id", requestID(r))
 	writeJSON(w, http.StatusOK, UpdateTaskResponse{})
 }
 
@@ -394,10 +394,10 @@ func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
 		done <- err
 		switch {
 		case err == nil:
-			s.log.Info("task deleted", "task", name, "destroyed", destroy, "token", token, "request_id", id)
+			s.log.Info("task deleted", "task_name", name, "destroyed", destroy, "token", token, "request_id", id)
 		case errors.Is(err, errNotFound):
 		default:
-			s.log.Error("deleting task failed", "task", name, "request_id", id, "error", err)
+			s.log.Error("deleting task failed", "task_name", name, "request_id", id, "error", err)
 		}
 	}()
 	// Answer once the task is marked (the controller does that first), so

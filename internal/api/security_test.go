@@ -241,7 +241,7 @@ func TestTokens(t *testing.T) {
 	// The audit log names the token, never a secret.
 	logs := h.logs.String()
 	for _, want := range []string{`msg="api write" method=POST path=/v1/tasks query="" status=201 token=ops`,
-		`msg="task created through the api" task=byops`, "token=ops", "status=403 token=dashboard"} {
+		`msg="task created through the api" task_name=byops`, "token=ops", "status=403 token=dashboard"} {
 		if want == "status=403 token=dashboard" {
 			continue // refused before the handler: logged as a refusal
 		}

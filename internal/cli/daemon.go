@@ -108,7 +108,7 @@ func (a *app) runDaemon(ctx context.Context) int {
 	gr.start(part{"controller", func(ctx context.Context) error {
 		go func() {
 			<-ctx.Done()
-			a.log.Info("shutting down: waiting for runs in progress", "grace", shutdownGrace)
+			a.log.Info("signal received to initiate graceful shutdown: waiting for runs in progress", "grace", shutdownGrace)
 		}()
 		err := a.ctrl.Run(ctx)
 		if errors.Is(err, reconcile.ErrRunsInterrupted) {
@@ -136,10 +136,10 @@ func (a *app) runDaemon(ctx context.Context) int {
 		a.log.Error("ctsync stopped: a part failed", "error", f)
 		return ExitError
 	case interrupted:
-		a.log.Info("ctsync stopped", "runs_interrupted", true)
+		a.log.Info("graceful shutdown timed out, exiting", "runs_interrupted", true)
 		return ExitInterrupt
 	}
-	a.log.Info("ctsync stopped")
+	a.log.Info("graceful shutdown") // CTS's line: operators' alerts look for it
 	return ExitOK
 }
 

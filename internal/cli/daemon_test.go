@@ -146,7 +146,7 @@ task {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	if !strings.Contains(logs.String(), fmt.Sprintf("api listening\" component=api address=[::]:%d", port)) {
+	if !strings.Contains(logs.String(), fmt.Sprintf("[INFO]  api: api listening: address=[::]:%d", port)) {
 		t.Errorf("no 'api listening' line with the address:\n%s", logs)
 	}
 	if calls, _ := agent.snapshot(); len(calls) != 0 {

@@ -20,6 +20,7 @@ import (
 	"github.com/ctsync/ctsync/internal/driver/dev"
 	"github.com/ctsync/ctsync/internal/driver/terraform"
 	"github.com/ctsync/ctsync/internal/driver/tfc"
+	"github.com/ctsync/ctsync/internal/logging"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/store"
@@ -137,6 +138,7 @@ func buildApp(ctx context.Context, f *startFlags, stderr io.Writer) (*app, int) 
 		cfg.LogFormat = f.logFormat
 	}
 	logger := newLogger(cfg, stderr)
+	logger.Info(fmt.Sprintf("%s v%s (%s)", Name, Version, Commit)) // as CTS's first line
 	for _, w := range cfg.Warnings {
 		logger.Warn(w)
 	}
@@ -370,7 +372,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		Watcher:     a.registry,
 		NewDriver:   factory,
 		Store:       a.store,
-		Logger:      logger.With("component", "reconcile"),
+		Logger:      logger.With("component", "ctrl"), // CTS's name of its controller's lines
 		MaxParallel: cfg.MaxParallelRuns,
 		Standby:     a.ha != nil, // a follower until elected (ha.go)
 		Metrics:     a.obs.metrics,
@@ -434,22 +436,29 @@ func (a *app) runOnce(ctx context.Context, only []string, inspect bool, stdout i
 	if inspect {
 		mode = "inspect"
 	}
-	a.log.Info("running tasks", "mode", mode, "tasks", len(a.cfg.Tasks))
+	// CTS's wording, which operators' log alerts and scripts look for.
+	a.log.Info("running controller in "+mode+" mode", "tasks", len(a.cfg.Tasks))
 	if err := a.ctrl.RunOnce(ctx, only, inspect, wait, stdout); err != nil {
 		if ctx.Err() != nil {
 			return ExitInterrupt
 		}
-		a.log.Error("run failed", "error", err)
+		a.log.Error("error running controller in "+mode+" mode", "error", err)
 		return ExitError
 	}
-	a.log.Info("all tasks completed", "mode", mode)
+	a.log.Info("all tasks completed once", "mode", mode)
+	a.log.Info("graceful shutdown")
 	return ExitOK
 }
+
+// logName is the hclog name of the lines logged without a component.
+const logName = "cli"
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	level := slog.LevelInfo
 	switch strings.ToUpper(cfg.LogLevel) {
-	case "TRACE", "DEBUG":
+	case "TRACE":
+		level = logging.LevelTrace
+	case "DEBUG":
 		level = slog.LevelDebug
 	case "WARN":
 		level = slog.LevelWarn
@@ -457,7 +466,9 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 		level = slog.LevelError
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(w, opts)
+	// The text format is hclog's, as CTS, Consul, Vault and Nomad write it;
+	// records without a component are "cli"'s, as CTS's start-up lines.
+	var h slog.Handler = logging.NewHCLogHandler(w, logging.Options{Level: level, Name: logName})
 	if cfg.LogFormat == "json" {
 		h = slog.NewJSONHandler(w, opts)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/logging"
 )
 
 // The syslog block: every log line also goes to the local syslog daemon,
@@ -38,8 +39,8 @@ func withSyslog(cfg *config.Config, h slog.Handler, opts *slog.HandlerOptions) s
 	return teeHandler{h, newSyslogHandler(w, opts)}
 }
 
-// syslogHandler formats records as the text console handler does (without
-// the time, which syslog adds) and writes each at its severity.
+// syslogHandler formats records in hclog's text format, as the console
+// (without the time, which syslog adds), and writes each at its severity.
 type syslogHandler struct {
 	w    *syslog.Writer
 	mu   *sync.Mutex
@@ -48,18 +49,9 @@ type syslogHandler struct {
 }
 
 func newSyslogHandler(w *syslog.Writer, opts *slog.HandlerOptions) *syslogHandler {
-	o := *opts
-	o.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
-		if len(groups) == 0 && a.Key == slog.TimeKey {
-			return slog.Attr{}
-		}
-		if opts.ReplaceAttr != nil {
-			return opts.ReplaceAttr(groups, a)
-		}
-		return a
-	}
 	b := &strings.Builder{}
-	return &syslogHandler{w: w, mu: &sync.Mutex{}, buf: b, text: slog.NewTextHandler(b, &o)}
+	text := logging.NewHCLogHandler(b, logging.Options{Level: opts.Level, Name: logName, DisableTime: true})
+	return &syslogHandler{w: w, mu: &sync.Mutex{}, buf: b, text: text}
 }
 
 func (s *syslogHandler) Enabled(ctx context.Context, l slog.Level) bool {

@@ -43,7 +43,7 @@ func TestSyslogLines(t *testing.T) {
 	must(err)
 	line := string(buf[:n])
 	// <priority>: LOCAL3 (19) * 8 + warning (4) = 156.
-	for _, want := range []string{"<156>", "ctsync-test[", `level=WARN msg="hello syslog" component=test task=web`} {
+	for _, want := range []string{"<156>", "ctsync-test[", "]: [WARN]  test: hello syslog: task=web\n"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("syslog line %q lacks %q", line, want)
 		}

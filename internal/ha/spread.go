@@ -757,7 +757,7 @@ func (s *Spreader) reconcile(now time.Time, stopping bool) time.Time {
 			ot.cancel()
 			delete(s.owned, task)
 			changed = true
-			s.log.Error("ha: a task key this instance held is held by another session; stopped running it", "task", task)
+			s.log.Error("ha: a task key this instance held is held by another session; stopped running it", "task_name", task)
 		}
 	}
 	s.mu.Unlock()
@@ -832,7 +832,7 @@ func (s *Spreader) lock(t *sterm, task, from string) bool {
 		kind = "takeover"
 	}
 	s.o.Metrics.OwnershipChange(kind)
-	s.log.Info("ha: owning task", "task", task, "how", kind)
+	s.log.Info("ha: owning task", "task_name", task, "how", kind)
 	return true
 }
 
@@ -856,7 +856,7 @@ func (s *Spreader) claim(ctx context.Context, t *sterm, task string) bool {
 	}
 	s.mu.Unlock()
 	if err := s.o.Claim(ctx, task); err != nil {
-		s.log.Warn("ha: cannot read the state of an owned task; retrying", "task", task, "error", err)
+		s.log.Warn("ha: cannot read the state of an owned task; retrying", "task_name", task, "error", err)
 		return false
 	}
 	s.mu.Lock()
@@ -900,7 +900,7 @@ func (s *Spreader) release(t *sterm, task string, del bool) bool {
 	s.o.Unclaim(task)
 	if ok {
 		s.o.Metrics.OwnershipChange("release")
-		s.log.Info("ha: released task", "task", task, "deleted", del)
+		s.log.Info("ha: released task", "task_name", task, "deleted", del)
 	}
 	return true
 }

@@ -98,12 +98,12 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 			rerr = p.save(name)
 		}
 		if rerr != nil && p.Logger != nil {
-			p.Logger.Error("ha: the failed deletion could not be undone in consul", "task", name, "error", rerr)
+			p.Logger.Error("ha: the failed deletion could not be undone in consul", "task_name", name, "error", rerr)
 		}
 	case destroy:
 		// Destroyed: what remains to record is the deletion alone.
 		if serr := p.Store.SaveTask(name, store.TaskRecord{Deleted: true}); serr != nil && p.Logger != nil {
-			p.Logger.Warn("ha: the finished destroy could not be recorded; the next leader will destroy the (empty) state again", "task", name, "error", serr)
+			p.Logger.Warn("ha: the finished destroy could not be recorded; the next leader will destroy the (empty) state again", "task_name", name, "error", serr)
 		}
 	}
 	return err
@@ -115,7 +115,7 @@ func (p *Persisting) save(name string) error {
 	rec := recordOf(p.Controller, name, p.Configured)
 	if err := p.Store.SaveTask(name, rec); err != nil {
 		if p.Logger != nil {
-			p.Logger.Error("ha: task change not saved in consul; the next leader will not know it", "task", name, "error", err)
+			p.Logger.Error("ha: task change not saved in consul; the next leader will not know it", "task_name", name, "error", err)
 		}
 		return fmt.Errorf("saving task %q in consul: %w", name, err)
 	}
@@ -183,7 +183,7 @@ func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]s
 				ok = true
 			}
 			if !ok {
-				log.Error("ha: a task deleted with destroy cannot be destroyed here: it is neither configured nor recorded", "task", name)
+				log.Error("ha: a task deleted with destroy cannot be destroyed here: it is neither configured nor recorded", "task_name", name)
 				continue
 			}
 			destroys = append(destroys, name)
@@ -193,7 +193,7 @@ func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]s
 					errs = append(errs, fmt.Errorf("deleting task %q: %w", name, err))
 					continue
 				}
-				log.Info("ha: task deleted through the api removed", "task", name)
+				log.Info("ha: task deleted through the api removed", "task_name", name)
 			}
 		case rec.Spec != nil:
 			if !ok {
@@ -202,11 +202,11 @@ func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]s
 					errs = append(errs, fmt.Errorf("creating task %q: %w", name, err))
 					continue
 				}
-				log.Info("ha: task created through the api added", "task", name, "enabled", spec.Enabled)
+				log.Info("ha: task created through the api added", "task_name", name, "enabled", spec.Enabled)
 				continue
 			}
 			if configured[name] {
-				log.Warn("ha: a task created through the api has the name of a configured task; keeping the configured one", "task", name)
+				log.Warn("ha: a task created through the api has the name of a configured task; keeping the configured one", "task_name", name)
 				continue
 			}
 			if st.Spec.Enabled != rec.Spec.Enabled {
@@ -220,7 +220,7 @@ func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]s
 					errs = append(errs, err)
 					continue
 				}
-				log.Info("ha: enabled flag set through the api applied", "task", name, "enabled", *rec.Enabled)
+				log.Info("ha: enabled flag set through the api applied", "task_name", name, "enabled", *rec.Enabled)
 			}
 		}
 	}
@@ -233,7 +233,7 @@ func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]s
 				errs = append(errs, err)
 				continue
 			}
-			log.Info("ha: enabled flag of the configuration restored", "task", name, "enabled", on)
+			log.Info("ha: enabled flag of the configuration restored", "task_name", name, "enabled", on)
 		}
 	}
 	for _, st := range c.Tasks() {
@@ -248,7 +248,7 @@ func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]s
 			errs = append(errs, fmt.Errorf("removing task %q: %w", name, err))
 			continue
 		}
-		log.Info("ha: task no longer in the cluster's records removed", "task", name)
+		log.Info("ha: task no longer in the cluster's records removed", "task_name", name)
 	}
 	return destroys, errors.Join(errs...)
 }
@@ -265,9 +265,9 @@ func ResumeDestroys(ctx context.Context, p *Persisting, names []string, log *slo
 		return
 	}
 	for _, name := range names {
-		log.Info("ha: finishing the destroy of a task deleted during the previous leader's term", "task", name)
+		log.Info("ha: finishing the destroy of a task deleted during the previous leader's term", "task_name", name)
 		if err := p.Delete(ctx, name, true); err != nil && !errors.Is(err, reconcile.ErrNotFound) {
-			log.Error("ha: finishing the destroy of a deleted task failed; the next leader tries again", "task", name, "error", err)
+			log.Error("ha: finishing the destroy of a deleted task failed; the next leader tries again", "task_name", name, "error", err)
 		}
 	}
 }

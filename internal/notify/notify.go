@@ -124,7 +124,7 @@ func (d *Dispatcher) OnEvent(ev store.Event) {
 		}
 		if dropped, ok := s.q.push(ev); ok {
 			s.log.Warn("notification queue full: dropped the oldest notification",
-				"task", dropped.TaskName, "event_id", dropped.ID, "queue_size", d.opts.QueueSize)
+				"task_name", dropped.TaskName, "event_id", dropped.ID, "queue_size", d.opts.QueueSize)
 			if d.opts.Metrics != nil {
 				d.opts.Metrics.NotificationDropped(s.n.Name)
 			}
@@ -242,7 +242,7 @@ func (s *sender) deliver(ctx context.Context, p Payload) {
 		s.log.Error("encoding notification", "error", err)
 		return
 	}
-	log := s.log.With("type", p.Type, "task", p.Task, "event_id", p.Event.ID)
+	log := s.log.With("type", p.Type, "task_name", p.Task, "event_id", p.Event.ID)
 	attempts := 1 + s.n.Retries
 	for i := 1; ; i++ {
 		retry, err := s.attempt(ctx, body)

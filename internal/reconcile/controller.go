@@ -463,7 +463,7 @@ func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
 		}
 		c.mu.Unlock()
 		if same && key == conditionCatalog(s.Condition.CatalogServices).Key() {
-			c.log.Debug("catalog-services: the set of names is the same; not triggering", "task", s.Name, "key", key)
+			c.log.Debug("catalog-services: the set of names is the same; not triggering", "task_name", s.Name, "key", key)
 			signal(e.changed)
 			return
 		}
@@ -758,7 +758,7 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			e.lockWaits++
 			delay := backoff.Exp(c.opts.RetryBase, LockRetryCap, e.lockWaits-1)
 			delay += time.Duration(rand.Int64N(int64(delay)/4 + 1))
-			c.log.Info("retrying task: its Terraform state is locked by another process", "task", name,
+			c.log.Info("retrying task: its Terraform state is locked by another process", "task_name", name,
 				"attempt", e.lockWaits, "delay", delay.Round(time.Millisecond))
 			e.trigger = "retry"
 			e.rerun = false // a change does not free the lock: the retry reads it
@@ -766,13 +766,13 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			c.stepLocked(e, evRetry, wake{d: delay})
 		case res.failed && res.terminal:
 			c.log.Warn("task failed with a terminal error: it runs again when its desired state changes",
-				"task", name, "error", res.err)
+				"task_name", name, "error", res.err)
 			c.stepLocked(e, evDone, wake{}) // a change that came during the run runs now
 		case res.failed && e.spec.Enabled && !e.doomed && (c.opts.MaxRetries == 0 || e.retries < c.opts.MaxRetries) && c.opts.MaxRetries >= 0:
 			e.retries++
 			delay := retryDelay(e.retries, c.opts.RetryBase, c.opts.RetryMax, jitterNow())
 			if !res.waiting {
-				c.log.Info("retrying task after failure", "task", name, "attempt", e.retries, "delay", delay.Round(time.Millisecond))
+				c.log.Info("retrying task after failure", "task_name", name, "attempt", e.retries, "delay", delay.Round(time.Millisecond))
 			}
 			e.retryAttempt, e.lastErr = e.retries, c.redact(driver.ErrorSummary(res.err))
 			// A change that came during the run runs now.
@@ -824,7 +824,7 @@ const unreadable = "unreadable"
 // desired state is still the same), or when force is set. With inspect set
 // it plans instead of applying and records nothing.
 func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trigger string, force, inspect bool) outcome {
-	log := c.log.With("task", s.Name)
+	log := c.log.With("task_name", s.Name)
 	// The desired state is taken before the inputs are built: if the data
 	// changes in between, the inputs are newer than the fingerprint stored
 	// as applied, and the next notification runs the task once more. The
@@ -907,7 +907,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	if c.opts.Metrics != nil {
 		c.opts.Metrics.RunStarted(s.Name)
 	}
-	log.Info("running task", "run_id", r.id, "trigger", trigger, "mode", r.kind, "instances", len(in.Services))
+	log.Info("executing task", "run_id", r.id, "trigger", trigger, "mode", r.kind, "instances", len(in.Services))
 	r.start = time.Now()
 	r.res, r.err = c.drive(ctx, e, s, driver.Run{ID: r.id}, &in, inspect)
 	r.end = time.Now()
@@ -1009,7 +1009,7 @@ func (c *Controller) recordRun(ctx context.Context, log *slog.Logger, e *entry, 
 		// The last success stays recorded (what changed is told against
 		// it); the failure makes the task dirty until a run succeeds.
 		next = store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: r.want.Fingerprint, Terminal: terminal, Outputs: st.Outputs}
-		log.Error("task run failed", "run_id", r.id, "error", c.redact(err.Error()), "terminal", terminal, "log", res.LogPath)
+		log.Error("error applying task", "run_id", r.id, "error", c.redact(err.Error()), "terminal", terminal, "log", res.LogPath)
 	}
 	recErr := c.finish(ctx, s.Name, next, &ev)
 	if recErr == nil {
@@ -1029,8 +1029,10 @@ func (c *Controller) recordRun(ctx context.Context, log *slog.Logger, e *entry, 
 	if err != nil {
 		return outcome{failed: true, terminal: terminal, err: err}
 	}
-	log.Info("task run succeeded", "run_id", r.id, "added", res.Add, "changed", res.Change,
-		"destroyed", res.Destroy, "duration", r.end.Sub(r.start).Round(time.Millisecond))
+	if r.trigger != triggerOnce { // -once logs its tasks in order (RunOnce)
+		log.Info("task completed", "run_id", r.id, "added", res.Add, "changed", res.Change,
+			"destroyed", res.Destroy, "duration", r.end.Sub(r.start).Round(time.Millisecond))
+	}
 	c.mu.Lock()
 	e.drifted = false // just applied: matches the configuration again
 	e.retries = 0
@@ -1046,7 +1048,7 @@ func (c *Controller) unreadableState(ctx context.Context, s *task.Spec, trigger 
 	if inspect {
 		return outcome{failed: true, err: err}
 	}
-	c.log.Error("task not run: its desired state cannot be read", "task", s.Name, "error", err)
+	c.log.Error("task not run: its desired state cannot be read", "task_name", s.Name, "error", err)
 	st := c.opts.Store.Run(s.Name)
 	now := time.Now()
 	ev := store.Event{ID: uuid.NewString(), TaskName: s.Name, StartTime: now, EndTime: now, Kind: store.KindApply,
@@ -1093,15 +1095,15 @@ func (c *Controller) finish(ctx context.Context, name string, st store.RunState,
 		}
 		if errors.Is(err, store.ErrNotLeader) {
 			c.log.Warn("run outcome not recorded: this instance no longer leads or owns the task; the new leader or owner runs the task again",
-				"task", name, "error", err)
+				"task_name", name, "error", err)
 			return err
 		}
 		if attempt == finishAttempts || ctx.Err() != nil {
-			c.log.Error("run outcome not recorded in the store", "task", name, "attempts", attempt, "error", err)
+			c.log.Error("run outcome not recorded in the store", "task_name", name, "attempts", attempt, "error", err)
 			return err
 		}
 		delay := retryDelay(attempt, finishRetryBase, finishRetryMax, jitterNow())
-		c.log.Warn("recording the run outcome failed; retrying", "task", name, "attempt", attempt,
+		c.log.Warn("recording the run outcome failed; retrying", "task_name", name, "attempt", attempt,
 			"delay", delay.Round(time.Millisecond), "error", err)
 		backoff.Sleep(ctx, delay)
 	}
@@ -1198,14 +1200,28 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 				outMu.Unlock()
 			}
 			if err != nil {
-				c.log.Error("task failed", "task", s.Name, "error", err)
+				c.log.Error("task failed", "task_name", s.Name, "error", err)
 				mu.Lock()
 				failed = append(failed, fmt.Sprintf("%s: %v", s.Name, err))
 				mu.Unlock()
 			}
 		})
 	}
+	// The runs are parallel; their "task completed" lines (CTS's, which
+	// scripts count and order) come in task order, each as soon as the
+	// tasks before it are done.
+	logged := make(chan struct{})
+	go func() {
+		defer close(logged)
+		for _, e := range run {
+			<-done[e.spec.Name]
+			if _, bad := failedSet.Load(e.spec.Name); !bad && !inspect {
+				c.log.Info("task completed", "task_name", e.spec.Name)
+			}
+		}
+	}()
 	wg.Wait()
+	<-logged
 	if len(failed) > 0 {
 		slices.Sort(failed)
 		return fmt.Errorf("%d of %d tasks failed:\n  %s", len(failed), len(run), strings.Join(failed, "\n  "))

@@ -62,7 +62,7 @@ func jitter(d time.Duration) time.Duration {
 func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	defer c.release(e)
 	s := e.spec
-	log := c.log.With("task", s.Name)
+	log := c.log.With("task_name", s.Name)
 	want, ready, err := c.desired(ctx, &s)
 	if !ready || err != nil {
 		return
@@ -117,7 +117,7 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 // hands it to the event hook.
 func (c *Controller) record(ev store.Event) {
 	if err := c.opts.Store.AddEvent(ev); err != nil {
-		c.log.Warn("event not recorded in the store", "task", ev.TaskName, "kind", ev.Kind, "error", err)
+		c.log.Warn("event not recorded in the store", "task_name", ev.TaskName, "kind", ev.Kind, "error", err)
 	}
 	if c.opts.OnEvent != nil {
 		c.opts.OnEvent(ev)

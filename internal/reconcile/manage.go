@@ -387,11 +387,11 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 			break
 		}
 		delay := backoff.Exp(c.opts.RetryBase, LockRetryCap, attempt-1)
-		c.log.Info("destroy waits: the task's Terraform state is locked by another process", "task", s.Name,
+		c.log.Info("destroy waits: the task's Terraform state is locked by another process", "task_name", s.Name,
 			"attempt", attempt, "retry_in", delay)
 		backoff.Sleep(ctx, delay)
 	}
-	c.log.Info("destroyed task infrastructure", "task", s.Name, "destroyed", res.Destroy, "error", err,
+	c.log.Info("destroyed task infrastructure", "task_name", s.Name, "destroyed", res.Destroy, "error", err,
 		"duration", time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		return err
@@ -411,7 +411,7 @@ func (c *Controller) remove(name string) {
 	if err := c.opts.Store.DeleteTask(name); err != nil {
 		// The task is gone here; what the store keeps of it (events, run
 		// state) is orphaned until a task of that name is recorded again.
-		c.log.Warn("the deleted task's events and run state could not be removed from the store", "task", name, "error", err)
+		c.log.Warn("the deleted task's events and run state could not be removed from the store", "task_name", name, "error", err)
 	}
 }
 

@@ -6,15 +6,20 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/ctsync/ctsync/internal/logging"
 )
 
 func TestRedactingHandler(t *testing.T) {
 	const secret = "tok-0123456789-secret"
-	for _, format := range []string{"text", "json"} {
+	for _, format := range []string{"text", "json", "hclog"} {
 		var buf bytes.Buffer
 		var inner slog.Handler = slog.NewTextHandler(&buf, nil)
-		if format == "json" {
+		switch format {
+		case "json":
 			inner = slog.NewJSONHandler(&buf, nil)
+		case "hclog": // the daemon's text format
+			inner = logging.NewHCLogHandler(&buf, logging.Options{})
 		}
 		h := NewRedactingHandler(inner)
 		root := slog.New(h)

@@ -112,7 +112,7 @@ func (b *Bolt) load() error {
 				}
 				var se storedEvent
 				if err := json.Unmarshal(v, &se); err != nil {
-					b.log.Warn("ignoring unreadable entry of the history database", "task", string(name), "error", err)
+					b.log.Warn("ignoring unreadable entry of the history database", "task_name", string(name), "error", err)
 					continue
 				}
 				ev := se.Event

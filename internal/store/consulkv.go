@@ -476,7 +476,7 @@ func (s *ConsulKV) writeTask(ctx context.Context, taskName string, ops api.KVTxn
 
 func (s *ConsulKV) logFailure(what, taskName string, err error) error {
 	if err != nil {
-		s.log.Debug("state not written to consul", "what", what, "task", taskName, "error", err)
+		s.log.Debug("state not written to consul", "what", what, "task_name", taskName, "error", err)
 	}
 	return err
 }

@@ -32,7 +32,7 @@ func New(spec task.Spec, log *slog.Logger) *Driver {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{spec: spec, log: log.With("task", spec.Name, "client_type", "development")}
+	return &Driver{spec: spec, log: log.With("task_name", spec.Name, "client_type", "development")}
 }
 
 // Init logs what `terraform init` would prepare.

@@ -144,7 +144,7 @@ func (b *MemoryBudget) acquire(ctx context.Context, task, dir string) (*reservat
 	waiting := len(b.queue) > 0 && !isClosed(r.ready)
 	b.mu.Unlock()
 	if waiting {
-		b.log.Debug("terraform waits for memory", "task", task, "needs", r.size, "limit", b.limit)
+		b.log.Debug("terraform waits for memory", "task_name", task, "needs", r.size, "limit", b.limit)
 	}
 	select {
 	case <-r.ready:

@@ -97,7 +97,7 @@ func (s *sink) logLine(stream string, line []byte) {
 		return
 	}
 	s.logger.LogAttrs(context.Background(), slog.LevelInfo, l,
-		slog.String("task", s.task), slog.String("stream", stream))
+		slog.String("task_name", s.task), slog.String("stream", stream))
 }
 
 // begin starts a command: clears the per-command buffers and writes a marker

@@ -196,7 +196,7 @@ func New(opts Options) (*Driver, error) {
 		mod:     mod,
 		tf:      tf,
 		sink:    s,
-		log:     opts.Logger.With("task", opts.Spec.Name),
+		log:     opts.Logger.With("task_name", opts.Spec.Name),
 	}, nil
 }
 

@@ -277,7 +277,7 @@ func TestRunLogsAndForwarding(t *testing.T) {
 	for _, r := range rec.recs {
 		var taskName string
 		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "task" {
+			if a.Key == "task_name" {
 				taskName = a.Value.String()
 			}
 			return true

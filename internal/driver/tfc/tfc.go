@@ -146,7 +146,7 @@ func New(opts Options) (*Driver, error) {
 	return &Driver{
 		opts: opts,
 		name: opts.Config.WorkspaceName(opts.Spec.Name),
-		log:  opts.Logger.With("task", opts.Spec.Name, "workspace", opts.Config.WorkspaceName(opts.Spec.Name)),
+		log:  opts.Logger.With("task_name", opts.Spec.Name, "workspace", opts.Config.WorkspaceName(opts.Spec.Name)),
 	}, nil
 }
 
