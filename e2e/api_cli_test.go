@@ -79,10 +79,13 @@ task {
 	if o, code := cli("", nil, "status"); code == 0 {
 		t.Fatalf("status without a client certificate succeeded:\n%s", o)
 	}
-	o := mustCLI("", "status")
-	if !strings.Contains(o, "web-task") || !strings.Contains(o, "successful") {
-		t.Fatalf("status table:\n%s", o)
-	}
+	// The module's file is written during the apply; the run is recorded
+	// when it ends.
+	var o string
+	testutil.Eventually(t, 30*time.Second, "the status table to show the first run", func() bool {
+		o = mustCLI("", "status")
+		return strings.Contains(o, "web-task") && strings.Contains(o, "successful")
+	})
 
 	// Disable, change the catalog, enable with the plan approved.
 	mustCLI("", "task", "disable", "web-task")
