@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -422,9 +423,9 @@ func walkStrings(v cty.Value, fn func(string)) {
 	}
 }
 
-// typed reads argument name and converts it to typ; a value that does not
-// convert (or is null) is reported with msg. ok is false when the argument
-// is absent or invalid.
+// typed reads argument name and converts it to typ with CTS's weak typing
+// (weakConvert); a value that does not convert (or is null) is reported
+// with msg. ok is false when the argument is absent or invalid.
 func (d *decoder) typed(c *content, name, path string, typ cty.Type, msg string) (v cty.Value, a *hcl.Attribute, field string, ok bool) {
 	a = c.attr(name)
 	if a == nil {
@@ -435,16 +436,25 @@ func (d *decoder) typed(c *content, name, path string, typ cty.Type, msg string)
 	if !ok {
 		return cty.NilVal, a, field, false
 	}
-	v, err := convert.Convert(raw, typ)
-	if err != nil || v.IsNull() {
+	v, err := weakConvert(raw, typ) // weak.go: CTS's weak typing
+	var null errNullElement
+	switch {
+	case errors.As(err, &null):
+		rng := a.Expr.Range()
+		if exprs, diags := hcl.ExprList(a.Expr); !diags.HasErrors() && null.at < len(exprs) {
+			rng = exprs[null.at].Range()
+		}
+		d.errf(rng, fmt.Sprintf("%s[%d]", field, null.at), "cannot be null")
+		return cty.NilVal, a, field, false
+	case err != nil || v.IsNull():
 		d.errf(a.Expr.Range(), field, "%s", msg)
 		return cty.NilVal, a, field, false
 	}
 	return v, a, field, true
 }
 
-// str reads a string argument. Numbers and bools are accepted and turned
-// into their text, as CTS's weakly typed decoding did.
+// str reads a string argument. Numbers, bools and a one-element list are
+// accepted as CTS's weakly typed decoding takes them (weakConvert).
 func (d *decoder) str(c *content, name, path string) opt[string] {
 	var o opt[string]
 	sv, a, field, ok := d.typed(c, name, path, cty.String, "must be a string")
@@ -622,7 +632,7 @@ func (d *decoder) strMap(c *content, name, path string) (opt[map[string]string],
 		if !ok { // null (dropped) or already reported
 			continue
 		}
-		sv, err := convert.Convert(v, cty.String)
+		sv, err := weakConvert(v, cty.String)
 		if err != nil || sv.IsNull() {
 			d.errf(e.expr.Range(), f, "must be a string")
 			good = false

@@ -214,7 +214,7 @@ func TestExtensionConditionErrors(t *testing.T) {
 			6, `task "t".module_input "services".status[1]`, `"warning" is listed twice`},
 		{"status not a list", "c.hcl", task1(`  condition "services" {`, `    names = ["web"]`, `    status = { a = 1 }`, "  }"),
 			6, `task "t".condition "services".status`, "must be a list of strings"},
-		{"peer not a string", "c.hcl", task1(`  condition "services" {`, `    names = ["web"]`, `    peer = ["a"]`, "  }"),
+		{"peer not a string", "c.hcl", task1(`  condition "services" {`, `    names = ["web"]`, `    peer = ["a", "b"]`, "  }"),
 			6, `task "t".condition "services".peer`, "must be a string"},
 		{"peer with regexp", "c.hcl", task1(`  condition "services" {`, `    regexp = "^web"`, `    peer = "east"`, "  }"),
 			6, `task "t".condition "services".peer`, "cannot be combined with regexp"},

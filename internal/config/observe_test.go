@@ -173,7 +173,7 @@ func TestNotificationSecretsStayOutOfErrors(t *testing.T) {
 	const secret = "t0ps3cr3t"
 	for name, content := range map[string]string{
 		"header with newline": lines(`notification "webhook" {`, `  url = "https://h/x"`, `  headers = { A = "`+secret+`\n" }`, "}"),
-		"header wrong type":   lines(`notification "webhook" {`, `  url = "https://h/x"`, `  headers = { A = ["`+secret+`"] }`, "}"),
+		"header wrong type":   lines(`notification "webhook" {`, `  url = "https://h/x"`, `  headers = { A = ["`+secret+`", "x"] }`, "}"),
 		"bad url":             lines(`notification "webhook" {`, `  url = "hooks/`+secret+`"`, "}"),
 	} {
 		t.Run(name, func(t *testing.T) {
