@@ -18,9 +18,11 @@ import (
 
 // What scripts written for CTS look for, against the real daemon: the binary
 // installed as consul-terraform-sync names itself so; task commands end
-// with CTS's "'NAME' <action> complete!" and a refused prompt with
-// "Cancelled ..."; a body that does not match the schema carries CTS's
-// phrases; plain HTTP to the TLS port gets Go's (and so CTS's) 400.
+// with CTS's "==> 'NAME' <action> complete!" and a refused prompt with
+// "Cancelled ..."; errors carry CTS's headline and the HTTP status line or
+// the HTTP client's own TLS error, also when task create is given a stray
+// argument; a body that does not match the schema carries CTS's phrases;
+// plain HTTP to the TLS port gets Go's (and so CTS's) 400.
 func TestCompatScriptOutputs(t *testing.T) {
 	skipShort(t)
 	c := testutil.StartConsul(t)
@@ -84,6 +86,40 @@ task {
 	}
 	if o, code := run("", "task", "enable", "-auto-approve", "web-task"); code != 0 || !strings.HasSuffix(strings.TrimSpace(o), "'web-task' enable complete!") {
 		t.Fatalf("task enable (exit %d):\n%s", code, o)
+	}
+
+	// CTS's error lines, and a stray argument of task create does not stop
+	// it before the request (CTS's TLS error scenarios): the HTTP client's
+	// own error is what is printed.
+	_, newVars := newTaskDir(t)
+	taskFile := writeFile(t, work, "new.hcl", fmt.Sprintf(`task {
+  name           = "new"
+  module         = %q
+  variable_files = [%q]
+  condition "services" {
+    names = ["web"]
+  }
+}
+`, module("services_file"), newVars))
+	if o, code := run("yes\n", "task", "delete", "nope"); code != 11 ||
+		!strings.Contains(o, "==> Error: unable to delete 'nope'\n    404 Not Found: a task with name 'nope' does not exist") {
+		t.Fatalf("task delete of an unknown task (exit %d):\n%s", code, o)
+	}
+	if o, code := run("", "task", "create", "-auto-approve", "-task-file="+taskFile, "stray"); code != 0 ||
+		!strings.Contains(o, "==> Task 'new' created\n") || !strings.Contains(o, "==> Warning: ignoring arguments after the flags: 'stray'") {
+		t.Fatalf("task create with a stray argument (exit %d):\n%s", code, o)
+	}
+	for name, c := range map[string]struct {
+		env  []string
+		want string
+	}{
+		"plain HTTP": {[]string{fmt.Sprintf("CTS_ADDRESS=http://127.0.0.1:%d", port)}, "sent an HTTP request to an HTTPS server"},
+		"unknown CA": {[]string{fmt.Sprintf("CTS_ADDRESS=https://127.0.0.1:%d", port), "CTS_CACERT="}, "signed by unknown authority"},
+	} {
+		o, code := runCLI(cts, c.env, "", "task", "create", "-auto-approve", "-task-file="+taskFile, "stray")
+		if code != 11 || !strings.Contains(o, "==> Error: unable to generate plan for 'new'") || !strings.Contains(o, c.want) {
+			t.Errorf("%s: task create (exit %d):\n%s", name, code, o)
+		}
 	}
 
 	// The API: a body that does not match the schema.

@@ -296,12 +296,16 @@ func TestOnceMode(t *testing.T) {
 
 	cfg2 := writeFile(t, work, "fail.hcl", config(t, c.Addr, filepath.Join(work, "sync-tasks-2"),
 		taskSpec{name: "broken", module: module("failing"), services: `"web"`}))
-	p = startCtsync(t, work, "start", "-once", "-config-file", cfg2)
+	p = startCtsync(t, work, "start", "-once", "-log-format=json", "-config-file", cfg2)
 	if code := p.wait(t, 3*time.Minute); code == 0 {
 		t.Fatal("-once with a failing task exited 0")
 	}
 	if out := p.out.String(); !strings.Contains(out, "broken") || !strings.Contains(out, "this module always fails") {
 		t.Fatalf("failure not reported with task name and Terraform's error:\n%s", out)
+	}
+	// -log-format=json: CTS's message and key, in JSON.
+	if out := p.out.String(); !strings.Contains(out, `"msg":"error applying task"`) || !strings.Contains(out, `"task_name":"broken"`) {
+		t.Fatalf("-log-format=json: no JSON error line:\n%s", out)
 	}
 }
 

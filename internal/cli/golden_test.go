@@ -75,6 +75,7 @@ func TestGolden(t *testing.T) {
 		{"task_help", "", true, []string{"task", "-help"}},
 		{"start_help", "", true, []string{"start", "-help"}},
 		{"start_no_config", "", true, []string{"start"}},
+		{"start_bad_log_format", "", true, []string{"start", "-config-file=x.hcl", "-log-format=xml"}},
 		{"commandless_no_config", "", true, []string{"-once"}},
 
 		{"task_enable_help", "", true, []string{"task", "enable", "-help"}},
