@@ -62,7 +62,11 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "warning: running without a command is deprecated; use `%s start`\n", Name)
 		return runStart(args, stdout, stderr)
 	}
-	fmt.Fprintf(stderr, "unknown command %q\n\n", args[0])
+	fmt.Fprintf(stderr, "unknown command %q\n", args[0])
+	if hint := didYouMean(args[0], []string{"start", "status", "task", "version"}); hint != "" {
+		fmt.Fprintln(stderr, hint)
+	}
+	fmt.Fprintln(stderr)
 	usage(stderr)
 	return ExitFlagParse
 }

@@ -75,6 +75,10 @@ func TestGolden(t *testing.T) {
 		{"task_help", "", true, []string{"task", "-help"}},
 		{"start_help", "", true, []string{"start", "-help"}},
 		{"start_no_config", "", true, []string{"start"}},
+		{"mistyped_command", "", true, []string{"strat"}},
+		{"start_mistyped_flag", "", true, []string{"start", "-onec", "-config-file=x.hcl"}},
+		{"task_mistyped_subcommand", "", true, []string{"task", "enabel", "a"}},
+		{"task_enable_mistyped_flag", "", true, []string{"task", "enable", "-auto-aprove", "a"}},
 		{"start_bad_log_format", "", true, []string{"start", "-config-file=x.hcl", "-log-format=xml"}},
 		{"commandless_no_config", "", true, []string{"-once"}},
 

@@ -87,6 +87,9 @@ func parseStartFlags(args []string, stdout, stderr io.Writer) (*startFlags, int)
 		return nil, ExitOK
 	}
 	if err := fs.Parse(args); err != nil {
+		if hint := flagHint(fs, err); hint != "" {
+			fmt.Fprintln(stderr, hint)
+		}
 		fmt.Fprint(stderr, startHelp(fs))
 		return nil, ExitFlagParse
 	}

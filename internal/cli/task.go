@@ -144,8 +144,12 @@ func (c *clientCmd) parse(args []string) (pos []string, code int) {
 		return nil, ExitOK
 	}
 	if err := c.fs.Parse(args); err != nil {
+		details := []string{err.Error()}
+		if hint := flagHint(c.fs, err); hint != "" {
+			details = append(details, hint)
+		}
 		c.ui.failCode(ExitFlagParse, fmt.Sprintf("Error: unsupported arguments in flags '%s'", strings.Join(args, ", ")),
-			err.Error())
+			details...)
 		c.ui.output("Please see --help information below for supported options:\n\n%s", strings.TrimSpace(c.Help()))
 		return nil, ExitFlagParse
 	}
@@ -196,6 +200,9 @@ For a subcommand's options, try '%[1]s task <subcommand> --help'.
 `, Name)
 }
 
+// taskSubcommands are the task commands (for "did you mean").
+var taskSubcommands = []string{"create", "delete", "disable", "enable"}
+
 // runTask handles `ctsync task <create|delete|enable|disable>`.
 func runTask(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -215,7 +222,11 @@ func runTask(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, taskUsage())
 		return ExitOK
 	}
-	fmt.Fprintf(stderr, "unknown task subcommand %q\n\n", args[0])
+	fmt.Fprintf(stderr, "unknown task subcommand %q\n", args[0])
+	if hint := didYouMean(args[0], taskSubcommands); hint != "" {
+		fmt.Fprintln(stderr, hint)
+	}
+	fmt.Fprintln(stderr)
 	fmt.Fprint(stderr, taskUsage())
 	return ExitFlagParse
 }
