@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The five-minute demo: a Consul dev agent, nginx (three backends and a load
 # balancer) and ctsync, all on loopback. ctsync keeps nginx's upstream in
-# sync with the healthy instances of service "web" in Consul.
+# sync with the healthy instances of service "web" in Consul. After the
+# scripted changes it keeps running, with the dashboard's URL printed, until
+# Ctrl-C (CTSYNC_DEMO_EXIT=1: it stops at once, for scripted runs).
 # Everything it starts is stopped, and its temp folder removed, on exit.
 set -euo pipefail
 
@@ -23,12 +25,18 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# free_port prints a loopback TCP port nobody listens on.
+# free_port VAR sets VAR to a loopback TCP port nobody listens on, never
+# one it gave before (they are all bound later).
+TAKEN=" "
 free_port() {
   local p
   while :; do
     p=$((20000 + RANDOM % 20000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+    case "$TAKEN" in *" $p "*) continue ;; esac
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+    TAKEN="$TAKEN$p "
+    printf -v "$1" '%s' "$p"
+    return
   done
 }
 
@@ -44,15 +52,14 @@ wait_for() {
   exit 1
 }
 
-CONSUL_PORT=$(free_port)
-LB_PORT=$(free_port)
-B1=$(free_port); B2=$(free_port); B3=$(free_port)
+free_port CONSUL_PORT; free_port LB_PORT; free_port B1; free_port B2; free_port B3
+free_port SERVER_PORT; free_port SERF_LAN_PORT; free_port SERF_WAN_PORT; free_port API_PORT
 CONSUL="http://127.0.0.1:$CONSUL_PORT"
 
 say "Starting a Consul dev agent on 127.0.0.1:$CONSUL_PORT"
 consul agent -dev -client 127.0.0.1 -bind 127.0.0.1 -http-port "$CONSUL_PORT" \
-  -grpc-port=-1 -grpc-tls-port=-1 -dns-port=-1 -server-port "$(free_port)" \
-  -serf-lan-port "$(free_port)" -serf-wan-port "$(free_port)" -log-level error \
+  -grpc-port=-1 -grpc-tls-port=-1 -dns-port=-1 -server-port "$SERVER_PORT" \
+  -serf-lan-port "$SERF_LAN_PORT" -serf-wan-port "$SERF_WAN_PORT" -log-level error \
   >"$DEMO/consul.log" 2>&1 &
 PIDS+=($!)
 wait_for "consul" bash -c "curl -sf $CONSUL/v1/status/leader | grep -q :"
@@ -110,10 +117,11 @@ service_name   = "web"
 upstream_file  = "$DEMO/nginx/upstream.conf"
 reload_command = "$NGINX -p $DEMO/nginx -c $DEMO/nginx/nginx.conf -s reload"
 EOF
+DASHBOARD="http://127.0.0.1:$API_PORT/ui/"
 cat >"$DEMO/config.hcl" <<EOF
 log_level   = "INFO"
 working_dir = "$DEMO/sync-tasks"
-port        = $(free_port)
+port        = $API_PORT
 
 consul {
   address = "127.0.0.1:$CONSUL_PORT"
@@ -138,6 +146,7 @@ EOF
 "$CTSYNC" start -config-file "$DEMO/config.hcl" >"$DEMO/ctsync.log" 2>&1 &
 PIDS+=($!)
 wait_for "two upstream servers" bash -c "[ \"\$(grep -c '^    server 127.0.0.1:[0-9]*;' $DEMO/nginx/upstream.conf)\" = 2 ]"
+echo "dashboard: $DASHBOARD"
 wait_for "nginx to send traffic to web-1" serves web-1
 wait_for "nginx to send traffic to web-2" serves web-2
 echo "nginx upstream rendered by ctsync:"; sed 's/^/    /' "$DEMO/nginx/upstream.conf"
@@ -159,4 +168,21 @@ traffic
 
 say "ctsync's log"
 grep -E 'executing task|task completed|error applying task' "$DEMO/ctsync.log" | sed 's/^/    /' | tail -n 12
-say "Demo finished: $(servers) backends in rotation"
+say "Demo done: $(servers) backends in rotation"
+if [ "${CTSYNC_DEMO_EXIT:-0}" = 1 ]; then exit 0; fi
+cat <<EOF
+Everything keeps running until you press Ctrl-C:
+  dashboard       $DASHBOARD   (open a run: its plan, log, what changed in Consul)
+  load balancer   http://127.0.0.1:$LB_PORT/
+  Consul          $CONSUL/ui/
+  register web-1 again (ctsync adds it to nginx, and the dashboard shows the run):
+    curl -X PUT $CONSUL/v1/agent/service/register -d '{"ID":"web-1","Name":"web","Address":"127.0.0.1","Port":$B1}'
+  ctsync's log    $DEMO/ctsync.log
+EOF
+# Wait for Ctrl-C (the EXIT trap stops everything), or for a process that
+# stops on its own.
+trap 'exit 0' INT TERM
+wait -n "${PIDS[@]}" || true
+echo "a demo process stopped on its own; see the end of ctsync's log:" >&2
+tail -n 20 "$DEMO/ctsync.log" >&2 || true
+exit 1

@@ -184,20 +184,32 @@ if [ "${TOOLS_NGINX:-0}" = 1 ] && ! command -v nginx >/dev/null && [ ! -x /usr/s
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx >/dev/null
 fi
 
-cat > "$TOOLS/terraformrc" <<RC
-provider_installation {
+# env.sh computes every path from its own location (no absolute path is
+# written into it): a moved or copied checkout, or .tools linked to a shared
+# cache, uses its own tools. Sourcing it also (re)writes terraformrc, whose
+# provider mirror path Terraform needs absolute.
+cat > "$TOOLS/env.sh" <<'ENV'
+# Written by scripts/tools.sh; source it from bash or zsh.
+if [ -n "${BASH_VERSION:-}" ]; then _ctsync_env=${BASH_SOURCE[0]}
+elif [ -n "${ZSH_VERSION:-}" ]; then eval '_ctsync_env=${(%):-%x}'
+else _ctsync_env=.tools/env.sh; fi
+CTSYNC_TOOLS=$(cd "$(dirname "$_ctsync_env")" && pwd -P)
+export CTSYNC_TOOLS
+export PATH="$CTSYNC_TOOLS/bin:$PATH"
+export CHECKPOINT_DISABLE=1
+export TF_CLI_CONFIG_FILE="$CTSYNC_TOOLS/terraformrc"
+_ctsync_rc="provider_installation {
   filesystem_mirror {
-    path    = "$MIRROR"
-    include = ["registry.terraform.io/hashicorp/*", "registry.opentofu.org/hashicorp/*"]
+    path    = \"$CTSYNC_TOOLS/mirror\"
+    include = [\"registry.terraform.io/hashicorp/*\", \"registry.opentofu.org/hashicorp/*\"]
   }
 }
-disable_checkpoint = true
-RC
-
-cat > "$TOOLS/env.sh" <<ENV
-export PATH="$BIN:\$PATH"
-export TF_CLI_CONFIG_FILE="$TOOLS/terraformrc"
-export CHECKPOINT_DISABLE=1
-export CTSYNC_TOOLS="$TOOLS"
+disable_checkpoint = true"
+if [ "$(cat "$TF_CLI_CONFIG_FILE" 2>/dev/null)" != "$_ctsync_rc" ]; then
+  printf '%s\n' "$_ctsync_rc" > "$TF_CLI_CONFIG_FILE"
+fi
+unset _ctsync_env _ctsync_rc
 ENV
+# shellcheck source=/dev/null
+. "$TOOLS/env.sh"
 log "ready: source $TOOLS/env.sh"
