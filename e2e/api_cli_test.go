@@ -140,6 +140,15 @@ task {
 	if err != nil || !strings.Contains(logText, "terraform apply") {
 		t.Fatalf("run log: %v\n%s", err, logText)
 	}
+	// The same log from the CLI: the latest run, then a run by its id.
+	if o := mustCLI("", "task", "logs", "second"); !strings.Contains(o, "==> Latest run of 'second': "+id+", apply succeeded") ||
+		!strings.Contains(o, "terraform apply") {
+		t.Fatalf("task logs:\n%s", o)
+	}
+	older := evs[len(evs)-1].(map[string]any)["id"].(string)
+	if o := mustCLI("", "task", "logs", "-run", older, "second"); !strings.Contains(o, "terraform apply") || strings.Contains(o, "Latest run") {
+		t.Fatalf("task logs -run:\n%s", o)
+	}
 
 	// Delete: "no" keeps the task; -destroy with "yes" removes the task, its
 	// infrastructure (the module's file) and its state.

@@ -8,6 +8,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/store"
 )
 
 var update = flag.Bool("update", false, "rewrite the testdata/*.golden files with the output the commands print now")
@@ -69,54 +72,67 @@ func TestGolden(t *testing.T) {
 		stdin   string
 		changes bool
 		args    []string
+		setup   func(*fakeCtrl)
 	}{
-		{"help", "", true, []string{"-help"}},
-		{"no_command", "", true, nil},
-		{"task_help", "", true, []string{"task", "-help"}},
-		{"start_help", "", true, []string{"start", "-help"}},
-		{"start_no_config", "", true, []string{"start"}},
-		{"mistyped_command", "", true, []string{"strat"}},
-		{"start_mistyped_flag", "", true, []string{"start", "-onec", "-config-file=x.hcl"}},
-		{"task_mistyped_subcommand", "", true, []string{"task", "enabel", "a"}},
-		{"task_enable_mistyped_flag", "", true, []string{"task", "enable", "-auto-aprove", "a"}},
-		{"start_bad_log_format", "", true, []string{"start", "-config-file=x.hcl", "-log-format=xml"}},
-		{"commandless_no_config", "", true, []string{"-once"}},
+		{"help", "", true, []string{"-help"}, nil},
+		{"no_command", "", true, nil, nil},
+		{"task_help", "", true, []string{"task", "-help"}, nil},
+		{"start_help", "", true, []string{"start", "-help"}, nil},
+		{"start_no_config", "", true, []string{"start"}, nil},
+		{"mistyped_command", "", true, []string{"strat"}, nil},
+		{"start_mistyped_flag", "", true, []string{"start", "-onec", "-config-file=x.hcl"}, nil},
+		{"task_mistyped_subcommand", "", true, []string{"task", "enabel", "a"}, nil},
+		{"task_enable_mistyped_flag", "", true, []string{"task", "enable", "-auto-aprove", "a"}, nil},
+		{"start_bad_log_format", "", true, []string{"start", "-config-file=x.hcl", "-log-format=xml"}, nil},
+		{"commandless_no_config", "", true, []string{"-once"}, nil},
 
-		{"task_enable_help", "", true, []string{"task", "enable", "-help"}},
-		{"task_enable_yes", "yes\n", true, []string{"task", "enable", "a"}},
-		{"task_enable_no", "no\n", true, []string{"task", "enable", "a"}},
-		{"task_enable_auto_approve", "", true, []string{"task", "enable", "-auto-approve", "a"}},
-		{"task_enable_no_changes", "", false, []string{"task", "enable", "a"}},
-		{"task_enable_unknown", "", true, []string{"task", "enable", "nope"}},
-		{"task_enable_no_args", "", true, []string{"task", "enable"}},
-		{"task_enable_flag_after_name", "", true, []string{"task", "enable", "a", "-auto-approve"}},
-		{"task_enable_bad_flag", "", true, []string{"task", "enable", "-bogus", "a"}},
+		{"task_enable_help", "", true, []string{"task", "enable", "-help"}, nil},
+		{"task_enable_yes", "yes\n", true, []string{"task", "enable", "a"}, nil},
+		{"task_enable_no", "no\n", true, []string{"task", "enable", "a"}, nil},
+		{"task_enable_auto_approve", "", true, []string{"task", "enable", "-auto-approve", "a"}, nil},
+		{"task_enable_no_changes", "", false, []string{"task", "enable", "a"}, nil},
+		{"task_enable_unknown", "", true, []string{"task", "enable", "nope"}, nil},
+		{"task_enable_no_args", "", true, []string{"task", "enable"}, nil},
+		{"task_enable_flag_after_name", "", true, []string{"task", "enable", "a", "-auto-approve"}, nil},
+		{"task_enable_bad_flag", "", true, []string{"task", "enable", "-bogus", "a"}, nil},
 
-		{"task_disable_help", "", true, []string{"task", "disable", "-help"}},
-		{"task_disable", "", true, []string{"task", "disable", "a"}},
-		{"task_disable_unknown", "", true, []string{"task", "disable", "nope"}},
-		{"task_disable_two_args", "", true, []string{"task", "disable", "a", "b"}},
+		{"task_disable_help", "", true, []string{"task", "disable", "-help"}, nil},
+		{"task_disable", "", true, []string{"task", "disable", "a"}, nil},
+		{"task_disable_unknown", "", true, []string{"task", "disable", "nope"}, nil},
+		{"task_disable_two_args", "", true, []string{"task", "disable", "a", "b"}, nil},
 
-		{"task_create_help", "", true, []string{"task", "create", "-help"}},
-		{"task_create_yes", "yes\n", true, []string{"task", "create", "-task-file=" + file}},
-		{"task_create_no", "no\n", true, []string{"task", "create", "-task-file=" + file}},
-		{"task_create_no_task_file", "", true, []string{"task", "create"}},
-		{"task_create_stray_argument", "", true, []string{"task", "create", "-auto-approve", "-task-file=" + file, "stray"}},
-		{"task_create_exists", "", true, []string{"task", "create", "-task-file=" + writeTaskFileNamed(t, "a")}},
+		{"task_create_help", "", true, []string{"task", "create", "-help"}, nil},
+		{"task_create_yes", "yes\n", true, []string{"task", "create", "-task-file=" + file}, nil},
+		{"task_create_no", "no\n", true, []string{"task", "create", "-task-file=" + file}, nil},
+		{"task_create_no_task_file", "", true, []string{"task", "create"}, nil},
+		{"task_create_stray_argument", "", true, []string{"task", "create", "-auto-approve", "-task-file=" + file, "stray"}, nil},
+		{"task_create_exists", "", true, []string{"task", "create", "-task-file=" + writeTaskFileNamed(t, "a")}, nil},
 
-		{"task_delete_help", "", true, []string{"task", "delete", "-help"}},
-		{"task_delete_yes", "yes\n", true, []string{"task", "delete", "a"}},
-		{"task_delete_no", "no\n", true, []string{"task", "delete", "a"}},
-		{"task_delete_auto_approve", "", true, []string{"task", "delete", "-auto-approve", "a"}},
-		{"task_delete_destroy", "yes\n", true, []string{"task", "delete", "-destroy", "a"}},
-		{"task_delete_unknown", "yes\n", true, []string{"task", "delete", "nope"}},
+		{"task_delete_help", "", true, []string{"task", "delete", "-help"}, nil},
+		{"task_delete_yes", "yes\n", true, []string{"task", "delete", "a"}, nil},
+		{"task_delete_no", "no\n", true, []string{"task", "delete", "a"}, nil},
+		{"task_delete_auto_approve", "", true, []string{"task", "delete", "-auto-approve", "a"}, nil},
+		{"task_delete_destroy", "yes\n", true, []string{"task", "delete", "-destroy", "a"}, nil},
+		{"task_delete_unknown", "yes\n", true, []string{"task", "delete", "nope"}, nil},
 
-		{"status_help", "", true, []string{"status", "-help"}},
+		{"status_help", "", true, []string{"status", "-help"}, nil},
+
+		{"task_logs_help", "", true, []string{"task", "logs", "-help"}, nil},
+		{"task_logs_no_runs", "", true, []string{"task", "logs", "a"}, nil},
+		{"task_logs_unknown_task", "", true, []string{"task", "logs", "nope"}, nil},
+		{"task_logs_no_log_kept", "", true, []string{"task", "logs", "a"}, func(f *fakeCtrl) {
+			f.events["a"] = []store.Event{{ID: "run-2", TaskName: "a", Kind: store.KindApply,
+				StartTime: time.Date(2026, 11, 25, 21, 34, 47, 0, time.Local)}}
+		}},
+		{"task_logs_unknown_run", "", true, []string{"task", "logs", "-run=run-9", "a"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			f := newFakeCtrl(specNamed("a"))
 			f.changes = c.changes
+			if c.setup != nil {
+				c.setup(f)
+			}
 			ts := serve(t, f)
 			code, out, errOut := run(t, c.stdin, c.args...)
 			got := fmt.Sprintf("$ ctsync %s\nexit %d\n--- stdout\n%s--- stderr\n%s", strings.Join(c.args, " "), code, out, errOut)

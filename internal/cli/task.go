@@ -195,13 +195,14 @@ Subcommands:
     delete     Deletes an existing task.
     disable    Disables existing tasks from running.
     enable     Enables existing tasks to run.
+    logs       Prints the Terraform output of a task's run (ctsync).
 
 For a subcommand's options, try '%[1]s task <subcommand> --help'.
 `, Name)
 }
 
 // taskSubcommands are the task commands (for "did you mean").
-var taskSubcommands = []string{"create", "delete", "disable", "enable"}
+var taskSubcommands = []string{"create", "delete", "disable", "enable", "logs"}
 
 // runTask handles `ctsync task <create|delete|enable|disable>`.
 func runTask(args []string, stdout, stderr io.Writer) int {
@@ -218,6 +219,8 @@ func runTask(args []string, stdout, stderr io.Writer) int {
 		return taskCreate(args[1:], stdout, stderr)
 	case "delete":
 		return taskDelete(args[1:], stdout, stderr)
+	case "logs":
+		return taskLogs(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, taskUsage())
 		return ExitOK
@@ -453,5 +456,59 @@ func taskDelete(args []string, stdout, stderr io.Writer) int {
 	}
 	u.info("Task '%s' has been marked for deletion and will be deleted when not running.", name)
 	u.output("Request ID: %s", id)
+	return ExitOK
+}
+
+// taskLogs is `task logs NAME [-run ID]` (ctsync): the Terraform output of
+// the task's latest run, or of the run given, on stdout; which run it is
+// goes to stderr.
+func taskLogs(args []string, stdout, stderr io.Writer) int {
+	c := newClientCmd("task logs", "[options] <task name>", `  Task Logs prints the whole Terraform output (init, plan, apply) of a run
+  of a task: its latest run, or the one given with -run (run ids are in
+  the task's events: GET /v1/tasks/<name>/events). A log is kept on the
+  instance that ran the task, for the task's last 20 runs.
+`, stdout, stderr)
+	runID := c.fs.String("run", "", "The id of the run (default: the latest run).")
+	pos, code := c.parse(args)
+	if code >= 0 {
+		return code
+	}
+	name, ok := c.taskName(pos)
+	if !ok {
+		return ExitRequiredFlags
+	}
+	u := c.ui
+	cl, err := c.client()
+	if err != nil {
+		return u.fail("Error: unable to create client", err.Error())
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	id := *runID
+	if id == "" {
+		evs, err := cl.Events(ctx, name)
+		if err != nil {
+			return u.fail(fmt.Sprintf("Error: unable to read the runs of '%s'", name), clientError(cl, err))
+		}
+		if len(evs) == 0 {
+			return u.fail(fmt.Sprintf("Error: task '%s' has no runs yet", name))
+		}
+		ev := evs[0] // newest first
+		result := "succeeded"
+		if !ev.Success {
+			result = "failed"
+		}
+		id = ev.ID
+		fmt.Fprint(stderr, prefixed(infoPrefix, fmt.Sprintf("Latest run of '%s': %s, %s %s, started %s",
+			name, id, ev.Kind, result, ev.StartTime.Local().Format("2006-01-02 15:04:05"))))
+	}
+	text, err := cl.EventLog(ctx, name, id)
+	if err != nil {
+		return u.fail(fmt.Sprintf("Error: unable to read the log of run '%s' of '%s'", id, name), clientError(cl, err))
+	}
+	fmt.Fprint(stdout, text)
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		fmt.Fprintln(stdout)
+	}
 	return ExitOK
 }

@@ -205,7 +205,8 @@ func IsNotFound(err error) bool {
 // TLS server.
 const httpsHint = "the ctsync API may be serving HTTPS: use an https:// address (-http-addr or " + EnvAddress + ") and the TLS flags"
 
-// do sends a request and decodes a 2xx JSON answer into out (if not nil).
+// do sends a request and decodes a 2xx JSON answer into out (if not nil;
+// a *string gets the answer as it is).
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
 	u := *c.base
 	u.Path += path
@@ -265,6 +266,10 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return e
 	}
 	if out == nil {
+		return nil
+	}
+	if text, ok := out.(*string); ok { // a text answer (a run's log)
+		*text = string(b)
 		return nil
 	}
 	if err := json.Unmarshal(b, out); err != nil {
@@ -382,6 +387,14 @@ func (c *Client) RunTask(ctx context.Context, name string) (api.RunTaskResponse,
 	var out api.RunTaskResponse
 	err := c.do(ctx, http.MethodPost, taskPath(name)+"/run", nil, nil, &out)
 	return out, err
+}
+
+// EventLog calls GET /v1/tasks/{name}/events/{id}/log: the Terraform
+// output of one run, as text.
+func (c *Client) EventLog(ctx context.Context, name, id string) (string, error) {
+	var text string
+	err := c.do(ctx, http.MethodGet, taskPath(name)+"/events/"+url.PathEscape(id)+"/log", nil, nil, &text)
+	return text, err
 }
 
 // Events calls GET /v1/tasks/{name}/events.
