@@ -96,7 +96,8 @@ api_auth {
   }
 }
 api_tasks {
-  allowed_modules = ["%s/services_*"]
+  allowed_modules   = ["%s/services_*"]
+  allowed_variables = ["dir"]
 }
 task {
   name           = "web-task"

@@ -26,6 +26,7 @@ var (
 	errActive   = reconcile.ErrActive
 	errExists   = reconcile.ErrExists
 	errRefused  = reconcile.ErrRefused
+	errDeleting = reconcile.ErrDeleting
 )
 
 // notFound is the CTS error for an unknown task.
@@ -37,7 +38,7 @@ func notFound(name string) error {
 // prefix ("task not found: ") is dropped so the CTS wording remains.
 func message(err error) string {
 	msg := err.Error()
-	for _, s := range []error{errNotFound, errActive, errExists} {
+	for _, s := range []error{errNotFound, errActive, errExists, errDeleting} {
 		if errors.Is(err, s) {
 			msg = strings.TrimPrefix(msg, s.Error()+": ")
 		}
@@ -293,13 +294,25 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := checkModule(s.opts.Tasks, spec.Module); err != nil {
-		s.log.Warn("api: task with a module outside the allowlist refused", "task_name", spec.Name, "module", spec.Module,
-			"run", run, "token", tokenName(r), "request_id", requestID(r))
+	if err := checkAllowed(s.opts.Tasks, spec); err != nil {
+		s.log.Warn("api: task outside the allowlist refused", "task_name", spec.Name, "module", spec.Module,
+			"reason", err.Error(), "run", run, "token", tokenName(r), "request_id", requestID(r))
 		s.fail(w, r, err)
 		return
 	}
-	if _, err := s.opts.Controller.Task(spec.Name); err == nil {
+	// After the allowlist: the daemon's own checks look at its files (a
+	// local module folder), which a refused task must not learn about.
+	if s.opts.Validate != nil {
+		if err := s.opts.Validate(spec); err != nil {
+			s.fail(w, r, invalidTask(err))
+			return
+		}
+	}
+	if st, err := s.opts.Controller.Task(spec.Name); err == nil {
+		if st.Deleting {
+			s.fail(w, r, fmt.Errorf("%w: task '%s' is being deleted: create it again once it is gone", errDeleting, spec.Name))
+			return
+		}
 		s.fail(w, r, fmt.Errorf("%w: task with name '%s' already exists", errExists, spec.Name))
 		return
 	}
@@ -316,7 +329,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 		return
 	case "now":
 		if err := ctl.Create(r.Context(), spec, true); err != nil {
-			if !errors.Is(err, errExists) {
+			if !errors.Is(err, errExists) && !errors.Is(err, errDeleting) {
 				err = fmt.Errorf("running task '%s': %w", spec.Name, err)
 			}
 			s.fail(w, r, err)

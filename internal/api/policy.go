@@ -2,32 +2,78 @@ package api
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
-// checkModule applies api_tasks.allowed_modules to the module of a task
-// created through the API (run=inspect included: a plan runs the module's
-// code too).
-func checkModule(rules config.APITasks, module string) error {
-	if rules.ModuleAllowed(module) {
+// checkAllowed applies api_tasks to a task created through the API
+// (run=inspect included: a plan runs the module's code too): its module
+// must match allowed_modules and, once that is set, every variable it
+// sets must match allowed_variables and every Consul KV key it reads must
+// be under allowed_kv_prefixes. The error, a 403, names the module, the
+// variable or the key.
+func checkAllowed(rules config.APITasks, spec task.Spec) error {
+	if err := allowedError(rules, spec); err != nil {
+		return &httpError{status: http.StatusForbidden, msg: err.Error()}
+	}
+	return nil
+}
+
+// allowedError is checkAllowed's verdict as a plain error.
+func allowedError(rules config.APITasks, spec task.Spec) error {
+	if !rules.ModuleAllowed(spec.Module) {
+		return fmt.Errorf("module %q is not allowed for tasks created through the API: the source must match one of api_tasks.allowed_modules (%s)",
+			spec.Module, strings.Join(rules.AllowedModules, ", "))
+	}
+	for _, name := range slices.Sorted(maps.Keys(spec.Variables)) {
+		if !rules.VariableAllowed(name) {
+			return fmt.Errorf("variable %q (task.variables.%s) is not allowed for tasks created through the API: the name must match one of api_tasks.allowed_variables (%s)",
+				name, name, listOrNone(rules.AllowedVariables))
+		}
+	}
+	for _, kv := range []struct {
+		field string
+		sel   *task.ConsulKVSelector
+	}{{"condition.consul_kv", kvOf(spec.Condition.ConsulKV)}, {"module_input.consul_kv", spec.ModuleInput.ConsulKV}} {
+		if kv.sel == nil || rules.KVAllowed(kv.sel.Path) {
+			continue
+		}
+		what := "key"
+		if kv.sel.Recurse {
+			what = "prefix"
+		}
+		return fmt.Errorf("consul KV %s %q (task.%s.path) is not allowed for tasks created through the API: it must start with one of api_tasks.allowed_kv_prefixes (%s)",
+			what, kv.sel.Path, kv.field, listOrNone(rules.AllowedKVPrefixes))
+	}
+	return nil
+}
+
+func kvOf(c *task.ConsulKVCondition) *task.ConsulKVSelector {
+	if c == nil {
 		return nil
 	}
-	return &httpError{status: http.StatusForbidden, msg: fmt.Sprintf(
-		"module %q is not allowed for tasks created through the API: the source must match one of api_tasks.allowed_modules (%s)",
-		module, strings.Join(rules.AllowedModules, ", "))}
+	return &c.ConsulKVSelector
+}
+
+func listOrNone(l []string) string {
+	if len(l) == 0 {
+		return "none set"
+	}
+	return strings.Join(l, ", ")
 }
 
 // CheckStoredTask validates a task read back from a shared store (the
 // high-availability task records in Consul KV) before it is created: it
 // must be a task the API would have accepted. The record's key must be the
 // task's name, the task must pass its own rules (a valid name keeps its
-// working directory inside working_dir), its module must be allowed by
-// api_tasks and validate (when not nil) must accept it. Whoever can write
+// working directory inside working_dir), its module, variables and KV keys
+// must be allowed by api_tasks and validate (when not nil) must accept it. Whoever can write
 // the cluster's KV folder can otherwise make the daemon run any module.
 func CheckStoredTask(key string, spec task.Spec, rules config.APITasks, validate func(task.Spec) error) error {
 	if rules.CreateDisabled {
@@ -42,8 +88,8 @@ func CheckStoredTask(key string, spec task.Spec, rules config.APITasks, validate
 	if err := validateTask(&spec); err != nil {
 		return err
 	}
-	if !rules.ModuleAllowed(spec.Module) {
-		return fmt.Errorf("module %q is not allowed by api_tasks.allowed_modules", spec.Module)
+	if err := allowedError(rules, spec); err != nil {
+		return err
 	}
 	if validate != nil {
 		if err := validate(spec); err != nil {

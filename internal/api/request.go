@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/ctsync/ctsync/internal/task"
@@ -183,10 +185,14 @@ type useInput struct {
 // decodeTask decodes the task object of a POST /v1/tasks body, applies the
 // defaults of a task created through the API (as CTS: enabled and
 // use_as_module_input true, the global buffer period unless set, none for
-// schedule tasks) and validates it.
+// schedule tasks) and validates it with the task's own rules (createTask
+// then applies api_tasks and Options.Validate).
 func (s *Server) decodeTask(raw json.RawMessage) (task.Spec, error) {
 	if len(raw) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		return task.Spec{}, badRequest("task is required")
+	}
+	if err := checkSizes(raw); err != nil {
+		return task.Spec{}, err
 	}
 	var p taskPresence
 	if err := json.Unmarshal(raw, &p); err != nil {
@@ -256,11 +262,6 @@ func (s *Server) decodeTask(raw json.RawMessage) (task.Spec, error) {
 	if err := validateTask(&spec); err != nil {
 		return task.Spec{}, err
 	}
-	if s.opts.Validate != nil {
-		if err := s.opts.Validate(spec); err != nil {
-			return task.Spec{}, invalidTask(err)
-		}
-	}
 	return spec, nil
 }
 
@@ -290,4 +291,70 @@ func invalidTask(err error) error {
 		return badRequest("invalid task: %s: %s", fe.Field, fe.Msg)
 	}
 	return badRequest("invalid task: %v", err)
+}
+
+// Size limits of a task created through the API (docs/api.md), besides
+// MaxBodyBytes for the whole body (413). A longer value is a 400 that
+// names the field. The task's name has task.MaxNameLength (a rule of the
+// task, checked by its validation).
+const (
+	// MaxDescriptionBytes bounds task.description.
+	MaxDescriptionBytes = 4 << 10
+	// MaxVariableBytes bounds the value of each of task.variables (HCL
+	// expression text: a list or an object may be long).
+	MaxVariableBytes = 64 << 10
+	// MaxStringBytes bounds every other string of the task (module,
+	// version, filters, regexps, KV paths, service names, meta values...).
+	MaxStringBytes = 4 << 10
+	// MaxKeyBytes bounds the keys of the task's objects (variable names,
+	// meta keys).
+	MaxKeyBytes = 1 << 10
+)
+
+// checkSizes applies the size limits to every string of a task body: a
+// task is kept in memory, written into files, sent to Consul (high
+// availability) and shown by the API and the dashboard, so none of its
+// free-text fields may be unbounded.
+func checkSizes(raw json.RawMessage) error {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil // the strict decoding reports it with its field
+	}
+	return walkSizes("task", v)
+}
+
+func walkSizes(field string, v any) error {
+	switch x := v.(type) {
+	case string:
+		if limit := sizeLimit(field); len(x) > limit {
+			return badRequest("invalid task: %s is %d bytes long: at most %d are accepted", field, len(x), limit)
+		}
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(x)) {
+			if len(k) > MaxKeyBytes {
+				return badRequest("invalid task: %s has a key of %d bytes: at most %d are accepted", field, len(k), MaxKeyBytes)
+			}
+			if err := walkSizes(field+"."+k, x[k]); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if err := walkSizes(fmt.Sprintf("%s[%d]", field, i), e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sizeLimit is the longest string accepted at field.
+func sizeLimit(field string) int {
+	switch {
+	case field == "task.description":
+		return MaxDescriptionBytes
+	case strings.HasPrefix(field, "task.variables.") && !strings.Contains(field[len("task.variables."):], "."):
+		return MaxVariableBytes
+	}
+	return MaxStringBytes
 }

@@ -86,7 +86,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, errNotFound):
 		status = http.StatusNotFound
-	case errors.Is(err, errActive):
+	case errors.Is(err, errActive), errors.Is(err, errDeleting):
 		status = http.StatusConflict
 	case errors.Is(err, errExists), errors.Is(err, errRefused):
 		status = http.StatusBadRequest

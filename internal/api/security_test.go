@@ -547,3 +547,65 @@ func FuzzParseBearer(f *testing.F) {
 		}
 	})
 }
+
+// With allowed_modules set, an API task may set only the variables
+// allowed_variables names and read only the KV keys under
+// allowed_kv_prefixes (conditions and module inputs, key and prefix
+// forms); the 403 names the variable or the key. Without allowed_modules
+// anything goes, as in CTS.
+func TestVariableAndKVAllowlist(t *testing.T) {
+	rules := config.APITasks{AllowedModules: []string{"./modules/*"},
+		AllowedVariables: []string{"service_name", "upstream_*"}, AllowedKVPrefixes: []string{"net/"}}
+	h := newHarness(t, nil, func(o *Options) { o.Tasks = rules })
+	body := func(name, rest string) string {
+		return `{"task":{"name":"` + name + `","module":"./modules/lb",` + rest + `}}`
+	}
+	svc := `"condition":{"services":{"names":["web"]}}`
+	h.do("POST", "/v1/tasks", body("ok", `"variables":{"service_name":"\"web\"","upstream_port":"8080"},`+svc)).expect(t, 201)
+	h.do("POST", "/v1/tasks", body("kv", `"condition":{"consul_kv":{"path":"net/lb","recurse":true}}`)).expect(t, 201)
+	h.do("POST", "/v1/tasks", body("kvin", svc+`,"module_input":{"consul_kv":{"path":"net/x"}}`)).expect(t, 201)
+	for _, c := range []struct{ name, rest, want string }{
+		{"v1", `"variables":{"reload_command":"\"id > /tmp/pwned\""},` + svc, `variable "reload_command"`},
+		{"v2", `"variables":{"service_name":"\"web\"","upstream_file":"\"/etc/x\"","upstreamx":"1"},` + svc, `variable "upstreamx"`},
+		{"k1", `"condition":{"consul_kv":{"path":"secrets/db_password"}}`, `key "secrets/db_password"`},
+		{"k2", `"condition":{"consul_kv":{"path":"net","recurse":true}}`, `prefix "net"`},
+		{"k3", `"condition":{"consul_kv":{"path":"net/../secrets/x"}}`, `"net/../secrets/x"`},
+		{"k4", svc + `,"module_input":{"consul_kv":{"path":"secrets/","recurse":true}}`, `task.module_input.consul_kv.path`},
+	} {
+		for _, run := range []string{"", "?run=inspect"} {
+			r := h.do("POST", "/v1/tasks"+run, body(c.name, c.rest)).expect(t, 403)
+			if msg := r.errMsg(t); !strings.Contains(msg, c.want) {
+				t.Errorf("%s: message %q, want %q", c.name, msg, c.want)
+			}
+		}
+		h.do("GET", "/v1/tasks/"+c.name, "").expect(t, 404)
+	}
+	// No allowed_variables: no variable at all.
+	strict := newHarness(t, nil, func(o *Options) { o.Tasks = config.APITasks{AllowedModules: []string{"./modules/*"}} })
+	r := strict.do("POST", "/v1/tasks", body("v", `"variables":{"a":"1"},`+svc)).expect(t, 403)
+	if msg := r.errMsg(t); !strings.Contains(msg, "none set") {
+		t.Errorf("message %q", msg)
+	}
+	// No allowlist: CTS.
+	open := newHarness(t, nil)
+	open.do("POST", "/v1/tasks", body("v", `"variables":{"reload_command":"\"x\""},"condition":{"consul_kv":{"path":"secrets/a"}}`)).expect(t, 201)
+}
+
+// A stored task (high availability) passes the same allowlist.
+func TestStoredTaskAllowlist(t *testing.T) {
+	rules := config.APITasks{AllowedModules: []string{"./modules/*"}, AllowedKVPrefixes: []string{"net/"}}
+	s := servicesTask("x", "web")
+	s.Module = "./modules/lb"
+	if err := CheckStoredTask("x", s, rules, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.Variables = map[string]string{"reload_command": `"id"`}
+	if err := CheckStoredTask("x", s, rules, nil); err == nil || !strings.Contains(err.Error(), "reload_command") {
+		t.Fatalf("variable: %v", err)
+	}
+	s.Variables = nil
+	s.ModuleInput.ConsulKV = &task.ConsulKVSelector{Path: "secrets/a"}
+	if err := CheckStoredTask("x", s, rules, nil); err == nil || !strings.Contains(err.Error(), "secrets/a") {
+		t.Fatalf("kv: %v", err)
+	}
+}

@@ -90,9 +90,12 @@ func (a *app) selfRegister(ctx context.Context) (deregister func()) {
 }
 
 // validateAPITask checks what the API cannot know alone about a task
-// created through it: it may only use providers that are configured
-// (terraform_provider blocks).
+// created through it: a local module is a directory here, and it may only
+// use providers that are configured (terraform_provider blocks).
 func (a *app) validateAPITask(s task.Spec) error {
+	if err := task.CheckLocalModule(s.Module); err != nil {
+		return &task.FieldError{Field: "module", Msg: err.Error()}
+	}
 	for i, ref := range s.Providers {
 		if !slices.ContainsFunc(a.cfg.Providers, func(p config.Provider) bool { return p.Ref() == ref }) {
 			return &task.FieldError{Field: fmt.Sprintf("providers[%d]", i),

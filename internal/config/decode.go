@@ -12,6 +12,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
+	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/tmpl"
 )
 
@@ -418,6 +419,8 @@ func (d *decoder) provider(b *hcl.Block) Provider {
 	p := Provider{Name: name, Range: b.DefRange}
 	if name == "" {
 		d.errf(labelRange(b, 0), path, "the provider name cannot be empty")
+	} else if err := task.CheckIdentifier(name); err != nil {
+		d.errf(labelRange(b, 0), path, "the provider name %v", err)
 	}
 
 	attrList, blocks := d.rawItems(b.Body, path)
@@ -431,6 +434,8 @@ func (d *decoder) provider(b *hcl.Block) Provider {
 			if s.Set {
 				if strings.Contains(s.V, "{{") {
 					d.errf(s.Rng, join(path, "alias"), "cannot use template syntax")
+				} else if err := task.CheckIdentifier(s.V); err != nil {
+					d.errf(s.Rng, join(path, "alias"), "%v", err)
 				}
 				p.Alias = s.V
 			}
@@ -505,6 +510,10 @@ func (d *decoder) taskEnv(c *content, path string, p *Provider) (usesKey bool) {
 // checking its template syntax, and reports whether it uses {{ key }}.
 func (d *decoder) providerValue(expr hcl.Expression, path, name string, body *ProviderBody) (usesKey bool) {
 	field := join(path, name)
+	if err := task.CheckIdentifier(name); err != nil {
+		d.errf(expr.Range(), field, "argument name %v", err) // JSON keys can be anything
+		return false
+	}
 	v, ok := d.eval(expr, field)
 	if !ok {
 		return false

@@ -15,7 +15,8 @@ import (
 // extensions, none of them in CTS):
 //
 //	api_auth  { token { name, secret | secret_file, access } ... }
-//	api_tasks { allowed_modules = [...], create = true }
+//	api_tasks { allowed_modules = [...], allowed_variables = [...],
+//	            allowed_kv_prefixes = [...], create = true }
 //	api_http  { cors_origins = [...], allowed_hosts = [...] }
 //
 // Without api_auth the API is open, as in CTS; cross-site writes from a
@@ -65,6 +66,56 @@ type APITasks struct {
 	// CreateDisabled refuses the creation of tasks through the API
 	// (create = false), run=inspect included.
 	CreateDisabled bool
+	// AllowedVariables are glob patterns (path.Match syntax) on the names
+	// of the variables a task created through the API may set. They apply
+	// once AllowedModules is set: then nil allows no variable.
+	AllowedVariables []string
+	// AllowedKVPrefixes are the Consul KV key prefixes a task created
+	// through the API may read (consul-kv conditions and module inputs).
+	// They apply once AllowedModules is set: then nil allows no key.
+	AllowedKVPrefixes []string
+}
+
+// Restricted reports whether tasks created through the API are limited
+// to an allowlist (allowed_modules is set): then their variables and the
+// KV keys they read are limited too.
+func (t APITasks) Restricted() bool { return t.AllowedModules != nil }
+
+// VariableAllowed reports whether a task created through the API may set
+// the variable.
+func (t APITasks) VariableAllowed(name string) bool {
+	if !t.Restricted() {
+		return true
+	}
+	for _, p := range t.AllowedVariables {
+		if ok, err := path.Match(p, name); err == nil && ok {
+			return true
+		}
+	}
+	return false
+}
+
+// KVAllowed reports whether a task created through the API may read the
+// Consul KV key (recurse false) or every key under the prefix (recurse
+// true): the key, or the prefix, must start with one of
+// AllowedKVPrefixes. A key with an empty, "." or ".." segment is refused
+// when there is an allowlist: an HTTP client may clean "net/../secrets"
+// into "secrets".
+func (t APITasks) KVAllowed(key string) bool {
+	if !t.Restricted() {
+		return true
+	}
+	if strings.HasPrefix(key, "/") || slices.ContainsFunc(strings.Split(strings.TrimSuffix(key, "/"), "/"), func(seg string) bool {
+		return seg == "" || seg == "." || seg == ".."
+	}) {
+		return false
+	}
+	for _, p := range t.AllowedKVPrefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // ModuleAllowed reports whether a task created through the API may use
@@ -97,18 +148,20 @@ type APIHTTP struct {
 }
 
 type rawSecurity struct {
-	tokens         []APIToken
-	allowedModules opt[[]string]
-	modulesElems   []hcl.Range
-	create         opt[bool]
-	corsOrigins    opt[[]string]
-	allowedHosts   opt[[]string]
+	tokens            []APIToken
+	allowedModules    opt[[]string]
+	modulesElems      []hcl.Range
+	allowedVariables  opt[[]string]
+	allowedKVPrefixes opt[[]string]
+	create            opt[bool]
+	corsOrigins       opt[[]string]
+	allowedHosts      opt[[]string]
 }
 
 var (
 	apiAuthKeys  = []key{{name: "token", kind: kBlock}}
 	apiTokenKeys = attrs("name", "secret", "secret_file", "access")
-	apiTasksKeys = attrs("allowed_modules", "create")
+	apiTasksKeys = attrs("allowed_modules", "create", "allowed_variables", "allowed_kv_prefixes")
 	apiHTTPKeys  = attrs("cors_origins", "allowed_hosts")
 )
 
@@ -126,17 +179,23 @@ func (d *decoder) security(c *content, r *rawSecurity) {
 	if b := d.onlyOne(c, "api_tasks", ""); b != nil {
 		const p = "api_tasks"
 		tc := d.content(b.Body, p, apiTasksKeys, nil)
-		if l, elems := d.strList(tc, "allowed_modules", p); l.Set {
-			for i, pat := range l.V {
+		if l, elems := d.globList(tc, p, "allowed_modules"); l.Set {
+			r.allowedModules, r.modulesElems = l, elems
+		}
+		if l, _ := d.globList(tc, p, "allowed_variables"); l.Set {
+			r.allowedVariables = l
+		}
+		if l, elems := d.strList(tc, "allowed_kv_prefixes", p); l.Set {
+			for i, pfx := range l.V {
 				rng := l.Rng
 				if i < len(elems) {
 					rng = elems[i]
 				}
-				if _, err := path.Match(pat, ""); err != nil || strings.TrimSpace(pat) == "" {
-					d.errf(rng, fmt.Sprintf("%s.allowed_modules[%d]", p, i), "%q is not a valid glob pattern", pat)
+				if strings.TrimSpace(pfx) == "" || strings.HasPrefix(pfx, "/") {
+					d.errf(rng, fmt.Sprintf("%s.allowed_kv_prefixes[%d]", p, i), "%q is not a KV prefix: write it as Consul names keys, without a leading slash (e.g. \"net/\")", pfx)
 				}
 			}
-			r.allowedModules, r.modulesElems = l, elems
+			r.allowedKVPrefixes = l
 		}
 		r.create.merge(d.boolean(tc, "create", p))
 	}
@@ -168,6 +227,22 @@ func (d *decoder) security(c *content, r *rawSecurity) {
 			r.allowedHosts = l
 		}
 	}
+}
+
+// globList reads a list of glob patterns (path.Match syntax) of the
+// api_tasks block.
+func (d *decoder) globList(c *content, p, name string) (opt[[]string], []hcl.Range) {
+	l, elems := d.strList(c, name, p)
+	for i, pat := range l.V {
+		rng := l.Rng
+		if i < len(elems) {
+			rng = elems[i]
+		}
+		if _, err := path.Match(pat, ""); err != nil || strings.TrimSpace(pat) == "" {
+			d.errf(rng, fmt.Sprintf("%s.%s[%d]", p, name, i), "%q is not a valid glob pattern", pat)
+		}
+	}
+	return l, elems
 }
 
 // checkOrigin accepts scheme://host[:port] and nothing else, which is what
@@ -286,5 +361,14 @@ func (d *decoder) finishSecurity(r *rawSecurity, cfg *Config) {
 		cfg.APITasks.AllowedModules = r.allowedModules.V
 	}
 	cfg.APITasks.CreateDisabled = r.create.Set && !r.create.V
+	cfg.APITasks.AllowedVariables = r.allowedVariables.V
+	cfg.APITasks.AllowedKVPrefixes = r.allowedKVPrefixes.V
+	if (r.allowedVariables.Set || r.allowedKVPrefixes.Set) && !r.allowedModules.Set {
+		rng := r.allowedVariables.Rng
+		if !r.allowedVariables.Set {
+			rng = r.allowedKVPrefixes.Rng
+		}
+		d.warnf(rng, "api_tasks", "allowed_variables and allowed_kv_prefixes apply only with allowed_modules: without it tasks created through the API are not limited")
+	}
 	cfg.APIHTTP = APIHTTP{CORSOrigins: r.corsOrigins.V, AllowedHosts: r.allowedHosts.V}
 }

@@ -155,3 +155,73 @@ func TestModuleAllowed(t *testing.T) {
 		t.Error("an empty allowlist must allow nothing")
 	}
 }
+
+func TestAPITasksVariablesAndKV(t *testing.T) {
+	clearConsulEnv(t)
+	dir := t.TempDir()
+	for _, f := range []struct{ name, content string }{
+		{"c.hcl", `api_tasks {
+  allowed_modules     = ["./modules/*"]
+  allowed_variables   = ["service_name", "upstream_*"]
+  allowed_kv_prefixes = ["net/"]
+}`},
+		{"c.json", `{"api_tasks": {"allowed_modules": ["./modules/*"], "allowed_variables": ["service_name", "upstream_*"], "allowed_kv_prefixes": ["net/"]}}`},
+	} {
+		cfg := mustLoad(t, writeFile(t, dir, f.name, f.content))
+		at := cfg.APITasks
+		if !slices.Equal(at.AllowedVariables, []string{"service_name", "upstream_*"}) || !slices.Equal(at.AllowedKVPrefixes, []string{"net/"}) {
+			t.Fatalf("%s: %+v", f.name, at)
+		}
+		for v, want := range map[string]bool{"service_name": true, "upstream_port": true, "reload_command": false, "upstream": false} {
+			if at.VariableAllowed(v) != want {
+				t.Errorf("VariableAllowed(%q) = %v", v, !want)
+			}
+		}
+		for k, want := range map[string]bool{"net/a": true, "net/": true, "net": false, "network/a": false, "secrets/x": false,
+			"net/../secrets": false, "net//x": false, "net/./x": false, "/net/a": false} {
+			if at.KVAllowed(k) != want {
+				t.Errorf("KVAllowed(%q) = %v", k, !want)
+			}
+		}
+	}
+	// Without allowed_modules nothing is limited (and a warning says the
+	// lists do nothing).
+	cfg := mustLoad(t, writeFile(t, dir, "w.hcl", `api_tasks { allowed_variables = ["a"] }`))
+	if !cfg.APITasks.VariableAllowed("b") || !cfg.APITasks.KVAllowed("secrets/x") || len(cfg.Warnings) == 0 {
+		t.Errorf("unrestricted: %+v, warnings %v", cfg.APITasks, cfg.Warnings)
+	}
+	for _, c := range []struct{ content, want string }{
+		{`api_tasks { allowed_variables = ["[a"] }`, `c.hcl:1: api_tasks.allowed_variables[0]: "[a" is not a valid glob pattern`},
+		{`api_tasks { allowed_kv_prefixes = ["/net/"] }`, `api_tasks.allowed_kv_prefixes[0]: "/net/" is not a KV prefix`},
+	} {
+		_, err := Load([]string{writeFile(t, dir, "c.hcl", c.content)})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v", c.content, err)
+		}
+	}
+}
+
+// Names that the generated root module writes as identifiers are checked
+// at load in JSON files too, with file:line (HCL native syntax cannot
+// write them).
+func TestJSONIdentifierNames(t *testing.T) {
+	clearConsulEnv(t)
+	dir := t.TempDir()
+	for _, c := range []struct{ content, want string }{
+		{`{"terraform_provider": [{"local": {"bad name": "x"}}]}`,
+			`c.json:1: terraform_provider "local".bad name: argument name "bad name" is not a valid name`},
+		{`{"terraform_provider": [{"bad name": {}}]}`, `c.json:1: terraform_provider "bad name": the provider name "bad name" is not a valid name`},
+		{`{"terraform_provider": [{"local": {"alias": "a b"}}]}`, `terraform_provider "local".alias: "a b" is not a valid name`},
+		{`{"task": [{"name": "t", "module": "m", "variables": {"bad var": "1"}, "condition": {"services": {"names": ["web"]}}}]}`,
+			`c.json:1: task "t".variables.bad var: "bad var" is not a valid name`},
+		{`{"task": [{"name": "t", "module": "m", "variables": {"count": "1"}, "condition": {"services": {"names": ["web"]}}}]}`,
+			`task "t".variables.count: "count" is reserved`},
+		{`{"task": [{"name": "` + strings.Repeat("n", 129) + `", "module": "m", "condition": {"services": {"names": ["web"]}}}]}`,
+			`.name: is 129 characters long: a task name has at most 128`},
+	} {
+		_, err := Load([]string{writeFile(t, dir, "c.json", c.content)})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\n got %v\nwant %s", c.content, err, c.want)
+		}
+	}
+}

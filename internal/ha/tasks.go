@@ -32,21 +32,32 @@ type Persisting struct {
 	Changed func()
 }
 
-// Create implements the API's Controller: create, then save the task.
+// Create implements the API's Controller as one step: the task is saved
+// in the shared store first, then created (and queued, or run with
+// runNow). When the save fails (Consul unreachable, leadership lost, a
+// record larger than Consul accepts) nothing has happened; when the
+// creation fails (a query Consul refuses, a run=now run that failed) the
+// record is put back as it was. Either the cluster has the task or it has
+// no trace of it, and the same request can be sent again.
 func (p *Persisting) Create(ctx context.Context, spec task.Spec, runNow bool) error {
+	if _, err := p.Controller.Task(spec.Name); err == nil {
+		return p.Controller.Create(ctx, spec, runNow) // the controller's exists (or being deleted) error
+	}
 	if runNow && p.Acquire != nil {
-		if _, err := p.Controller.Task(spec.Name); err == nil {
-			return p.Controller.Create(ctx, spec, runNow) // the controller's exists error
-		}
 		if err := p.Acquire(ctx, spec.Name); err != nil {
 			return fmt.Errorf("task %q cannot run here now: %w", spec.Name, err)
 		}
 	}
-	if err := p.Controller.Create(ctx, spec, runNow); err != nil {
+	prev, had := p.Store.TaskRecords()[spec.Name]
+	if err := p.saveRecord(spec.Name, p.recordFor(spec)); err != nil {
 		return err
 	}
 	defer p.changed()
-	return p.save(spec.Name)
+	if err := p.Controller.Create(ctx, spec, runNow); err != nil {
+		p.restore(spec.Name, prev, had)
+		return err
+	}
+	return nil
 }
 
 func (p *Persisting) changed() {
@@ -55,18 +66,51 @@ func (p *Persisting) changed() {
 	}
 }
 
-// SetEnabled implements the API's Controller: change the flag, then save
-// it (inspect changes nothing).
+// SetEnabled implements the API's Controller as one step, as Create: the
+// new flag is saved first, then applied; a change the controller refuses
+// (the task is running, or gone) puts the record back. With run=now the
+// flag changes even when the run fails (the record says so too); inspect
+// changes nothing.
 func (p *Persisting) SetEnabled(ctx context.Context, name string, enabled bool, mode string) (reconcile.PlanResult, error) {
-	res, err := p.Controller.SetEnabled(ctx, name, enabled, mode)
-	if mode == "inspect" || errors.Is(err, reconcile.ErrNotFound) || errors.Is(err, reconcile.ErrActive) {
-		return res, err
+	st, err := p.Controller.Task(name)
+	if mode == "inspect" || err != nil || st.Deleting {
+		return p.Controller.SetEnabled(ctx, name, enabled, mode) // inspect, or the controller's not-found error
 	}
-	// With run=now the flag changed even when the run failed.
-	if serr := p.save(name); serr != nil && err == nil {
-		err = serr
+	prev, had := p.Store.TaskRecords()[name]
+	spec := st.Spec
+	spec.Enabled = enabled
+	if err := p.saveRecord(name, p.recordFor(spec)); err != nil {
+		return reconcile.PlanResult{}, err
+	}
+	res, err := p.Controller.SetEnabled(ctx, name, enabled, mode)
+	if errors.Is(err, reconcile.ErrNotFound) || errors.Is(err, reconcile.ErrActive) {
+		p.restore(name, prev, had) // nothing changed
 	}
 	return res, err
+}
+
+// recordFor is the record of a task: for a configured task its enabled
+// flag only, for the others the whole task.
+func (p *Persisting) recordFor(spec task.Spec) store.TaskRecord {
+	if p.Configured[spec.Name] {
+		on := spec.Enabled
+		return store.TaskRecord{Enabled: &on}
+	}
+	return store.TaskRecord{Spec: &spec}
+}
+
+// restore puts a task's record back as it was before a change that did
+// not happen: the previous record, or none.
+func (p *Persisting) restore(name string, prev store.TaskRecord, had bool) {
+	var err error
+	if had {
+		err = p.Store.SaveTask(name, prev)
+	} else {
+		err = p.Store.RemoveTaskRecord(name)
+	}
+	if err != nil && p.Logger != nil {
+		p.Logger.Error("ha: a change that failed could not be undone in consul; the next leader may apply it", "task_name", name, "error", err)
+	}
 }
 
 // Delete implements the API's Controller. The deletion is saved first, so
@@ -112,10 +156,14 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 // save writes the record that describes the task as the controller has it
 // now.
 func (p *Persisting) save(name string) error {
-	rec := recordOf(p.Controller, name, p.Configured)
+	return p.saveRecord(name, recordOf(p.Controller, name, p.Configured))
+}
+
+// saveRecord writes a task's record.
+func (p *Persisting) saveRecord(name string, rec store.TaskRecord) error {
 	if err := p.Store.SaveTask(name, rec); err != nil {
 		if p.Logger != nil {
-			p.Logger.Error("ha: task change not saved in consul; the next leader will not know it", "task_name", name, "error", err)
+			p.Logger.Error("ha: task record not saved in consul", "task_name", name, "error", err)
 		}
 		return fmt.Errorf("saving task %q in consul: %w", name, err)
 	}

@@ -54,6 +54,16 @@ func (m *memTasks) SaveTask(name string, rec store.TaskRecord) error {
 	return nil
 }
 
+func (m *memTasks) RemoveTaskRecord(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail {
+		return store.ErrNotLeader
+	}
+	delete(m.recs, name)
+	return nil
+}
+
 func (m *memTasks) TaskRecords() map[string]store.TaskRecord {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -188,14 +198,55 @@ func TestPersistingReportsSaveFailures(t *testing.T) {
 	if err := p.Create(context.Background(), spec("x", true), false); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("create: %v", err)
 	}
+	if _, err := c.Task("x"); err == nil {
+		t.Fatal("a create that could not be saved left the task in memory")
+	}
 	if _, err := p.SetEnabled(context.Background(), "a", false, ""); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("disable: %v", err)
+	}
+	if st, _ := c.Task("a"); !st.Spec.Enabled {
+		t.Fatal("a disable that could not be saved went ahead")
 	}
 	if err := p.Delete(context.Background(), "a", false); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("delete: %v", err)
 	}
 	if _, err := c.Task("a"); err != nil {
 		t.Fatal("a delete that could not be saved went ahead")
+	}
+	// Saved again: the same create goes through.
+	recs.mu.Lock()
+	recs.fail = false
+	recs.mu.Unlock()
+	if err := p.Create(context.Background(), spec("x", true), false); err != nil {
+		t.Fatalf("create again: %v", err)
+	}
+	if rec := recs.TaskRecords()["x"]; rec.Spec == nil || rec.Spec.Name != "x" {
+		t.Fatalf("record of x: %+v", rec)
+	}
+}
+
+// A creation the controller refuses after the record was saved (here: a
+// dependency on a task that does not exist) leaves the record as it was:
+// none, or the previous one.
+func TestPersistingCreateUndoneWhenCreateFails(t *testing.T) {
+	recs := &memTasks{recs: map[string]store.TaskRecord{"y": {Deleted: true}}}
+	c := standbyController(t)
+	activate(t, c)
+	p := &Persisting{Controller: c, Store: recs, Configured: map[string]bool{}}
+	bad := spec("x", true)
+	bad.DependsOn = []string{"missing"} // refused by the controller (task.CheckAdded)
+	if err := p.Create(context.Background(), bad, false); err == nil {
+		t.Fatal("a task depending on a missing task was created")
+	}
+	if _, ok := recs.TaskRecords()["x"]; ok {
+		t.Fatal("the refused task's record stayed in the store")
+	}
+	bad.Name = "y"
+	if err := p.Create(context.Background(), bad, false); err == nil {
+		t.Fatal("a task depending on a missing task was created")
+	}
+	if rec := recs.TaskRecords()["y"]; !rec.Deleted || rec.Spec != nil {
+		t.Fatalf("the previous record of y was not put back: %+v", rec)
 	}
 }
 

@@ -22,6 +22,10 @@ var (
 	ErrNotFound = errors.New("task not found")
 	ErrExists   = errors.New("task already exists")
 	ErrActive   = errors.New("task is active")
+	// ErrDeleting is the error of a create whose name is the name of a
+	// task marked for deletion that is not gone yet (its last run is
+	// still ending).
+	ErrDeleting = errors.New("task is being deleted")
 )
 
 // syncWait bounds how long a synchronous run (API run=now, inspect) waits for
@@ -126,8 +130,11 @@ type PlanResult struct {
 // as its data is there.
 func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) error {
 	c.mu.Lock()
-	if c.tasks[spec.Name] != nil {
+	if e := c.tasks[spec.Name]; e != nil {
 		c.mu.Unlock()
+		if e.doomed || e.phase == phaseDeleting {
+			return fmt.Errorf("%w: task '%s' is being deleted: create it again once it is gone", ErrDeleting, spec.Name)
+		}
 		return fmt.Errorf("%w: a task named %q already exists", ErrExists, spec.Name)
 	}
 	others := make([]task.Spec, 0, len(c.tasks))

@@ -47,6 +47,9 @@ type Tasks interface {
 	SaveTask(name string, rec TaskRecord) error
 	// TaskRecords returns every record, by task name.
 	TaskRecords() map[string]TaskRecord
+	// RemoveTaskRecord removes a task's record (undoing the SaveTask of
+	// a task whose creation failed: it leaves no trace).
+	RemoveTaskRecord(name string) error
 }
 
 // ConsulKV is the Store of high availability: the state lives in Consul KV
@@ -667,6 +670,19 @@ func (s *ConsulKV) SaveTask(name string, rec TaskRecord) error {
 	}
 	s.mu.Lock()
 	s.tasks[name] = rec
+	s.mu.Unlock()
+	return nil
+}
+
+// RemoveTaskRecord implements Tasks.
+func (s *ConsulKV) RemoveTaskRecord(name string) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.write(context.Background(), api.KVTxnOps{{Verb: api.KVDelete, Key: s.key("tasks", esc(name))}}); err != nil {
+		return s.logFailure("task record removal", name, err)
+	}
+	s.mu.Lock()
+	delete(s.tasks, name)
 	s.mu.Unlock()
 	return nil
 }

@@ -3,14 +3,23 @@ package task
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/cronexpr"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
 // This file holds the task rules that configuration decoding and the API
-// both apply before Validate: buffer_period inheritance and the cron
-// expression of a schedule condition (which Validate checks too).
+// both apply: buffer_period inheritance, the cron expression of a schedule
+// condition, and the names and values that end up in the generated root
+// module (task variables, providers and their arguments), which Validate
+// checks too, so that a task is refused where it is written (config file
+// and line, or the API's 400) rather than when it runs.
 
 // BufferSetting is a buffer_period block as written: each field is nil
 // when it was not set.
@@ -82,6 +91,113 @@ func CheckCron(expr string) (err error) {
 	}
 	if e.Next(time.Now()).IsZero() {
 		return errors.New("never fires")
+	}
+	return nil
+}
+
+// MaxNameLength is the longest task name: the name is a directory of
+// working_dir (and the part of several Consul KV keys), which must stay
+// well inside the 255 bytes a file name may have.
+const MaxNameLength = 128
+
+// reservedVariables cannot be task variables: they are module
+// meta-arguments or the module inputs ctsync sets itself.
+var reservedVariables = map[string]bool{
+	"source": true, "version": true, "count": true, "for_each": true,
+	"providers": true, "depends_on": true,
+	"services": true, "catalog_services": true, "consul_kv": true,
+}
+
+// ReservedVariable reports whether name is a module argument ctsync sets
+// itself, which a task variable cannot be.
+func ReservedVariable(name string) bool { return reservedVariables[name] }
+
+// CheckIdentifier reports a name that is not an HCL identifier (a letter
+// or underscore, then letters, digits, underscores and dashes): task
+// variable names, provider names and provider argument names are written
+// as such into the generated root module.
+func CheckIdentifier(name string) error {
+	if !hclsyntax.ValidIdentifier(name) {
+		return fmt.Errorf("%q is not a valid name: it must start with a letter or underscore and contain only letters, digits, underscores and dashes", name)
+	}
+	return nil
+}
+
+// CheckVariable checks a task variable: its name is an identifier that
+// ctsync does not set itself, and its value (HCL expression text) is a
+// literal: no variable references and no function calls, which the
+// generated root module could not evaluate.
+func CheckVariable(name, value string) error {
+	if err := CheckIdentifier(name); err != nil {
+		return err
+	}
+	if ReservedVariable(name) {
+		return fmt.Errorf("%q is reserved: ctsync sets this module argument itself", name)
+	}
+	expr, diags := hclsyntax.ParseExpression([]byte(value), name, hcl.InitialPos)
+	if !diags.HasErrors() {
+		_, diags = expr.Value(nil)
+	}
+	if diags.HasErrors() {
+		return fmt.Errorf("must be a literal value (no variables or function calls): %s", diagSummary(diags))
+	}
+	return nil
+}
+
+// diagSummary is the first error of diags, without its position (the
+// caller names the field).
+func diagSummary(diags hcl.Diagnostics) string {
+	for _, d := range diags {
+		if d.Severity == hcl.DiagError {
+			if d.Detail != "" {
+				return d.Summary + ": " + d.Detail
+			}
+			return d.Summary
+		}
+	}
+	return diags.Error()
+}
+
+// CheckProviderRef checks a task's provider reference: "name" or
+// "name.alias", each an identifier.
+func CheckProviderRef(ref string) error {
+	name, alias, hasAlias := strings.Cut(ref, ".")
+	if err := CheckIdentifier(name); err != nil {
+		return fmt.Errorf("provider %v", err)
+	}
+	if hasAlias {
+		if err := CheckIdentifier(alias); err != nil {
+			return fmt.Errorf("provider alias %v", err)
+		}
+	}
+	return nil
+}
+
+// IsLocalModule reports whether a module source is a local path: one that
+// starts with ./ or ../, or an absolute path.
+func IsLocalModule(src string) bool {
+	return strings.HasPrefix(src, "./") || strings.HasPrefix(src, "../") || filepath.IsAbs(src)
+}
+
+// CheckLocalModule reports a local module source (IsLocalModule) that is
+// not a directory. A relative source is resolved against the process's
+// working directory, as CTS does; a remote source is not checked.
+func CheckLocalModule(src string) error {
+	if !IsLocalModule(src) {
+		return nil
+	}
+	fi, err := os.Stat(src)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("local module %q does not exist", src)
+	case err != nil:
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("local module %q cannot be read: %v", src, err)
+	case !fi.IsDir():
+		return fmt.Errorf("local module %q is not a directory", src)
 	}
 	return nil
 }

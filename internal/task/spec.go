@@ -10,6 +10,7 @@ package task
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -302,11 +303,19 @@ func (s *Spec) Validate() error {
 	if s.Name == "" {
 		return fieldErr("name", "is required")
 	}
+	if len(s.Name) > MaxNameLength {
+		return fieldErr("name", "is %d characters long: a task name has at most %d (it names the task's working directory)", len(s.Name), MaxNameLength)
+	}
 	if !nameRE.MatchString(s.Name) {
 		return fieldErr("name", "%q is not a valid task name: it must start with a letter or underscore and contain only letters, digits, underscores and dashes", s.Name)
 	}
 	if s.Module == "" {
 		return fieldErr("module", "is required")
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Variables)) {
+		if err := CheckVariable(name, s.Variables[name]); err != nil {
+			return fieldErr("variables."+name, "%v", err)
+		}
 	}
 	switch s.Condition.count() {
 	case 0:
@@ -317,6 +326,9 @@ func (s *Spec) Validate() error {
 	}
 	seenProvider := map[string]bool{}
 	for i, p := range s.Providers {
+		if err := CheckProviderRef(p); err != nil {
+			return fieldErr(fmt.Sprintf("providers[%d]", i), "%v", err)
+		}
 		base := p
 		for j := 0; j < len(p); j++ {
 			if p[j] == '.' {

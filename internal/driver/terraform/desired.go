@@ -14,13 +14,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/hcl/v2/hclwrite"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 // DesiredState returns the digests of the parts of a task's desired state
@@ -115,9 +115,7 @@ func digestOf(parts ...string) string {
 }
 
 // IsLocalModule reports whether a module source is a local path.
-func IsLocalModule(src string) bool {
-	return strings.HasPrefix(src, "./") || strings.HasPrefix(src, "../") || filepath.IsAbs(src)
-}
+func IsLocalModule(src string) bool { return task.IsLocalModule(src) }
 
 // moduleDigest identifies the module's code (see DesiredState).
 func moduleDigest(o Options) (string, error) {

@@ -91,14 +91,6 @@ var intentionsFields = []struct{ name, typ string }{
 	{"meta", "map(string)"},
 }
 
-// reservedModuleArgs cannot be task variables: they are module meta-arguments
-// or arguments the driver sets itself.
-var reservedModuleArgs = map[string]bool{
-	"source": true, "version": true, "count": true, "for_each": true,
-	"providers": true, "depends_on": true,
-	"services": true, "catalog_services": true, "consul_kv": true,
-}
-
 // rootModule is everything needed to render a task's root module. It is
 // computed once from the Options; rendering is a pure function of it, so the
 // same task always yields the same bytes.
@@ -169,7 +161,7 @@ func newRootModule(o *Options) (*rootModule, error) {
 		if !hclsyntax.ValidIdentifier(name) {
 			return nil, fmt.Errorf("task variable %q: not a valid variable name", name)
 		}
-		if reservedModuleArgs[name] || extraInputs[name] {
+		if task.ReservedVariable(name) || extraInputs[name] {
 			return nil, fmt.Errorf("task variable %q: the name is reserved (module argument set by ctsync)", name)
 		}
 		if seen[name] {
