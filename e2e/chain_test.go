@@ -71,3 +71,48 @@ func lineTexts(ls []logLine) []string {
 	}
 	return out
 }
+
+// A task with depends_on and no condition (a ctsync extension): its only
+// trigger is its upstream. It runs after each change up applies, with up's
+// outputs, once per change, and the API shows it with an empty condition.
+func TestChainTaskWithoutCondition(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	out, varFile := newTaskDir(t)
+	work := t.TempDir()
+	base := config(t, c.Addr, filepath.Join(work, "sync-tasks"), taskSpec{name: "up", module: module("chain_up"), services: `"web"`})
+	var port int
+	if _, err := fmt.Sscanf(base[strings.Index(base, "port = "):], "port = %d", &port); err != nil {
+		t.Fatal(err)
+	}
+	cfg := writeFile(t, work, "config.hcl", base+fmt.Sprintf(`
+task {
+  name           = "after"
+  module         = %q
+  variable_files = [%q]
+  depends_on     = ["up"]
+  module_input "task-outputs" {
+    tasks = ["up"]
+  }
+}
+`, module("chain_down"), varFile))
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	startCtsync(t, work, "start", "-config-file", cfg)
+	read := func() string {
+		b, _ := os.ReadFile(filepath.Join(out, "chain.txt"))
+		return string(b)
+	}
+	testutil.Eventually(t, 90*time.Second, "after to run with up's outputs", func() bool { return read() == "web-1||1" })
+	testutil.Eventually(t, 30*time.Second, "after's run to be recorded", func() bool { return len(apiEvents(t, port, "after")) == 1 })
+	if body := apiBody(t, port, "/v1/tasks/after"); !strings.Contains(body, `"condition":{}`) || !strings.Contains(body, `"depends_on":["up"]`) {
+		t.Fatalf("GET /v1/tasks/after: %s", body)
+	}
+
+	c.RegisterService(t, reg("web-2", "web", 8002), "passing")
+	testutil.Eventually(t, 90*time.Second, "after to run with up's new outputs", func() bool { return read() == "web-1,web-2||2" })
+	testutil.Eventually(t, 30*time.Second, "after's second run to be recorded", func() bool { return len(apiEvents(t, port, "after")) >= 2 })
+	testutil.Eventually(t, 30*time.Second, "up's second run to be recorded", func() bool { return len(apiEvents(t, port, "up")) >= 2 })
+	if n := len(apiEvents(t, port, "after")); n != 2 {
+		t.Fatalf("after ran %d times for two changes of up, want 2", n)
+	}
+}

@@ -571,16 +571,41 @@ func (r *compatRun) catalogNodeMeta(t *testing.T) {
 	waitJSON(t, r.out["catmeta"], "catalog_services.json", map[string][]string{"cat-ext": {"a", "z"}})
 }
 
-// catalog-services condition with a services module input: both variables;
-// a module input change (a new instance, same names) also triggers.
+// catalog-services condition with a services module input: both variables.
+// A module input change (a new instance, the same names) does not run the
+// task (CTS: module inputs never trigger); ctsync says it saw it. A new
+// matching name does, and that run reads the instances as they are then.
 func (r *compatRun) catalogModuleInput(t *testing.T) {
 	dir := r.out["catmi"]
 	waitJSON(t, dir, "catalog_services.json", map[string][]string{"cm-db": {}, "cm-web": {"w"}})
 	checkServices(t, dir, r.want(nil, cmWeb1))
+	settle(t, r.p, "catmi")
+	runs := r.p.successes("catmi")
+	seen := r.p.countLog(moduleInputUnchanged, "catmi")
 	cmWeb2 := svc{id: "cm-web-2", name: "cm-web", port: 3, tags: []string{"w"}, status: api.HealthPassing}
 	cmWeb2.register(t, r.c)
+	testutil.Eventually(t, 60*time.Second, "ctsync to consider the module input change", func() bool {
+		return r.p.countLog(moduleInputUnchanged, "catmi") > seen
+	})
+	settle(t, r.p, "catmi")
+	if n := r.p.successes("catmi") - runs; n != 0 {
+		t.Fatalf("a module input change ran task catmi (%d runs)", n)
+	}
+	checkServices(t, dir, r.want(nil, cmWeb1)) // not re-rendered
+
+	cmNew := svc{id: "cm-new-1", name: "cm-new", port: 4, status: api.HealthPassing}
+	cmNew.register(t, r.c)
+	waitJSON(t, dir, "catalog_services.json", map[string][]string{"cm-db": {}, "cm-new": {}, "cm-web": {"w"}})
 	checkServices(t, dir, r.want(nil, cmWeb1, cmWeb2))
+	settle(t, r.p, "catmi")
+	if n := r.p.successes("catmi") - runs; n != 1 {
+		t.Fatalf("%d runs for a module input change then a new name, want 1", n)
+	}
 }
+
+// moduleInputUnchanged is what ctsync logs (debug) when only a module
+// input's data changed: the task is not triggered.
+const moduleInputUnchanged = "module input changed; not triggering"
 
 // condition "consul-kv" on one key: {} while it does not exist; created,
 // changed and deleted each trigger.
@@ -617,14 +642,34 @@ func (r *compatRun) kvRecurse(t *testing.T) {
 		"kvrx/other": "not under kvr/ but shares the prefix string"})
 }
 
-// condition "services" with module_input "consul-kv": both variables; a KV
-// change triggers the dynamic task.
+// condition "services" with module_input "consul-kv": both variables. A
+// KV change alone does not run the task; a change of the condition's
+// services does, with the KV as it is then.
 func (r *compatRun) servicesModuleInputKV(t *testing.T) {
 	dir := r.out["svkv"]
 	checkServices(t, dir, r.want(nil, svkv1))
 	waitJSON(t, dir, "consul_kv.json", map[string]string{"svkv/x": "1"})
+	settle(t, r.p, "svkv")
+	runs := r.p.successes("svkv")
+	seen := r.p.countLog(moduleInputUnchanged, "svkv")
 	r.put(t, "svkv/y", "2")
+	testutil.Eventually(t, 60*time.Second, "ctsync to consider the KV change", func() bool {
+		return r.p.countLog(moduleInputUnchanged, "svkv") > seen
+	})
+	settle(t, r.p, "svkv")
+	if n := r.p.successes("svkv") - runs; n != 0 {
+		t.Fatalf("a module input change ran task svkv (%d runs)", n)
+	}
+	waitJSON(t, dir, "consul_kv.json", map[string]string{"svkv/x": "1"})
+
+	svkv2 := svc{id: "svkv-2", name: "svkv", port: 2, status: api.HealthPassing}
+	svkv2.register(t, r.c)
+	checkServices(t, dir, r.want(nil, svkv1, svkv2))
 	waitJSON(t, dir, "consul_kv.json", map[string]string{"svkv/x": "1", "svkv/y": "2"})
+	settle(t, r.p, "svkv")
+	if n := r.p.successes("svkv") - runs; n != 1 {
+		t.Fatalf("%d runs for a KV change then a new instance, want 1", n)
+	}
 }
 
 // condition "schedule" with module_input "services": runs on the cron

@@ -180,3 +180,149 @@ task {
 	t.Logf("first schedule event %s after creation", time.Since(created).Round(time.Millisecond))
 	testutil.Eventually(t, 15*time.Second, "a second schedule event", func() bool { return len(schedule()) >= 2 })
 }
+
+// CTS's module input scenarios (e2e/module_input_test.go): a task runs when
+// its condition changes, never because only its module input's data did;
+// the condition's run then reads the module input as it is. Three tasks,
+// one per condition type with a module input of another type; the
+// catalog-services one writes its regexp as a one-element list (CTS's weak
+// typing), and a fourth, the same as the first, is created at run time
+// with `task create -task-file`.
+func TestCompatModuleInputsDoNotTrigger(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	dir := t.TempDir()
+	port := testutil.FreePort(t)
+	out := map[string]string{}
+	for _, n := range []string{"cat_mi", "svc_mi", "kv_mi", "created_mi"} {
+		out[n] = t.TempDir()
+	}
+	catTask := func(name string) string {
+		return fmt.Sprintf(`
+task {
+  name      = %q
+  module    = %q
+  variables = { dir = %q }
+  condition "catalog-services" {
+    regexp              = ["web"]
+    use_as_module_input = false
+  }
+  module_input "services" {
+    regexp = "api"
+    filter = "Service.Tags not contains \"filtered\""
+    cts_user_defined_meta {
+      meta_key = "meta_value"
+    }
+  }
+}
+`, name, module("compat_services"), out[name])
+	}
+	cfg := fmt.Sprintf("log_level = \"DEBUG\"\nworking_dir = %q\nport = %d\nconsul {\n  address = %q\n}\nbuffer_period {\n  enabled = false\n}\n",
+		filepath.Join(dir, "sync-tasks"), port, c.Addr) + catTask("cat_mi") + fmt.Sprintf(`
+task {
+  name      = "svc_mi"
+  module    = %q
+  variables = { dir = %q }
+  condition "services" {
+    names               = ["db"]
+    use_as_module_input = true
+  }
+  module_input "consul-kv" {
+    path    = "key"
+    recurse = true
+  }
+}
+
+task {
+  name      = "kv_mi"
+  module    = %q
+  variables = { dir = %q }
+  condition "consul-kv" {
+    path                = "key"
+    use_as_module_input = false
+  }
+  module_input "services" {
+    names = ["api"]
+  }
+}
+`, module("compat_kv"), out["svc_mi"], module("compat_services"), out["kv_mi"])
+	p := startCtsync(t, dir, "start", "-config-file", writeFile(t, dir, "config.hcl", cfg))
+	testutil.Eventually(t, 90*time.Second, "the start-up runs", func() bool {
+		st := taskStatuses(port)
+		return st["cat_mi"] == "successful" && st["svc_mi"] == "successful" && st["kv_mi"] == "successful"
+	})
+	o, code := runCLI(ctsyncBin, []string{fmt.Sprintf("CTS_ADDRESS=http://127.0.0.1:%d", port)}, "",
+		"task", "create", "-auto-approve", "-task-file", writeFile(t, dir, "task.hcl", catTask("created_mi")))
+	if code != 0 {
+		t.Fatalf("task create: exit %d\n%s", code, o)
+	}
+	testutil.Eventually(t, 90*time.Second, "the created task's first run", func() bool {
+		return taskStatuses(port)["created_mi"] == "successful"
+	})
+	events := map[string]int{}
+	for n := range out {
+		events[n] = len(apiEvents(t, port, n))
+		waitJSON(t, out[n], "services.json", map[string]any{})
+	}
+	runs := func(name string) int { return len(apiEvents(t, port, name)) - events[name] }
+
+	// 1. Only module input data changes: the api instances (one filtered
+	// out), the KV keys under key/. Nothing runs; ctsync says it saw each
+	// change.
+	seen := map[string]int{}
+	for n := range out {
+		seen[n] = p.countLog(moduleInputUnchanged, n)
+	}
+	c.RegisterService(t, &api.AgentServiceRegistration{ID: "api", Name: "api", Port: 1}, api.HealthPassing)
+	c.RegisterService(t, &api.AgentServiceRegistration{ID: "api-filtered", Name: "api", Port: 2, Tags: []string{"filtered"}}, api.HealthPassing)
+	for _, kv := range [][2]string{{"key/recurse", "value-recurse"}} {
+		if _, err := c.Client.KV().Put(&api.KVPair{Key: kv[0], Value: []byte(kv[1])}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"cat_mi", "created_mi", "kv_mi", "svc_mi"} {
+		testutil.Eventually(t, 60*time.Second, "ctsync to see the module input change of "+n, func() bool {
+			return p.countLog(moduleInputUnchanged, n) > seen[n]
+		})
+	}
+	for n := range out {
+		if r := runs(n); r != 0 {
+			t.Fatalf("task %s ran %d times for a change of its module input only", n, r)
+		}
+	}
+
+	// 2. The conditions change: each task runs once, with the module
+	// input data of step 1. (The KV condition first: svc_mi reads that
+	// key too, as a module input, and its change would not run it.)
+	if _, err := c.Client.KV().Put(&api.KVPair{Key: "key", Value: []byte("value")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "kv_mi to run", func() bool { return runs("kv_mi") >= 1 })
+	c.RegisterService(t, &api.AgentServiceRegistration{ID: "web", Name: "web", Port: 3}, api.HealthPassing)
+	c.RegisterService(t, &api.AgentServiceRegistration{ID: "db", Name: "db", Port: 4}, api.HealthPassing)
+	rendered := func(name, want, meta string) func() bool {
+		return func() bool {
+			s := readServices(t, out[name])
+			if s == nil || ids(s) != want {
+				return false
+			}
+			for _, svc := range s {
+				if svc.CTSUserDefinedMeta["meta_key"] != meta {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	for _, n := range []string{"cat_mi", "created_mi"} {
+		testutil.Eventually(t, 60*time.Second, n+" to run with the api instance not filtered out", rendered(n, "api", "meta_value"))
+	}
+	testutil.Eventually(t, 60*time.Second, "kv_mi to run with the api instances", rendered("kv_mi", "api,api-filtered", ""))
+	waitJSON(t, out["svc_mi"], "consul_kv.json", map[string]string{"key": "value", "key/recurse": "value-recurse"})
+	for n := range out {
+		testutil.Eventually(t, 30*time.Second, "the run of "+n+" to be recorded", func() bool { return runs(n) >= 1 })
+		if r := runs(n); r != 1 {
+			t.Errorf("task %s ran %d times for one change of its condition, want 1", n, r)
+		}
+	}
+}

@@ -16,7 +16,17 @@ func TestCreateTaskChain(t *testing.T) {
 	if !reflect.DeepEqual(resp.Task.DependsOn, []string{"up"}) || !reflect.DeepEqual(resp.Task.OutputTasks(), []string{"up"}) {
 		t.Fatalf("chain fields not as sent: %+v", resp.Task)
 	}
+	// No condition: its upstream is its trigger. The response (and so the
+	// schema) has an empty condition.
+	var only TaskResponse
+	h.do("POST", "/v1/tasks", `{"task":{"name":"after","enabled":false,"module":"m","depends_on":["up"]}}`).expect(t, 201).json(t, &only)
+	if only.Task.Condition.Type() != "" || !reflect.DeepEqual(only.Task.DependsOn, []string{"up"}) {
+		t.Fatalf("task without condition not as sent: %+v", only.Task)
+	}
+	h.do("GET", "/v1/tasks/after", "").expect(t, 200)
 	for _, c := range []struct{ body, want string }{
+		{`{"task":{"name":"w","module":"m"}}`,
+			`invalid task: condition: task should be configured with a condition block`},
 		{`{"task":{"name":"x","module":"m","condition":{"services":{"names":["web"]}},"depends_on":["nope"]}}`,
 			`invalid task: depends_on[0]: task "x" depends on task "nope", which does not exist`},
 		{`{"task":{"name":"y","module":"m","condition":{"services":{"names":["web"]}},"depends_on":["y"]}}`,

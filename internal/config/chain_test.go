@@ -48,6 +48,12 @@ func TestChainDecodes(t *testing.T) {
 	if got := c.Upstreams(); !reflect.DeepEqual(got, []string{"a", "b"}) {
 		t.Errorf("c's upstreams = %v, want [a b]", got)
 	}
+	// A task whose only trigger is its upstream needs no condition.
+	after := writeFile(t, dir, "after.hcl", chainConfig([2]string{"a", ""})+
+		"task {\n  name = \"after\"\n  module = \"./m\"\n  depends_on = [\"a\"]\n}\n")
+	if cfg := mustLoad(t, after); cfg.Tasks[1].Condition.Type() != "" || !reflect.DeepEqual(cfg.Tasks[1].DependsOn, []string{"a"}) {
+		t.Errorf("task without condition: %+v", cfg.Tasks[1])
+	}
 	js := writeFile(t, dir, "c.json", `{"task": [
  {"name": "a", "module": "./m", "condition": {"services": {"names": ["web"]}}},
  {"name": "c", "module": "./m", "condition": {"services": {"names": ["web"]}},

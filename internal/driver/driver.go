@@ -35,16 +35,22 @@ type Driver interface {
 }
 
 // The parts of a task's desired state. A run's result is determined by all
-// of them together; the fingerprint of the desired state is one hash over
-// their digests, and the digests are kept apart so that a run can say what
-// changed since the last successful one.
+// of them together; the fingerprint that decides whether a task runs is one
+// hash over the digests of all but PartModuleInputs (module inputs are read
+// by a run, they do not trigger one), and the digests are kept apart so that
+// a run can say what changed since the last successful one.
 const (
 	// PartTask: the task's spec fields that reach Terraform (module source
 	// and version, variables with the contents of its variable files,
 	// provider names, condition and module inputs).
 	PartTask = "task"
-	// PartData: the Consul data of every source the task watches.
+	// PartData: the Consul data of the task's condition, the data that
+	// triggers it.
 	PartData = "consul data"
+	// PartModuleInputs: the Consul data the task's runs read but that does
+	// not trigger it (module inputs). It is recorded with what a run used,
+	// and left out of the fingerprint that decides whether the task runs.
+	PartModuleInputs = "module input data"
 	// PartModule: the module's code (a content hash of a local module's
 	// directory tree; source, constraint and resolved version otherwise).
 	PartModule = "module"

@@ -127,6 +127,25 @@ func (c *Controller) wakeDependentsLocked(name string) {
 	}
 }
 
+// upstreamDigest is the task's driver.PartUpstream: the digest of the
+// outputs it receives (module_input "task-outputs"); for a task without a
+// condition, whose only trigger is its upstream tasks, also what each of
+// them last applied, so that every change an upstream applies runs it
+// after. "" when there is nothing to cover.
+func (c *Controller) upstreamDigest(s *task.Spec) string {
+	_, outs := c.upstreamOutputs(s)
+	if s.Condition.Type() != "" || len(s.Upstreams()) == 0 {
+		return outs
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s", len(outs), outs)
+	for _, n := range s.Upstreams() { // sorted
+		a := c.opts.Store.Run(n).Applied
+		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(a), a)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // upstreamOutputs returns the recorded outputs of the tasks whose outputs
 // the task receives, and their digest (driver.PartUpstream).
 func (c *Controller) upstreamOutputs(s *task.Spec) (map[string][]byte, string) {

@@ -196,3 +196,52 @@ func TestChainDisabledUpstreamHoldsNothing(t *testing.T) {
 		t.Fatalf("b saw %d services, want 2", n)
 	}
 }
+
+// A task with depends_on and no condition is triggered by its upstream
+// only: it runs after each change the upstream applies, with its outputs
+// when it receives them, and never on its own (a change of its module
+// input alone runs nothing).
+func TestChainTaskWithoutCondition(t *testing.T) {
+	a := servicesTask("a", "web")
+	b := task.Spec{Name: "b", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
+		DependsOn:   []string{"a"},
+		ModuleInput: task.ModuleInputs{ConsulKV: &task.ConsulKVSelector{Path: "cfg", Recurse: true}}}
+	c := task.Spec{Name: "c", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
+		ModuleInput: task.ModuleInputs{TaskOutputs: &task.TaskOutputsSelector{Tasks: []string{"a"}}}}
+	for _, s := range []task.Spec{b, c} {
+		if err := s.Validate(); err != nil {
+			t.Fatalf("%s: %v", s.Name, err)
+		}
+	}
+	h := start(t, 4, []string{"a"}, a, b, c)
+	h.w.Set(kvKey("cfg"), map[string]string{"cfg/x": "1"})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	for round := 1; round <= 2; round++ {
+		h.gates["a"] <- struct{}{}
+		if got := nextApplied(t, h); got != "a" {
+			t.Fatalf("round %d: %s applied first, want a", round, got)
+		}
+		got := map[string]bool{nextApplied(t, h): true, nextApplied(t, h): true}
+		if !got["b"] || !got["c"] {
+			t.Fatalf("round %d: after a, applied %v; want b and c", round, got)
+		}
+		waitFor(t, "the chain to settle", h.ctrl.Settled)
+		if out := h.rec.last("c").TaskOutputs["a"]; string(out) != `{"instances":`+string(rune('0'+round))+`}` {
+			t.Fatalf("round %d: c received %s", round, out)
+		}
+		if round == 1 {
+			// b's module input alone: nothing runs.
+			h.w.Set(kvKey("cfg"), map[string]string{"cfg/x": "2"})
+			h.noApply(t)
+			h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+		}
+	}
+	if got := h.rec.last("b").ConsulKV["cfg/x"]; got != "2" {
+		t.Fatalf("b read cfg/x = %q, want the current value", got)
+	}
+	// Without depends_on or task-outputs a task still needs a condition.
+	b.DependsOn = nil
+	if err := b.Validate(); err == nil || !strings.Contains(err.Error(), "task should be configured with a condition block") {
+		t.Fatalf("no condition, no upstream: %v", err)
+	}
+}

@@ -450,7 +450,8 @@ func (c *Controller) syncDynamic(name string, e *entry, s *task.Spec) {
 	}
 }
 
-// handleNote applies the condition's trigger rule and marks the task dirty.
+// handleNote applies the condition's trigger rule and marks the task dirty;
+// a change of module input data alone does not.
 func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
 	if s.Condition.CatalogServices != nil {
 		// catalog-services fires only when the set of matching names
@@ -467,6 +468,23 @@ func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
 			signal(e.changed)
 			return
 		}
+	}
+	if inputOnly(s, key, c.get) {
+		// Module input data: read by the next run, which only the
+		// condition (or another part of the desired state) triggers.
+		// Until the task has run with complete data, every notification
+		// counts (one may be the data it waited for).
+		c.mu.Lock()
+		ran := e.ranOnce
+		if !ran {
+			c.markDirtyLocked(e, key)
+		}
+		c.mu.Unlock()
+		if ran {
+			c.log.Debug("module input changed; not triggering", "task_name", s.Name, "key", key) // the next run reads it
+		}
+		signal(e.changed)
+		return
 	}
 	c.mu.Lock()
 	c.markDirtyLocked(e, key)
@@ -987,7 +1005,7 @@ func (c *Controller) recordRun(ctx context.Context, log *slog.Logger, e *entry, 
 	res, err, st := r.res, r.err, r.before
 	terminal := driver.IsTerminal(err)
 	ev := store.Event{ID: r.id, TaskName: s.Name, Success: err == nil, StartTime: r.start, EndTime: r.end,
-		Kind: r.kind, Trigger: r.trigger, InputsHash: r.want.Fingerprint, Config: eventConfig(s), LogPath: res.LogPath,
+		Kind: r.kind, Trigger: r.trigger, InputsHash: r.want.Used, Config: eventConfig(s), LogPath: res.LogPath,
 		LogTail: c.redact(tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL,
 		ErrorSummary: c.redact(driver.ErrorSummary(err)), Actor: r.actor, Phases: r.phases, Changes: changes(r.prev, r.inputs)}
 	if !r.seen.IsZero() {

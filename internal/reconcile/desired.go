@@ -31,22 +31,40 @@ var ErrWaiting = errors.New("waiting")
 
 // Desired is a task's desired state: everything a run depends on.
 type Desired struct {
-	// Fingerprint is one hash over every part.
+	// Fingerprint is one hash over the parts that trigger the task (all
+	// but the non-trigger ones, see triggers): the task runs when it
+	// differs from the one of its last successful run.
 	Fingerprint string
+	// Used is one hash over every part: what a run with this desired
+	// state uses (recorded with its event). It equals Fingerprint for a
+	// task without module inputs.
+	Used string
 	// Parts holds the digest of each part, by name (Part* constants).
 	Parts map[string]string
 }
+
+// triggers reports whether a part of the desired state triggers a run: the
+// data of module inputs does not (CTS semantics), it is read by the run
+// that the condition, or another part, triggers.
+func triggers(part string) bool { return part != driver.PartModuleInputs }
 
 // desired computes a task's desired state. ready is false while a watched
 // query has no value yet; err is set when a part outside Consul cannot be
 // read.
 func (c *Controller) desired(ctx context.Context, s *task.Spec) (d Desired, ready bool, err error) {
-	data, ready := DataDigest(s, c.get, c.digest)
+	data, ready := ConditionDigest(s, c.get, c.digest)
+	if !ready {
+		return Desired{}, false, nil
+	}
+	inputs, ready := ModuleInputDigest(s, c.get, c.digest)
 	if !ready {
 		return Desired{}, false, nil
 	}
 	parts := map[string]string{driver.PartTask: SpecDigest(s), driver.PartData: data}
-	if _, up := c.upstreamOutputs(s); up != "" {
+	if inputs != "" {
+		parts[driver.PartModuleInputs] = inputs
+	}
+	if up := c.upstreamDigest(s); up != "" {
 		parts[driver.PartUpstream] = up
 	}
 	if c.opts.Desired != nil {
@@ -60,37 +78,47 @@ func (c *Controller) desired(ctx context.Context, s *task.Spec) (d Desired, read
 			}
 		}
 	}
-	return Desired{Fingerprint: fingerprintOf(parts), Parts: parts}, true, nil
+	return Desired{Fingerprint: fingerprintOf(parts, triggers), Used: fingerprintOf(parts, nil), Parts: parts}, true, nil
 }
 
-// fingerprintOf hashes the parts in name order.
-func fingerprintOf(parts map[string]string) string {
+// fingerprintOf hashes the parts in name order: those keep selects, or all
+// of them when keep is nil.
+func fingerprintOf(parts map[string]string, keep func(string) bool) string {
 	h := sha256.New()
 	for _, k := range slices.Sorted(maps.Keys(parts)) {
+		if keep != nil && !keep(k) {
+			continue
+		}
 		fmt.Fprintf(h, "%d:%s%d:%s", len(k), k, len(parts[k]), parts[k])
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// changedParts names the parts whose digest differs from the ones recorded
-// with the last successful run, in a stable order; nil when nothing was
-// recorded (the task never ran here).
+// changedParts names the parts that trigger a run whose digest differs
+// from the ones recorded with the last successful run, in a stable order;
+// nil when nothing was recorded (the task never ran here).
 func changedParts(old, now map[string]string) []string {
 	if len(old) == 0 {
 		return nil
 	}
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(now)) {
-		if old[k] != now[k] {
+		if old[k] != now[k] && triggers(k) {
 			out = append(out, k)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(old)) {
-		if _, ok := now[k]; !ok {
+		if _, ok := now[k]; !ok && triggers(k) {
 			out = append(out, k)
 		}
 	}
 	return out
+}
+
+// inputsMoved reports whether the data of the task's module inputs differs
+// from what its last successful run used (recorded in old).
+func inputsMoved(old, now map[string]string) bool {
+	return old[driver.PartModuleInputs] != now[driver.PartModuleInputs]
 }
 
 // changeTrigger is a run's trigger when its desired state changed: the

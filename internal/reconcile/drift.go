@@ -67,9 +67,9 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	if !ready || err != nil {
 		return
 	}
-	hash := want.Fingerprint
-	if st := c.opts.Store.Run(s.Name); st.Dirty() || hash != st.Applied {
-		log.Debug("drift check skipped: the task's desired state changed, or its last run failed, since its last apply")
+	hash := want.Used
+	if st := c.opts.Store.Run(s.Name); st.Dirty() || want.Fingerprint != st.Applied || inputsMoved(st.Parts, want.Parts) {
+		log.Debug("drift check skipped: the task's desired state or module inputs changed, or its last run failed, since its last apply (a plan would show that, not drift)")
 		return
 	}
 	in, ready := BuildInputs(&s, c.get)

@@ -186,7 +186,7 @@ func CatalogNames(s *task.Spec, get Getter) ([]string, bool) {
 // BuildInputs computes the module inputs of a task from the current query
 // results. ready is false while any query the task needs has no result yet.
 // It is a pure function of its arguments. The inputs share maps with the
-// watched values and the spec: treat them as read-only. A source with
+// watched values and the spec: treat them as read-only. A condition with
 // use_as_module_input = false renders nothing (but Fingerprint covers it, so
 // a change to it still runs the task, as in CTS).
 func BuildInputs(s *task.Spec, get Getter) (in task.Inputs, ready bool) {
@@ -350,13 +350,14 @@ type fingerprint struct {
 	ModuleInput task.ModuleInputs `json:"module_input"`
 }
 
-// Fingerprint identifies a task's inputs: the spec fields that reach
-// Terraform (SpecDigest) and the data of every source the task watches
-// (DataDigest). Two calls with the same spec and the same watched data give
-// the same string; ready is false while any watched query has no value yet.
-// The whole desired state adds what lies outside the task (see Desired).
+// Fingerprint identifies what triggers a task: the spec fields that reach
+// Terraform (SpecDigest) and the data of its condition (ConditionDigest).
+// Two calls with the same spec and the same watched data give the same
+// string; ready is false while any query the task needs (its module inputs
+// included) has no value yet. The whole desired state adds what lies
+// outside the task (see Desired).
 func Fingerprint(s *task.Spec, get Getter, digest DigestGetter) (fp string, ready bool) {
-	data, ready := DataDigest(s, get, digest)
+	data, ready := ConditionDigest(s, get, digest)
 	if !ready {
 		return "", false
 	}
@@ -376,35 +377,85 @@ func SpecDigest(s *task.Spec) string {
 	return hex.EncodeToString(h[:])
 }
 
-// DataDigest is the digest of the data of every source the task watches,
-// rendered or not (a source with use_as_module_input = false still triggers
-// runs, as in CTS). It is built from the digests the watch layer computes
-// once per change, so its cost does not grow with the number of instances;
-// ready is false while any watched query has no value yet.
-func DataDigest(s *task.Spec, get Getter, digest DigestGetter) (fp string, ready bool) {
+// dataRole says which of a task's data a digest covers: what triggers the
+// task (its condition's data) or what its runs only read (module inputs).
+type dataRole int
+
+const (
+	roleCondition dataRole = iota
+	roleModuleInput
+)
+
+// ConditionDigest is the digest of the data of the task's condition, the
+// data that triggers it, rendered or not (a condition with
+// use_as_module_input = false still triggers runs, as in CTS): the
+// instances of a services condition (the task's deprecated `services` list
+// when it has no condition block is one), the set of service names a
+// catalog-services condition matches (not their tags), the keys of a
+// consul-kv condition, the nodes or intentions of those conditions. A
+// schedule condition has none. It is built from the digests the watch
+// layer computes once per change, so its cost does not grow with the
+// number of instances; ready is false while any query the task needs, its
+// module inputs' included, has no value yet.
+func ConditionDigest(s *task.Spec, get Getter, digest DigestGetter) (string, bool) {
+	return dataDigest(s, get, digest, roleCondition)
+}
+
+// ModuleInputDigest is the digest of the data the task's runs read but that
+// does not trigger it: its module inputs (services, consul-kv, nodes,
+// intentions) and the tags of the services its catalog-services condition
+// matches when it renders them. It is "" for a task without such data.
+// ready is as for ConditionDigest.
+func ModuleInputDigest(s *task.Spec, get Getter, digest DigestGetter) (string, bool) {
+	return dataDigest(s, get, digest, roleModuleInput)
+}
+
+// dataDigest hashes the data of the sources of one role; it checks that
+// every source, of either role, has its data. With roleCondition the
+// written form is the one ctsync has always hashed a task's data with, so
+// a task without module inputs keeps its recorded fingerprint.
+func dataDigest(s *task.Spec, get Getter, digest DigestGetter, role dataRole) (fp string, ready bool) {
 	h := sha256.New()
 	enc := json.NewEncoder(h)
-	write := func(parts ...string) {
+	wrote := false
+	write := func(r dataRole, parts ...string) {
+		if r != role {
+			return
+		}
+		wrote = true
 		for _, p := range parts {
 			fmt.Fprintf(h, "%d:%s", len(p), p)
 		}
 	}
+	encode := func(r dataRole, v any) {
+		if r != role {
+			return
+		}
+		if err := enc.Encode(v); err != nil {
+			panic(fmt.Sprintf("fingerprint: %v", err)) // plain data; cannot fail
+		}
+	}
+	of := func(fromCondition bool) dataRole {
+		if fromCondition {
+			return roleCondition
+		}
+		return roleModuleInput
+	}
 	if sel, _ := servicesSource(s); sel != nil {
+		r := of(s.Condition.Services != nil)
 		names, ok := selectedNames(sel, get)
 		if !ok {
 			return "", false
 		}
-		write("services")
+		write(r, "services")
 		for _, n := range names {
 			key := healthQuery(sel, n).Key()
 			d, ok := digest(key)
 			if !ok {
 				return "", false
 			}
-			write(key, string(d[:]))
-			if err := enc.Encode(sel.Options(n).CTSUserDefinedMeta); err != nil {
-				panic(fmt.Sprintf("fingerprint meta: %v", err))
-			}
+			write(r, key, string(d[:]))
+			encode(r, sel.Options(n).CTSUserDefinedMeta)
 		}
 	}
 	if c := s.Condition.CatalogServices; c != nil {
@@ -412,15 +463,13 @@ func DataDigest(s *task.Spec, get Getter, digest DigestGetter) (fp string, ready
 		if !ok {
 			return "", false
 		}
-		write("catalog-services")
+		// Only the set of names triggers this condition; the tags it
+		// renders are data the run reads.
+		write(roleCondition, "catalog-services")
+		write(roleCondition, slices.Sorted(maps.Keys(cat))...)
 		if c.UseAsModuleInput {
-			if err := enc.Encode(cat); err != nil {
-				panic(fmt.Sprintf("fingerprint catalog: %v", err))
-			}
-		} else {
-			// Only the set of names triggers this condition; its tags
-			// would not, so they stay out.
-			write(slices.Sorted(maps.Keys(cat))...)
+			write(roleModuleInput, "catalog-services")
+			encode(roleModuleInput, cat)
 		}
 	}
 	if sel, _ := kvSource(s); sel != nil {
@@ -429,7 +478,7 @@ func DataDigest(s *task.Spec, get Getter, digest DigestGetter) (fp string, ready
 		if !ok {
 			return "", false
 		}
-		write("consul-kv", key, string(d[:]))
+		write(of(s.Condition.ConsulKV != nil), "consul-kv", key, string(d[:]))
 	}
 	if sel, _ := nodesSource(s); sel != nil {
 		key := nodesQuery(sel).Key()
@@ -437,7 +486,7 @@ func DataDigest(s *task.Spec, get Getter, digest DigestGetter) (fp string, ready
 		if !ok {
 			return "", false
 		}
-		write("nodes", key, string(d[:]))
+		write(of(s.Condition.Nodes != nil), "nodes", key, string(d[:]))
 	}
 	if sel, _ := intentionsSource(s); sel != nil {
 		// All intentions of the datacenter share one query: only the ones
@@ -451,9 +500,62 @@ func DataDigest(s *task.Spec, get Getter, digest DigestGetter) (fp string, ready
 		if err != nil {
 			panic(fmt.Sprintf("fingerprint intentions: %v", err)) // a known type
 		}
-		write("intentions", intentionsQuery(sel).Key(), string(d[:]))
+		write(of(s.Condition.Intentions != nil), "intentions", intentionsQuery(sel).Key(), string(d[:]))
+	}
+	if role == roleModuleInput && !wrote {
+		return "", true
 	}
 	return hex.EncodeToString(h.Sum(nil)), true
+}
+
+// inputOnly reports whether key is a query the task watches only for its
+// module inputs (not for its condition).
+func inputOnly(s *task.Spec, key string, get Getter) bool {
+	if m := s.ModuleInput; m.Services == nil && m.ConsulKV == nil && m.Nodes == nil && m.Intentions == nil {
+		return false // the common case, at no cost per notification
+	}
+	if ConditionKeys(s, get)[key] {
+		return false
+	}
+	for _, q := range append(StaticQueries(s), DynamicQueries(s, get)...) {
+		if q.Key() == key {
+			return true
+		}
+	}
+	return false
+}
+
+// ConditionKeys returns the keys of the queries whose data triggers the
+// task (see ConditionDigest): its condition's static queries and, for a
+// services condition with a regexp, the health queries of the services it
+// matches now. A change of any other query the task watches only feeds
+// its next run.
+func ConditionKeys(s *task.Spec, get Getter) map[string]bool {
+	keys := map[string]bool{}
+	c := s.Condition
+	if c.Services != nil {
+		sel := &c.Services.ServicesSelector
+		if sel.Regexp != nil {
+			keys[selectorCatalog(sel).Key()] = true
+		}
+		names, _ := selectedNames(sel, get)
+		for _, n := range names {
+			keys[healthQuery(sel, n).Key()] = true
+		}
+	}
+	if c.CatalogServices != nil {
+		keys[conditionCatalog(c.CatalogServices).Key()] = true
+	}
+	if c.ConsulKV != nil {
+		keys[kvQuery(&c.ConsulKV.ConsulKVSelector).Key()] = true
+	}
+	if c.Nodes != nil {
+		keys[nodesQuery(&c.Nodes.NodesSelector).Key()] = true
+	}
+	if c.Intentions != nil {
+		keys[intentionsQuery(&c.Intentions.IntentionsSelector).Key()] = true
+	}
+	return keys
 }
 
 func dedupe(qs []watch.Query) []watch.Query {

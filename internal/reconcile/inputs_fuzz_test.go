@@ -17,9 +17,9 @@ import (
 // BuildInputs and Fingerprint. Properties:
 //   - nothing panics;
 //   - the inputs are ready once every query has a value, and hold the data;
-//   - Fingerprint is deterministic (same data in fresh maps, same string)
-//     and moves when a value the module would see changes, even between
-//     two invalid UTF-8 strings;
+//   - Fingerprint (with ModuleInputDigest) is deterministic (same data in
+//     fresh maps, same string) and moves when a value the module would see
+//     changes, even between two invalid UTF-8 strings;
 //   - the JSON of the inputs (what the hash covers and the driver writes)
 //     round-trips: every string comes back exactly when it is valid UTF-8,
 //     and as JSON's U+FFFD replacement otherwise.
@@ -49,7 +49,10 @@ func FuzzBuildInputs(f *testing.F) {
 			if fpReady != ready {
 				t.Fatalf("BuildInputs ready %v but Fingerprint ready %v", ready, fpReady)
 			}
-			return in, fp, ready
+			// The KV is a module input: what the run used, not what
+			// triggers it.
+			used, _ := ModuleInputDigest(&spec, get, digestOf(get))
+			return in, fp + "/" + used, ready
 		}
 		in, h, ready := build(metaVal, kvVal)
 		if !ready {

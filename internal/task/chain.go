@@ -11,7 +11,8 @@ import (
 // module_input "task-outputs" receives their Terraform outputs in the
 // task_outputs variable (a map of task name to that task's outputs).
 // Listing a task in module_input "task-outputs" makes the task depend on it
-// too.
+// too. A task with upstream tasks needs no condition: then its upstreams'
+// applies are its only trigger.
 
 // TaskOutputsSelector is module_input "task-outputs": the tasks whose
 // outputs the module receives.

@@ -319,6 +319,9 @@ func (s *Spec) Validate() error {
 	}
 	switch s.Condition.count() {
 	case 0:
+		if len(s.Upstreams()) > 0 {
+			break // triggered by its upstream tasks only (chain.go)
+		}
 		return fieldErr("condition", "task should be configured with a condition block")
 	case 1:
 	default:
