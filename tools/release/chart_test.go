@@ -1,0 +1,222 @@
+package main
+
+// The Helm chart (deploy/helm/ctsync), rendered by a real helm (built into
+// .tools by scripts/tools.sh): it lints; each shape renders the objects it
+// should (one instance, a spread cluster with tokens and a ServiceMonitor);
+// values that would run two instances without high availability are
+// refused; and the configuration the chart writes loads in ctsync, run
+// against a real Consul as the pod would (the ConfigMap's file plus the
+// instance address file the container writes).
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func chartDir() string { return filepath.Join(opts.root, "deploy", "helm", "ctsync") }
+
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command("helm", args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return out.String() + errb.String(), err
+	}
+	return out.String(), nil
+}
+
+// render runs helm template with the values and returns the objects by
+// "Kind/name".
+func render(t *testing.T, set ...string) map[string]map[string]any {
+	t.Helper()
+	args := []string{"template", "rel", chartDir(), "--namespace", "ns"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	out, err := helm(t, args...)
+	if err != nil {
+		t.Fatalf("helm template %v: %v\n%s", set, err, out)
+	}
+	objs := map[string]map[string]any{}
+	dec := yaml.NewDecoder(strings.NewReader(out))
+	for {
+		var o map[string]any
+		err := dec.Decode(&o)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("helm template output: %v\n%s", err, out)
+		}
+		if o == nil {
+			continue
+		}
+		md := o["metadata"].(map[string]any)
+		objs[fmt.Sprintf("%s/%s", o["kind"], md["name"])] = o
+	}
+	return objs
+}
+
+// dig walks a decoded object along keys (string map keys, int list indexes).
+func dig(o any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := o.(map[string]any)
+			if !ok {
+				return nil
+			}
+			o = m[k]
+		case int:
+			l, ok := o.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			o = l[k]
+		}
+	}
+	return o
+}
+
+func kinds(objs map[string]map[string]any) string {
+	var ks []string
+	for k := range objs {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return strings.Join(ks, " ")
+}
+
+func needHelm(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("helm"); err != nil {
+		t.Skip("needs helm (TOOLS_RELEASE=1 scripts/tools.sh builds it into .tools)")
+	}
+}
+
+func TestChartLintAndTemplate(t *testing.T) {
+	needHelm(t)
+	if out, err := helm(t, "lint", "--strict", chartDir()); err != nil {
+		t.Fatalf("helm lint: %v\n%s", err, out)
+	}
+
+	// One instance: no Secret, no ServiceMonitor; Recreate, so never two.
+	one := render(t)
+	if got, want := kinds(one), "ConfigMap/rel-ctsync Deployment/rel-ctsync PodDisruptionBudget/rel-ctsync Service/rel-ctsync ServiceAccount/rel-ctsync"; got != want {
+		t.Errorf("default objects:\n got %s\nwant %s", got, want)
+	}
+	dep := one["Deployment/rel-ctsync"]
+	if s := dig(dep, "spec", "strategy", "type"); s != "Recreate" {
+		t.Errorf("one instance: strategy %v, want Recreate", s)
+	}
+	c := dig(dep, "spec", "template", "spec", "containers", 0)
+	for _, probe := range []string{"livenessProbe", "readinessProbe"} {
+		if p := dig(c, probe, "httpGet", "path"); p != "/v1/health" {
+			t.Errorf("%s path %v, want /v1/health", probe, p)
+		}
+	}
+	if u := dig(dep, "spec", "template", "spec", "securityContext", "runAsUser"); u != 65532 {
+		t.Errorf("runAsUser %v, want 65532 (the image's user)", u)
+	}
+
+	// A spread cluster with API tokens, a Consul token and a ServiceMonitor.
+	ha := render(t, "replicaCount=3", "highAvailability.enabled=true", "highAvailability.mode=spread",
+		"serviceMonitor.enabled=true", "consul.token.existingSecret=consul-acl",
+		"apiAuth.tokens[0].name=ops", "apiAuth.tokens[0].access=write", "apiAuth.tokens[0].existingSecret=ops-token",
+		"apiAuth.tokens[1].name=dashboard", "apiAuth.tokens[1].access=read", "apiAuth.tokens[1].value=0123456789abcdef-read")
+	for _, k := range []string{"ServiceMonitor/rel-ctsync", "Secret/rel-ctsync-secrets", "PodDisruptionBudget/rel-ctsync"} {
+		if ha[k] == nil {
+			t.Errorf("HA: no %s among %s", k, kinds(ha))
+		}
+	}
+	hcl, _ := dig(ha["ConfigMap/rel-ctsync"], "data", "ctsync.hcl").(string)
+	for _, want := range []string{`spread_tasks = true`, `name        = "ops"`, `secret_file = "/etc/ctsync/tokens/dashboard"`, `"rel-ctsync.ns.svc"`} {
+		if !strings.Contains(hcl, want) {
+			t.Errorf("HA config lacks %s:\n%s", want, hcl)
+		}
+	}
+	if _, ok := dig(ha["Secret/rel-ctsync-secrets"], "data", "api-token-dashboard").(string); !ok {
+		t.Errorf("the inline dashboard token is not in the chart's Secret")
+	}
+	if dig(ha["Secret/rel-ctsync-secrets"], "data", "api-token-ops") != nil {
+		t.Errorf("the ops token comes from an existing Secret, yet the chart stores one")
+	}
+	hc := dig(ha["Deployment/rel-ctsync"], "spec", "template", "spec", "containers", 0)
+	if s := dig(hc, "env", 1, "valueFrom", "secretKeyRef", "name"); s != "consul-acl" {
+		t.Errorf("CONSUL_HTTP_TOKEN from %v, want the Secret consul-acl", s)
+	}
+	if r := dig(ha["Deployment/rel-ctsync"], "spec", "replicas"); r != 3 {
+		t.Errorf("replicas %v", r)
+	}
+
+	// Two instances without high availability would both apply every task.
+	if out, err := helm(t, "template", "rel", chartDir(), "--set", "replicaCount=2"); err == nil || !strings.Contains(out, "needs highAvailability.enabled=true") {
+		t.Errorf("replicaCount=2 without HA rendered (err %v):\n%s", err, out)
+	}
+	if out, err := helm(t, "template", "rel", chartDir(), "--set", "highAvailability.mode=solo"); err == nil || !strings.Contains(out, "highAvailability.mode") {
+		t.Errorf("mode=solo rendered (err %v):\n%s", err, out)
+	}
+}
+
+// The chart's configuration, as a pod of a leader/follower cluster gets it
+// (ConfigMap + the instance file its container writes), loads in ctsync and
+// runs against a real Consul.
+func TestChartConfigLoads(t *testing.T) {
+	needHelm(t)
+	if _, err := exec.LookPath("consul"); err != nil {
+		t.Skip("needs consul")
+	}
+	consul := startConsul(t)
+	port := freePort(t)
+	objs := render(t, "replicaCount=2", "highAvailability.enabled=true", "consul.address="+consul,
+		fmt.Sprintf("service.port=%d", port), "config=task {\n  name = \"web\"\n  module = \"./m\"\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}\n")
+	dir := t.TempDir()
+	hcl, _ := dig(objs["ConfigMap/rel-ctsync"], "data", "ctsync.hcl").(string)
+	// The pod's working directory, here.
+	hcl = strings.Replace(hcl, `"/var/lib/ctsync/sync-tasks"`, fmt.Sprintf("%q", filepath.Join(dir, "sync-tasks")), 1)
+	must(t, os.WriteFile(filepath.Join(dir, "ctsync.hcl"), []byte(hcl), 0o644))
+	// The container's command, with this machine's paths.
+	script, _ := dig(objs["Deployment/rel-ctsync"], "spec", "template", "spec", "containers", 0, "args", 0).(string)
+	bin := binaryFromTarball(t)
+	script = strings.NewReplacer("/tmp/instance.hcl", filepath.Join(dir, "instance.hcl"),
+		"/usr/bin/ctsync", bin, "-config-dir=/etc/ctsync.d", "-config-dir="+dir+" -inspect").Replace(script)
+	must(t, os.MkdirAll(filepath.Join(dir, "m"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "m", "main.tf"), []byte("variable \"services\" {\n  type = any\n}\n"), 0o644))
+	cmd := exec.Command("sh", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "POD_IP=127.0.0.1", "CTSYNC_ONCE_WAIT=60s")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ctsync with the chart's configuration: %v\n%s\nconfiguration:\n%s", err, out, hcl)
+	}
+	if !strings.Contains(string(out), `task=web`) {
+		t.Errorf("ctsync -inspect did not plan the chart's task:\n%s", out)
+	}
+	inst, err := os.ReadFile(filepath.Join(dir, "instance.hcl"))
+	must(t, err)
+	if !strings.Contains(string(inst), fmt.Sprintf(`address = "127.0.0.1:%d"`, port)) {
+		t.Errorf("instance file:\n%s", inst)
+	}
+}
+
+// binaryFromTarball is the ctsync of the linux/amd64 tarball in -dist.
+func binaryFromTarball(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := exec.Command("tar", "-xzf", artifact(t, "linux_amd64.tar.gz"), "-C", dir, "ctsync").CombinedOutput()
+	if err != nil {
+		t.Fatalf("untar: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "ctsync")
+}
