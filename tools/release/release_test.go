@@ -28,8 +28,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
 
 // artifact returns the path of the artifact ending in suffix in -dist.
@@ -167,6 +169,37 @@ func TestDebInstallsAndRemoves(t *testing.T) {
 	}
 	if exec.Command("dpkg", "-s", "ctsync").Run() == nil {
 		t.Errorf("dpkg still knows ctsync after --purge")
+	}
+}
+
+// The image archive is a valid OCI image layout (what podman load and
+// skopeo's oci-archive: read) and a valid Docker archive (manifest.json,
+// what docker load reads), naming the same image.
+func TestImageArchiveFormats(t *testing.T) {
+	path := artifact(t, "oci.tar")
+	dir := t.TempDir()
+	if out, err := exec.Command("tar", "-xf", path, "-C", dir).CombinedOutput(); err != nil {
+		t.Fatalf("untar: %v\n%s", err, out)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	must(t, err)
+	must(t, validate.Index(idx))
+	im, err := idx.IndexManifest()
+	must(t, err)
+	if len(im.Manifests) != 1 || im.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != dockerTag(distVersion(t)) {
+		t.Fatalf("index.json: %+v", im.Manifests)
+	}
+	docker, err := tarball.ImageFromPath(path, nil)
+	must(t, err)
+	must(t, validate.Image(docker))
+	oci, err := idx.Image(im.Manifests[0].Digest)
+	must(t, err)
+	c1, err := docker.ConfigName()
+	must(t, err)
+	c2, err := oci.ConfigName()
+	must(t, err)
+	if c1 != c2 {
+		t.Errorf("manifest.json names the configuration %s, the OCI manifest %s", c1, c2)
 	}
 }
 
