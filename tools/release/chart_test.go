@@ -200,7 +200,7 @@ func TestChartConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ctsync with the chart's configuration: %v\n%s\nconfiguration:\n%s", err, out, hcl)
 	}
-	if !strings.Contains(string(out), `task=web`) {
+	if !strings.Contains(string(out), `Plan for task "web"`) {
 		t.Errorf("ctsync -inspect did not plan the chart's task:\n%s", out)
 	}
 	inst, err := os.ReadFile(filepath.Join(dir, "instance.hcl"))
