@@ -125,7 +125,11 @@ func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
 			sum.Enabled.False++
 		}
 	}
-	writeJSON(w, http.StatusOK, StatusResponse{TaskSummary: sum})
+	resp := StatusResponse{TaskSummary: sum}
+	if w := s.listenWarning(); w != "" {
+		resp.Warnings = []string{w}
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 var statuses = []string{"successful", "errored", "critical", "unknown"}

@@ -78,35 +78,89 @@ func (t *Tokens) Enabled() bool {
 	return len(t.list) > 0
 }
 
-// Reload reads every token's secret_file again. A file that cannot be read
-// (or holds no valid token) keeps its token's previous secret, and the
-// error names the token; the other tokens are updated.
+// Reload reads every token's secret_file again and checks the new set as
+// config.Load does: each secret valid (config.ReadTokenFile), no two
+// tokens with one secret (which would leave a request's access to the
+// order of the tokens). It is all or nothing: on any error no token
+// changes, and the error names the tokens (never a secret).
 func (t *Tokens) Reload() (changed int, err error) {
-	if t == nil {
-		return 0, nil
+	next, changed, err := t.readFiles()
+	if err != nil {
+		return 0, err
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.commitFiles(next)
+	return changed, nil
+}
+
+// readFiles returns the secrets of the token files as Reload would set
+// them, and how many changed, without changing anything.
+func (t *Tokens) readFiles() (next map[string][sha256.Size]byte, changed int, err error) {
+	if t == nil {
+		return nil, 0, nil
+	}
+	t.mu.RLock()
+	list := slices.Clone(t.list)
+	t.mu.RUnlock()
+	next = map[string][sha256.Size]byte{}
 	var errs []string
-	for i := range t.list {
-		tk := &t.list[i]
+	for i := range list {
+		tk := &list[i]
 		if tk.file == "" {
 			continue
 		}
 		secret, rerr := config.ReadTokenFile(tk.file)
 		if rerr != nil {
-			errs = append(errs, fmt.Sprintf("token %q: %v (the previous secret stays in use)", tk.name, rerr))
+			errs = append(errs, fmt.Sprintf("token %q: %v", tk.name, rerr))
 			continue
 		}
 		if sum := sha256.Sum256([]byte(secret)); sum != tk.sum {
 			tk.sum = sum
 			changed++
 		}
+		next[tk.name] = tk.sum
+	}
+	if len(errs) == 0 {
+		if err := sameSecret(list); err != nil {
+			errs = append(errs, err.Error())
+		}
 	}
 	if len(errs) > 0 {
-		return changed, fmt.Errorf("%s", strings.Join(errs, "; "))
+		return nil, 0, fmt.Errorf("%s (no token changed: the previous secrets stay in use)", strings.Join(errs, "; "))
 	}
-	return changed, nil
+	return next, changed, nil
+}
+
+// commitFiles sets the secrets readFiles returned.
+func (t *Tokens) commitFiles(next map[string][sha256.Size]byte) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range t.list {
+		if sum, ok := next[t.list[i].name]; ok && t.list[i].file != "" {
+			t.list[i].sum = sum
+		}
+	}
+}
+
+// unsetSecret is the hash of a token without a secret yet (from Vault, not
+// yet read): no request can present it.
+var unsetSecret = sha256.Sum256(nil)
+
+// sameSecret returns an error naming two tokens that share a secret.
+func sameSecret(list []apiToken) error {
+	seen := map[[sha256.Size]byte]string{}
+	for _, tk := range list {
+		if tk.sum == unsetSecret {
+			continue
+		}
+		if other, dup := seen[tk.sum]; dup {
+			return fmt.Errorf("token %q has the same secret as token %q: give each token its own secret", tk.name, other)
+		}
+		seen[tk.sum] = tk.name
+	}
+	return nil
 }
 
 // lookup returns the token whose secret is given. Every token is compared,

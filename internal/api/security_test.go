@@ -289,10 +289,67 @@ func TestTokenFileReload(t *testing.T) {
 
 	// A broken file keeps the previous secret and says so.
 	write("tiny1")
-	if err := h.srv.Reload(); err == nil || !strings.Contains(err.Error(), "previous secret stays in use") || strings.Contains(err.Error(), "tiny1") {
+	if err := h.srv.Reload(); err == nil || !strings.Contains(err.Error(), "previous secrets stay in use") || strings.Contains(err.Error(), "tiny1") {
 		t.Fatalf("Reload: %v", err)
 	}
 	h.send("GET", "/v1/tasks", "", auth("second-secret-0123456789")).expect(t, 200)
+}
+
+// A reload is checked as the configuration is at start-up, and is all or
+// nothing: two tokens with one secret are refused (the write token would
+// otherwise answer as the read one, or the other way round), and one bad
+// file keeps every token as it was.
+func TestTokenReloadValidatesTheWholeSet(t *testing.T) {
+	dir := t.TempDir()
+	opsFile, dashFile := filepath.Join(dir, "ops.token"), filepath.Join(dir, "dash.token")
+	write := func(file, s string) {
+		if err := os.WriteFile(file, []byte(s+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const ops, dash = "ops-secret-0123456789", "dash-secret-0123456789"
+	write(opsFile, ops)
+	write(dashFile, dash)
+	h := newHarness(t, nil, withTokens(
+		config.APIToken{Name: "ops", Secret: ops, SecretFile: opsFile, Access: config.AccessWrite},
+		config.APIToken{Name: "dash", Secret: dash, SecretFile: dashFile, Access: config.AccessRead}))
+	auth := func(s string) map[string]string { return map[string]string{"Authorization": "Bearer " + s} }
+	still := func() {
+		t.Helper()
+		h.send("POST", "/v1/tasks/nope/run", "", auth(ops)).expect(t, 404) // write access: the task is unknown
+		h.send("POST", "/v1/tasks/nope/run", "", auth(dash)).expect(t, 403)
+		h.send("GET", "/v1/tasks", "", auth(dash)).expect(t, 200)
+	}
+	still()
+
+	// The read token's file now holds the write token's secret.
+	write(dashFile, ops)
+	err := h.srv.Reload()
+	if err == nil || !strings.Contains(err.Error(), `token "dash" has the same secret as token "ops"`) || strings.Contains(err.Error(), ops) {
+		t.Fatalf("Reload: %v", err)
+	}
+	still()
+	if !strings.Contains(h.logs.String(), "reload refused") {
+		t.Errorf("the refused reload is not logged:\n%s", h.logs)
+	}
+
+	// One new valid secret and one broken file: nothing changes.
+	write(dashFile, "dash-secret-new-0123456789")
+	write(opsFile, "short")
+	if err := h.srv.Reload(); err == nil || !strings.Contains(err.Error(), `token "ops"`) {
+		t.Fatalf("Reload: %v", err)
+	}
+	still()
+	h.send("GET", "/v1/tasks", "", auth("dash-secret-new-0123456789")).expect(t, 401)
+
+	// Both fixed: both change.
+	write(opsFile, "ops-secret-new-0123456789")
+	if err := h.srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	h.send("GET", "/v1/tasks", "", auth(ops)).expect(t, 401)
+	h.send("POST", "/v1/tasks/nope/run", "", auth("ops-secret-new-0123456789")).expect(t, 404)
+	h.send("POST", "/v1/tasks/nope/run", "", auth("dash-secret-new-0123456789")).expect(t, 403)
 }
 
 func TestModuleAllowlist(t *testing.T) {
@@ -607,5 +664,55 @@ func TestStoredTaskAllowlist(t *testing.T) {
 	s.ModuleInput.ConsulKV = &task.ConsulKVSelector{Path: "secrets/a"}
 	if err := CheckStoredTask("x", s, rules, nil); err == nil || !strings.Contains(err.Error(), "secrets/a") {
 		t.Fatalf("kv: %v", err)
+	}
+}
+
+// SIGHUP reloads the client CA of verify_incoming too: a client whose
+// certificate the new CA signed is let in, one of the old CA is not; a
+// broken CA file keeps the CA in force.
+func TestClientCAReload(t *testing.T) {
+	first, second := testcerts.Generate(t), testcerts.Generate(t)
+	caFile := filepath.Join(t.TempDir(), "client-ca.pem")
+	install := func(src string) {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(caFile, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	install(first.CACert)
+	srv, _ := runServer(t, config.APITLS{Enabled: true, Cert: first.ServerCert, Key: first.ServerKey, CACert: caFile, VerifyIncoming: true})
+	url := "https://" + srv.Addr() + "/v1/health"
+	client := func(f testcerts.Files) *http.Client {
+		c := tlsClient(t, first.CACert, f.ClientCert, f.ClientKey)
+		c.Transport.(*http.Transport).DisableKeepAlives = true
+		return c
+	}
+	if code, err := get(client(first), url); err != nil || code != 200 {
+		t.Fatalf("client of the first CA: %d %v", code, err)
+	}
+	if _, err := get(client(second), url); err == nil {
+		t.Fatal("a client of another CA was let in")
+	}
+	install(second.CACert)
+	if err := srv.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := get(client(second), url); err != nil || code != 200 {
+		t.Fatalf("client of the new CA after the reload: %d %v", code, err)
+	}
+	if _, err := get(client(first), url); err == nil {
+		t.Fatal("a client of the old CA is still let in")
+	}
+	if err := os.WriteFile(caFile, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reload(); err == nil {
+		t.Fatal("a CA file without a certificate was accepted")
+	}
+	if code, err := get(client(second), url); err != nil || code != 200 {
+		t.Fatalf("after a refused reload: %d %v", code, err)
 	}
 }

@@ -112,6 +112,8 @@ type Server struct {
 
 	mu sync.Mutex
 	ln net.Listener
+	// warning is exposureWarning of the bound address (set by Listen).
+	warning string
 
 	// bgCtx bounds work that outlives its request (asynchronous deletes).
 	bgCtx    context.Context
@@ -149,27 +151,34 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// Reload reads the token files (api_auth secret_file) and the TLS
-// certificate and key again; what fails to load keeps its previous value.
+// Reload reads the token files (api_auth secret_file), the TLS
+// certificate and key and the client CA (verify_incoming) again, and
+// checks them as the configuration is checked at start-up. It is all or
+// nothing: on any error nothing changes (the tokens, the certificate and
+// the CA in force stay in force) and the error is logged and returned.
 // Run calls it on SIGHUP when Options.ReloadOnSIGHUP is set.
 func (s *Server) Reload() error {
 	var errs []error
-	changed, err := s.tokens.Reload()
+	tokens, changed, err := s.tokens.readFiles()
 	if err != nil {
 		errs = append(errs, fmt.Errorf("api tokens: %w", err))
 	}
+	var files *tlsFiles
 	if s.certs != nil {
-		if err := s.certs.reload(); err != nil {
+		if files, err = s.certs.load(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	err = errors.Join(errs...)
-	if err != nil {
-		s.log.Error("api: reload incomplete", "tokens_changed", changed, "error", err)
-	} else {
-		s.log.Info("api: token files and TLS certificate reloaded", "tokens_changed", changed, "tls", s.certs != nil)
+	if err := errors.Join(errs...); err != nil {
+		s.log.Error("api: reload refused; the tokens and TLS files in force stay in force", "error", err)
+		return err
 	}
-	return err
+	s.tokens.commitFiles(tokens)
+	if files != nil {
+		s.certs.set(files)
+	}
+	s.log.Info("api: token files and TLS files reloaded", "tokens_changed", changed, "tls", s.certs != nil)
+	return nil
 }
 
 // Handler returns the API's handler with its middleware (CORS, request id,
@@ -194,7 +203,18 @@ func (s *Server) Listen() error {
 		return fmt.Errorf("api: listening on %s: %w", s.opts.Addr, err)
 	}
 	s.ln = ln
+	if w := s.exposureWarning(ln.Addr().String()); w != "" {
+		s.warning = w
+		s.log.Warn(w)
+	}
 	return nil
+}
+
+// listenWarning is the warning Listen logged, if any.
+func (s *Server) listenWarning() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.warning
 }
 
 // Addr returns the bound address ("" before Listen).
@@ -305,54 +325,85 @@ func tlsConfigWith(c config.APITLS, cr *certReloader) (*tls.Config, error) {
 	if !c.VerifyIncoming {
 		return tc, nil
 	}
-	pool, err := LoadCAs(c.CACert, c.CAPath)
-	if err != nil {
-		return nil, fmt.Errorf("api tls: %w", err)
-	}
-	if pool == nil {
-		return nil, errors.New("api tls: verify_incoming needs ca_cert or ca_path")
-	}
-	tc.ClientCAs = pool
+	tc.ClientCAs = cr.clientCAs()
 	tc.ClientAuth = tls.RequireAndVerifyClientCert
+	// Each handshake verifies the client against the CA in force (it
+	// changes on reload).
+	base := tc.Clone()
+	tc.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		c := base.Clone()
+		c.ClientCAs = cr.clientCAs()
+		return c, nil
+	}
 	return tc, nil
 }
 
-// certReloader serves the API's certificate and loads it again on reload
-// (SIGHUP): a renewed certificate is used without a restart.
+// certReloader serves the API's certificate, and holds the CA that client
+// certificates are verified against (verify_incoming); both are loaded
+// again on reload (SIGHUP): a renewed certificate or a new client CA is
+// used without a restart.
 type certReloader struct {
-	certFile, keyFile string
-	mu                sync.RWMutex
-	cert              *tls.Certificate
+	c     config.APITLS
+	mu    sync.RWMutex
+	files *tlsFiles
+}
+
+// tlsFiles is what certReloader loads.
+type tlsFiles struct {
+	cert *tls.Certificate
+	cas  *x509.CertPool // nil without verify_incoming
 }
 
 func newCertReloader(c config.APITLS) (*certReloader, error) {
 	if c.Cert == "" || c.Key == "" {
 		return nil, errors.New("api tls: cert and key are both required")
 	}
-	cr := &certReloader{certFile: c.Cert, keyFile: c.Key}
-	if err := cr.reload(); err != nil {
+	cr := &certReloader{c: c}
+	files, err := cr.load()
+	if err != nil {
 		return nil, err
 	}
+	cr.set(files)
 	return cr, nil
 }
 
-// reload loads the certificate and key; on failure the previous pair
-// stays in use.
-func (cr *certReloader) reload() error {
-	cert, err := tls.LoadX509KeyPair(cr.certFile, cr.keyFile)
+// load reads the certificate and key, and the client CA with
+// verify_incoming, with the checks of start-up; nothing changes until set.
+func (cr *certReloader) load() (*tlsFiles, error) {
+	cert, err := tls.LoadX509KeyPair(cr.c.Cert, cr.c.Key)
 	if err != nil {
-		return fmt.Errorf("api tls: loading cert and key: %w", err)
+		return nil, fmt.Errorf("api tls: loading cert and key: %w", err)
 	}
+	f := &tlsFiles{cert: &cert}
+	if cr.c.VerifyIncoming {
+		pool, err := LoadCAs(cr.c.CACert, cr.c.CAPath)
+		if err != nil {
+			return nil, fmt.Errorf("api tls: %w", err)
+		}
+		if pool == nil {
+			return nil, errors.New("api tls: verify_incoming needs ca_cert or ca_path")
+		}
+		f.cas = pool
+	}
+	return f, nil
+}
+
+func (cr *certReloader) set(f *tlsFiles) {
 	cr.mu.Lock()
-	cr.cert = &cert
+	cr.files = f
 	cr.mu.Unlock()
-	return nil
 }
 
 func (cr *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	cr.mu.RLock()
 	defer cr.mu.RUnlock()
-	return cr.cert, nil
+	return cr.files.cert, nil
+}
+
+func (cr *certReloader) clientCAs() *x509.CertPool {
+	cr.mu.RLock()
+	defer cr.mu.RUnlock()
+	return cr.files.cas
 }
 
 // names returns the DNS names of the certificate: a client that verified
@@ -360,10 +411,10 @@ func (cr *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 func (cr *certReloader) names() []string {
 	cr.mu.RLock()
 	defer cr.mu.RUnlock()
-	if cr.cert.Leaf == nil {
+	if cr.files.cert.Leaf == nil {
 		return nil
 	}
-	return cr.cert.Leaf.DNSNames
+	return cr.files.cert.Leaf.DNSNames
 }
 
 // LoadCAs reads PEM certificates from caFile, or when it is empty from

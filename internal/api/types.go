@@ -26,6 +26,9 @@ type ErrorResponse struct {
 // StatusResponse is the body of GET /v1/status.
 type StatusResponse struct {
 	TaskSummary TaskSummary `json:"task_summary"`
+	// Warnings are about the daemon's own set-up (ctsync extension; the
+	// dashboard shows them): an API open to the network without tokens.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // TaskSummary counts tasks by status and by enabled flag.

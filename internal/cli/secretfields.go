@@ -118,7 +118,9 @@ func (l *liveProviders) attachAPI(srv *ctsapi.Server) {
 	defer f.mu.Unlock()
 	f.api = srv
 	for name, secret := range f.pending {
-		srv.SetTokenSecret(name, secret)
+		if _, err := srv.SetTokenSecret(name, secret); err != nil {
+			f.log.Error("a Vault secret of an API token is refused; the token keeps its last secret", "token", name, "error", err)
+		}
 	}
 	clear(f.pending)
 }
@@ -149,7 +151,10 @@ func (f *liveFields) changed(keys []string) {
 		switch fd.Kind {
 		case config.FieldAPIToken:
 			if f.api != nil {
-				f.api.SetTokenSecret(fd.Name, v)
+				if _, err := f.api.SetTokenSecret(fd.Name, v); err != nil {
+					f.log.Error("a Vault secret of an API token is refused; the token keeps its last secret", "token", fd.Name, "error", err)
+					continue
+				}
 			} else {
 				f.pending[fd.Name] = v
 			}

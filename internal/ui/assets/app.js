@@ -261,6 +261,11 @@ async function renderList(seq) {
   const [statuses, tasks, summary] = await Promise.all([
     api('GET', '/status/tasks?include=events'), api('GET', '/tasks'), api('GET', '/status')]);
   if (seq !== state.seq) return;
+  // Set-up warnings of the daemon (GET /v1/status "warnings"), e.g. an
+  // API open to the network without tokens.
+  const warn = document.getElementById('setup-warning');
+  warn.textContent = (summary.warnings || []).join(' ');
+  warn.hidden = !warn.textContent;
   const specs = new Map((tasks.tasks || []).map((t) => [t.name, t]));
   const names = Object.keys(statuses).sort();
   const s = summary.task_summary;
