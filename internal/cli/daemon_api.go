@@ -54,7 +54,9 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 
 // selfRegister registers ctsync as a Consul service in the background
 // unless consul.service_registration is disabled; a failure is a warning.
-// The returned function waits for the registration attempt to end and
+// Once registered, the service is registered again whenever the agent
+// loses it (consul.KeepRegistered) until ctx ends or the returned function
+// is called: it stops that, waits for the registration attempt to end and
 // deregisters the service if it was registered.
 func (a *app) selfRegister(ctx context.Context) (deregister func()) {
 	reg, ok := consul.RegistrationFromConfig(a.cfg.Consul.ServiceRegistration, a.cfg.ID, a.cfg.Port, a.cfg.TLS.Enabled)
@@ -63,17 +65,24 @@ func (a *app) selfRegister(ctx context.Context) (deregister func()) {
 	}
 	reg = a.haRegistration(reg) // ha.go: the cluster tag
 	log := a.log.With("component", "registration")
+	ctx, stop := context.WithCancel(ctx)
 	done := make(chan bool, 1)
 	go func() {
 		err := consul.Register(ctx, a.client.Client, reg, log)
 		if err != nil && ctx.Err() == nil {
 			log.Warn("self-registration with consul failed; continuing without it", "error", err)
 		}
+		if err == nil {
+			if err := consul.KeepRegistered(ctx, a.client.Client, reg, log); err != nil {
+				log.Warn("ctsync's service is no longer kept registered with consul", "error", err)
+			}
+		}
 		// Interrupted by the shutdown, the registration may have reached
 		// the agent: deregister to be sure.
 		done <- err == nil || ctx.Err() != nil
 	}()
 	return func() {
+		stop()
 		if !<-done {
 			return
 		}

@@ -329,6 +329,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 			Memory:         a.memory,
 			Logger:         logger.With("component", "terraform"),
 			StopTimeout:    stopTimeout,
+			Redactor:       a.obs.redactor, // run logs on disk are redacted (setupObserve)
 		}, nil
 	}
 	factory := func(spec task.Spec) (driver.Driver, error) {

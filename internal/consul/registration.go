@@ -203,3 +203,57 @@ func aclHint(err error, name string) string {
 	}
 	return ""
 }
+
+// keepWait is how long one blocking query on the registration waits for a
+// change (Consul may cut it short).
+const keepWait = 5 * time.Minute
+
+// KeepRegistered watches the registration made by Register with a blocking
+// query on the agent (/v1/agent/service/<id>) and registers the service
+// again when the agent no longer has it: the agent restarted without its
+// data, or someone deregistered it. An unreachable agent is retried with
+// backoff. It returns when ctx ends (or with a permission error, which
+// retrying cannot fix).
+func KeepRegistered(ctx context.Context, client AgentAPI, r Registration, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	bo := NewBackoff(0, 0)
+	hash := ""
+	for ctx.Err() == nil {
+		q := (&api.QueryOptions{Namespace: r.Namespace, WaitHash: hash, WaitTime: keepWait}).WithContext(ctx)
+		_, meta, err := client.Agent().Service(r.ID, q)
+		switch {
+		case err == nil:
+			bo.Reset()
+			hash = meta.LastContentHash
+			continue
+		case ctx.Err() != nil:
+		case IsUnknownService(err):
+			hash = ""
+			logger.Warn("the consul agent no longer has ctsync's service; registering it again", "id", r.ID)
+			err = Register(ctx, client, r, logger)
+			if err == nil {
+				bo.Reset()
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			var se api.StatusError
+			if errors.As(err, &se) && se.Code == http.StatusForbidden {
+				return err
+			}
+			logger.Warn("registering ctsync's service again failed; retrying", "error", err)
+		default:
+			logger.Debug("cannot watch ctsync's registration; retrying", "error", err)
+		}
+		t := time.NewTimer(bo.Next())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+	return nil
+}

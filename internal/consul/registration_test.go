@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -178,5 +179,57 @@ func TestDeregisterUnknownService(t *testing.T) {
 	}
 	if IsUnknownService(nil) || len(f.paths) != 1 {
 		t.Errorf("paths %v", f.paths)
+	}
+}
+
+// KeepRegistered registers the service again when the agent answers 404
+// for it, and only then.
+func TestKeepRegisteredRestores(t *testing.T) {
+	var mu sync.Mutex
+	have, registered, queries := true, 0, 0
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case r.URL.Path == "/v1/agent/service/register":
+			registered++
+			have = true
+		case r.URL.Path == "/v1/agent/service/ctsync-1":
+			queries++
+			if queries == 3 {
+				have = false // deregistered by hand
+			}
+			if !have {
+				http.Error(w, "unknown service ID", http.StatusNotFound)
+				return
+			}
+			w.Header().Set("X-Consul-ContentHash", "h"+strconv.Itoa(queries))
+			_, _ = io.WriteString(w, `{"ID": "ctsync-1", "Service": "consul-terraform-sync"}`)
+		}
+	}))
+	defer ts.Close()
+	c, err := NewClient(config.Consul{Address: ts.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- KeepRegistered(ctx, c.Client, Registration{ID: "ctsync-1"}, nil) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n, q := registered, queries
+		mu.Unlock()
+		if n == 1 && q >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registered %d times after %d queries, want 1", n, q)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -24,12 +24,21 @@ const Redacted = "[redacted]"
 // nil *Redactor change nothing. Add extends it (a Vault secret that
 // rotates): every holder of the pointer sees the new secrets.
 type Redactor struct {
-	r  *strings.Replacer
+	r  *matcher
 	mu sync.Mutex
-	// secrets are the ones given so far; next holds the replacer built
+	// secrets are the ones given so far; next holds the matcher built
 	// by Add, which Redact uses when set.
 	secrets []string
-	next    atomic.Pointer[strings.Replacer]
+	next    atomic.Pointer[matcher]
+}
+
+// matcher is what a set of secrets compiles to: the replacer, and the
+// patterns it replaces (each secret and its escaped form), which a Writer
+// needs to find a secret cut across two writes.
+type matcher struct {
+	rep      *strings.Replacer
+	patterns []string
+	longest  int
 }
 
 // NewRedactor returns a Redactor for the given secrets (see
@@ -60,6 +69,14 @@ func (r *Redactor) Add(secrets ...string) {
 
 // replacer is the current replacer; nil when there is nothing to redact.
 func (r *Redactor) replacer() *strings.Replacer {
+	if m := r.matcher(); m != nil {
+		return m.rep
+	}
+	return nil
+}
+
+// matcher is the current matcher; nil when there is nothing to redact.
+func (r *Redactor) matcher() *matcher {
 	if r == nil {
 		return nil
 	}
@@ -69,7 +86,7 @@ func (r *Redactor) replacer() *strings.Replacer {
 	return r.r
 }
 
-func newReplacer(secrets []string) *strings.Replacer {
+func newReplacer(secrets []string) *matcher {
 	var all []string
 	for _, s := range secrets {
 		if len(s) < MinSecretLength {
@@ -97,7 +114,7 @@ func newReplacer(secrets []string) *strings.Replacer {
 	for _, s := range all {
 		pairs = append(pairs, s, Redacted)
 	}
-	return strings.NewReplacer(pairs...)
+	return &matcher{rep: strings.NewReplacer(pairs...), patterns: all, longest: len(all[0])}
 }
 
 // Redact returns s with every secret replaced.

@@ -84,23 +84,35 @@ func terraformGroups(dir string) []int {
 	return out
 }
 
-// procStat reads the parent and the process group of pid from
+// procStat reads the parent and the process group of pid (readProcStat).
+func procStat(pid int) (ppid, pgid int, ok bool) {
+	st, ok := readProcStat(pid)
+	return st.ppid, st.pgid, ok
+}
+
+// procStatus is what readProcStat reads.
+type procStatus struct {
+	state      byte // R, S, D, Z, ...
+	ppid, pgid int
+}
+
+// readProcStat reads the state, parent and process group of pid from
 // /proc/<pid>/stat ("pid (comm) state ppid pgrp ..."; comm may hold spaces
 // and parentheses, so the fields are counted from the last ')').
-func procStat(pid int) (ppid, pgid int, ok bool) {
+func readProcStat(pid int) (procStatus, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return procStatus{}, false
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, false
+		return procStatus{}, false
 	}
 	f := bytes.Fields(b[i+1:])
-	if len(f) < 3 {
-		return 0, 0, false
+	if len(f) < 3 || len(f[0]) == 0 {
+		return procStatus{}, false
 	}
 	ppid, err1 := strconv.Atoi(string(f[1]))
 	pgid, err2 := strconv.Atoi(string(f[2]))
-	return ppid, pgid, err1 == nil && err2 == nil
+	return procStatus{state: f[0][0], ppid: ppid, pgid: pgid}, err1 == nil && err2 == nil
 }

@@ -3,6 +3,7 @@ package terraform
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/redact"
 )
 
 const (
@@ -23,10 +26,14 @@ const (
 // routes it to the current run's log file, the per-command buffers (for
 // parsing and error classification) and, optionally, the slog logger.
 // tfexec writes stdout and stderr from two goroutines, hence the mutex.
+// What reaches the log file goes through a redact.Writer first: the file
+// never holds a secret in clear, even one a provisioner echoes.
 type sink struct {
 	mu      sync.Mutex
+	red     *redact.Redactor
 	file    *os.File
-	mute    bool // the command's stdout is machine output: keep it out of the logs
+	out     *redact.Writer // file, redacted
+	mute    bool           // the command's stdout is machine output: keep it out of the logs
 	stdout  bytes.Buffer
 	stderr  bytes.Buffer
 	logger  *slog.Logger // nil: do not forward
@@ -35,6 +42,10 @@ type sink struct {
 	// planned is when the current command printed its plan's summary
 	// ("Plan: ..." or "No changes."): where an apply's plan ends.
 	planned time.Time
+	// started, when set, is called at the first output of each command
+	// (begin), while the command runs.
+	started func()
+	quiet   bool // the current command has written nothing yet
 }
 
 var (
@@ -53,6 +64,12 @@ func (w streamWriter) Write(p []byte) (int, error) {
 	s := w.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.quiet {
+		s.quiet = false
+		if s.started != nil {
+			s.started()
+		}
+	}
 	if w.stream == "stderr" {
 		s.stderr.Write(p)
 	} else {
@@ -64,9 +81,9 @@ func (w streamWriter) Write(p []byte) (int, error) {
 			return len(p), nil // machine-readable output: neither logged nor forwarded
 		}
 	}
-	if s.file != nil {
+	if s.out != nil {
 		// A failing log write must not fail the Terraform command.
-		_, _ = s.file.Write(p)
+		_, _ = s.out.Write(p)
 	}
 	if s.logger != nil {
 		s.forward(w.stream, p)
@@ -110,8 +127,9 @@ func (s *sink) begin(cmd string, mute bool) {
 	s.stderr.Reset()
 	s.planned = time.Time{}
 	s.mute = mute
-	if s.file != nil {
-		fmt.Fprintf(s.file, "==> %s terraform %s\n", time.Now().UTC().Format(time.RFC3339), cmd)
+	s.quiet = true
+	if s.out != nil {
+		fmt.Fprintf(s.out, "==> %s terraform %s\n", time.Now().UTC().Format(time.RFC3339), cmd)
 	}
 }
 
@@ -146,8 +164,8 @@ func (s *sink) plannedAt() time.Time {
 func (s *sink) note(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.file != nil {
-		fmt.Fprintf(s.file, "==> %s "+format+"\n", append([]any{time.Now().UTC().Format(time.RFC3339)}, args...)...)
+	if s.out != nil {
+		fmt.Fprintf(s.out, "==> %s "+format+"\n", append([]any{time.Now().UTC().Format(time.RFC3339)}, args...)...)
 	}
 }
 
@@ -156,6 +174,10 @@ func (s *sink) attach(f *os.File) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.file = f
+	s.out = nil
+	if f != nil {
+		s.out = redact.NewWriter(f, s.red)
+	}
 	s.mute = true
 	s.stdout.Reset()
 	s.stderr.Reset()
@@ -166,13 +188,13 @@ func (s *sink) detach() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.flushPartial()
-	f := s.file
-	s.file = nil
+	f, out := s.file, s.out
+	s.file, s.out = nil, nil
 	s.mute = true // output outside a command (version probes) is not logged
 	if f == nil {
 		return nil
 	}
-	return f.Close()
+	return errors.Join(out.Flush(), f.Close())
 }
 
 // validRunID reports whether id can name a log file.

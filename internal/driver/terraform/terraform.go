@@ -32,6 +32,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -72,6 +73,9 @@ type Options struct {
 	// the HA timing, shorter than the earliest takeover by another
 	// instance.
 	StopTimeout time.Duration
+	// Redactor hides the configuration's secrets in the run logs and in
+	// terraform.log before they reach the disk (nil: nothing is hidden).
+	Redactor *redact.Redactor
 	// Memory, when set, is the memory budget shared by every task's
 	// driver: plan, apply and destroy wait for their share of it, and their
 	// peak RSS is measured (see MemoryBudget).
@@ -89,6 +93,12 @@ type Driver struct {
 	tf      *tfexec.Terraform
 	sink    *sink
 	log     *slog.Logger
+	// marker is this driver's value of markerEnv (leftover.go); reaped
+	// says whether the leftovers of a previous daemon were looked for.
+	marker   string
+	reaped   bool
+	recorded []int // the process groups in runFile
+	inVerb   bool  // running has set up the current verb
 
 	initDone bool
 }
@@ -152,6 +162,8 @@ func New(opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
 	}
+	marker := newMarker(opts.Spec.Name)
+	env[markerEnv] = marker
 	if err := tf.SetEnv(env); err != nil {
 		return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
 	}
@@ -174,12 +186,10 @@ func New(opts Options) (*Driver, error) {
 		if err := os.Chmod(logPath, 0o600); err != nil {
 			return nil, fmt.Errorf("task %q: %s: %w", opts.Spec.Name, tfLogFile, err)
 		}
-		// SetLogPath also sets TF_LOG=TRACE; both are refused by SetEnv.
-		if err := tf.SetLogPath(logPath); err != nil {
-			return nil, fmt.Errorf("task %q: %w", opts.Spec.Name, err)
-		}
+		// Terraform writes it through a pipe that redacts it, set up for
+		// each verb (persistLog).
 	}
-	s := &sink{task: opts.Spec.Name, mute: true}
+	s := &sink{task: opts.Spec.Name, mute: true, red: opts.Redactor}
 	if opts.Driver.Log {
 		s.logger = opts.Logger
 	}
@@ -189,7 +199,7 @@ func New(opts Options) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("task %q: working directory: %w", opts.Spec.Name, err)
 	}
-	return &Driver{
+	d := &Driver{
 		opts:    opts,
 		workDir: workDir,
 		realDir: realDir,
@@ -197,7 +207,10 @@ func New(opts Options) (*Driver, error) {
 		tf:      tf,
 		sink:    s,
 		log:     opts.Logger.With("task_name", opts.Spec.Name),
-	}, nil
+		marker:  marker,
+	}
+	s.started = d.recordGroups
+	return d, nil
 }
 
 // WorkDir returns the task's absolute working directory.
@@ -292,7 +305,7 @@ func consulEnv(c config.Consul) map[string]string {
 // initialised for exactly this module and binary, runs `terraform init` and
 // creates and selects the task's workspace.
 func (d *Driver) Init(ctx context.Context) error {
-	defer d.stopOnCancel(ctx)()
+	defer d.running(ctx)()
 	d.initDone = false
 	if dir := d.opts.PluginCacheDir; dir != "" {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -585,7 +598,7 @@ func (d *Driver) moveAside(p string) {
 // destroyed: its Terraform workspace (and so its state in the backend) and
 // its working directory.
 func (d *Driver) Forget(ctx context.Context) error {
-	defer d.stopOnCancel(ctx)()
+	defer d.running(ctx)()
 	if err := d.ensureInit(ctx); err != nil {
 		return err
 	}
@@ -735,7 +748,7 @@ func (d *Driver) gate(ctx context.Context, op string) (release func(), err error
 // Plan writes the inputs and runs `terraform plan`. Result.Output is the
 // readable plan.
 func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
-	defer d.stopOnCancel(ctx)()
+	defer d.running(ctx)()
 	start := time.Now()
 	logPath, err := d.prepare(ctx, "plan", run, in)
 	if err != nil {
@@ -799,7 +812,7 @@ func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (dri
 
 // Apply writes the inputs and runs `terraform apply`.
 func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
-	defer d.stopOnCancel(ctx)()
+	defer d.running(ctx)()
 	start := time.Now()
 	logPath, err := d.prepare(ctx, "apply", run, in)
 	if err != nil {
@@ -838,7 +851,7 @@ func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (dr
 // Destroy runs `terraform destroy` with the current inputs file (an empty
 // one if the task never ran).
 func (d *Driver) Destroy(ctx context.Context, run driver.Run) (driver.Result, error) {
-	defer d.stopOnCancel(ctx)()
+	defer d.running(ctx)()
 	start := time.Now()
 	logPath, err := d.prepare(ctx, "destroy", run, nil)
 	if err != nil {

@@ -1,0 +1,106 @@
+package terraform
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/redact"
+)
+
+// tfLogDrain bounds how long the end of Terraform's TRACE log may take to
+// arrive once a command has returned (what is in the pipe is read at once;
+// this only matters if something else still holds the pipe open).
+const tfLogDrain = 2 * time.Second
+
+// persistLog arranges, for the commands of one driver verb, that
+// Terraform's TRACE log (driver "terraform" { persist_log = true }) reaches
+// terraform.log redacted: Terraform writes it into a named pipe in a
+// private temporary folder (TF_LOG_PATH), and a goroutine copies it through
+// a redact.Writer into terraform.log. The file never holds a secret in
+// clear, not even while the command runs. stop waits for the end of the log
+// and removes the pipe. Without persist_log it does nothing; when the pipe
+// cannot be set up, the verb runs without a TRACE log (and says so).
+func (d *Driver) persistLog() (stop func()) {
+	if !d.opts.Driver.PersistLog {
+		return func() {}
+	}
+	stop, err := d.startLogPump()
+	if err != nil {
+		d.log.Warn("cannot collect terraform's log for terraform.log; this run has none", "error", err)
+		_ = d.tf.SetLogPath("")
+		return func() {}
+	}
+	return stop
+}
+
+func (d *Driver) startLogPump() (stop func(), err error) {
+	dir, err := os.MkdirTemp("", "ctsync-tflog-")
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (func(), error) {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	pipe := filepath.Join(dir, "pipe")
+	if err := syscall.Mkfifo(pipe, 0o600); err != nil {
+		return fail(fmt.Errorf("mkfifo: %w", err))
+	}
+	// Non-blocking opens: the reader first (no writer yet), then our own
+	// writer, which keeps the reader from seeing an end of file between
+	// two Terraform commands.
+	r, err := os.OpenFile(pipe, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fail(err)
+	}
+	keep, err := os.OpenFile(pipe, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		r.Close()
+		return fail(err)
+	}
+	out, err := os.OpenFile(filepath.Join(d.workDir, tfLogFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		r.Close()
+		keep.Close()
+		return fail(err)
+	}
+	if err := d.tf.SetLogPath(pipe); err != nil {
+		r.Close()
+		keep.Close()
+		out.Close()
+		return fail(err)
+	}
+	w := redact.NewWriter(out, d.opts.Redactor)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				// Keep reading even when the file cannot be written: a
+				// full pipe would block Terraform.
+				_, _ = w.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return func() {
+		keep.Close()
+		// End of file once Terraform's copies are closed; the deadline
+		// covers a process that kept the pipe open.
+		_ = r.SetReadDeadline(time.Now().Add(tfLogDrain))
+		<-done
+		r.Close()
+		if err := errors.Join(w.Flush(), out.Close()); err != nil {
+			d.log.Warn("cannot write terraform.log", "error", err)
+		}
+		os.RemoveAll(dir)
+	}, nil
+}

@@ -1,0 +1,110 @@
+package redact
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// TestWriterSplitSecrets: whatever the write boundaries, what reaches the
+// file is the text redacted as a whole, and no secret (nor its JSON form)
+// is in it, even cut in two.
+func TestWriterSplitSecrets(t *testing.T) {
+	secrets := []string{"T4skEnv-S3cret-0123", "acl-9f8e7d6c", `pa"ss\word`, "abcabcabX"}
+	red := NewRedactor(secrets)
+	text := "export TOKEN=acl-9f8e7d6c\nlocal-exec: T4skEnv-S3cret-0123 and T4skEnv-S3cret-012 (not whole)\n" +
+		`  + password = "pa\"ss\\word"` + "\n" + "abcabcabcabcabX abcab\nT4skEnv-S3cret-0123"
+	want := red.Redact(text)
+	for _, s := range secrets {
+		if strings.Contains(want, s) {
+			t.Fatalf("the reference redaction leaves %q", s)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := 0; round < 2000; round++ {
+		var out bytes.Buffer
+		w := NewWriter(&out, red)
+		for rest := text; rest != ""; {
+			n := 1 + rng.IntN(min(len(rest), 12))
+			if round == 0 {
+				n = 1 // byte by byte
+			}
+			if k, err := w.Write([]byte(rest[:n])); k != n || err != nil {
+				t.Fatalf("Write = %d, %v", k, err)
+			}
+			// Nothing written so far holds a secret, or its start cut
+			// off where the writes stopped.
+			for _, s := range []string{"T4skEnv-S3cret-0123", "acl-9f8e7d6c"} {
+				if strings.Contains(out.String(), s) {
+					t.Fatalf("round %d: %q written in clear: %q", round, s, out.String())
+				}
+			}
+			rest = rest[n:]
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if out.String() != want {
+			t.Fatalf("round %d:\n got %q\nwant %q", round, out.String(), want)
+		}
+	}
+}
+
+// TestWriterHoldsOnlyPossibleSecrets: text that cannot begin a secret is
+// written at once (a log file follows the run as it goes).
+func TestWriterHoldsOnlyPossibleSecrets(t *testing.T) {
+	var out bytes.Buffer
+	w := NewWriter(&out, NewRedactor([]string{"s3cr3t-value"}))
+	_, _ = w.Write([]byte("Apply complete!\n"))
+	if out.String() != "Apply complete!\n" {
+		t.Errorf("held back: %q", out.String())
+	}
+	_, _ = w.Write([]byte("token s3cr"))
+	if out.String() != "Apply complete!\ntoken " {
+		t.Errorf("want the possible secret held: %q", out.String())
+	}
+	_, _ = w.Write([]byte("ew"))
+	if out.String() != "Apply complete!\ntoken s3crew" {
+		t.Errorf("not a secret after all, want it written: %q", out.String())
+	}
+	// A nil Redactor passes through; a pathological run of overlapping
+	// beginnings is bounded.
+	out.Reset()
+	w = NewWriter(&out, nil)
+	_, _ = w.Write([]byte("x"))
+	if out.String() != "x" {
+		t.Errorf("nil redactor: %q", out.String())
+	}
+	out.Reset()
+	w = NewWriter(&out, NewRedactor([]string{"aaaaX"}))
+	_, _ = w.Write(bytes.Repeat([]byte("a"), maxHeld+10))
+	if out.Len() < maxHeld {
+		t.Errorf("held %d bytes", maxHeld+10-out.Len())
+	}
+}
+
+// TestWriterLearnsSecrets: a secret added to the Redactor (Vault rotation)
+// is redacted from the next write on.
+func TestWriterLearnsSecrets(t *testing.T) {
+	var out bytes.Buffer
+	red := NewRedactor(nil)
+	w := NewWriter(&out, red)
+	_, _ = w.Write([]byte("v1-rotated-secret\n"))
+	red.Add("v2-rotated-secret")
+	_, _ = w.Write([]byte("v2-rotated-secret\n"))
+	_ = w.Flush()
+	if got := out.String(); got != "v1-rotated-secret\n"+Redacted+"\n" {
+		t.Errorf("got %q", got)
+	}
+}
+
+func BenchmarkWriter(b *testing.B) {
+	red := NewRedactor([]string{"T4skEnv-S3cret-0123456789abcdef", "acl-9f8e7d6c-0000-1111", "Pr0vider-S3cret-xyz"})
+	line := []byte("module.x.null_resource.y (local-exec): Executing: [\"/bin/sh\" \"-c\" \"echo hello\"]\n")
+	w := NewWriter(bytes.NewBuffer(nil), red)
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		_, _ = w.Write(line)
+	}
+}
