@@ -285,7 +285,7 @@ task {
 }
 `, work, testutil.FreePort(t), c.Addr, filepath.Join(state, "default.tfstate"), filepath.Join(state, "ws"), mod))
 	p := startCtsync(t, conf, "start", "-config-file", cfg)
-	p.waitOutput(t, 30*time.Second, "level=WARN", "listens beyond loopback", "without api_auth")
+	p.waitOutput(t, 30*time.Second, "[WARN]", "listens beyond loopback", "without api_auth")
 
 	taskDir, err := filepath.EvalSymlinks(work)
 	must(t, err)
@@ -313,7 +313,7 @@ task {
 	if p2.count("OLD-SLEEP-STILL-RUNS") > 0 || len(p2.lines("task run failed")) > 0 {
 		t.Errorf("a run started while the old sleep still ran")
 	}
-	p2.waitOutput(t, time.Second, "level=WARN", "ending terraform processes that a previous ctsync left running", "task=slow")
+	p2.waitOutput(t, time.Second, "[WARN]", "ending terraform processes that a previous ctsync left running", "task_name=slow")
 	if _, err := os.Stat(filepath.Join(taskDir, ".ctsync-run")); !os.IsNotExist(err) {
 		t.Errorf("the run record is left after the run: %v", err)
 	}
