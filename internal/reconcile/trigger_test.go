@@ -3,8 +3,10 @@ package reconcile
 import (
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/watch"
 )
@@ -148,5 +150,25 @@ func TestRestartWithChangedModuleInputRunsNothing(t *testing.T) {
 	h2.noApply(t)
 	if n := h2.rec.count("svc"); n != 0 {
 		t.Fatalf("%d runs after a restart with only module input data changed", n)
+	}
+}
+
+// A drift check is skipped while the module input data differs from what
+// the last apply used: its plan would show that change, not drift.
+func TestDriftCheckWaitsWhileModuleInputMoved(t *testing.T) {
+	s := servicesTask("d", "web")
+	s.ModuleInput.ConsulKV = &task.ConsulKVSelector{Path: "cfg", Recurse: true}
+	s.DriftDetection = &task.DriftDetection{Interval: task.Duration(time.Second)}
+	h := start(t, 2, nil, s)
+	h.w.Set(kvKey("cfg"), map[string]string{"cfg/a": "1"})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.waitApplied(t, "d")
+	h.w.Set(kvKey("cfg"), map[string]string{"cfg/a": "2"}) // before the first check (1s)
+	base := h.ctrl.driftWakes.Load()
+	waitFor(t, "drift checks to come due twice", func() bool { return h.ctrl.driftWakes.Load() >= base+2 })
+	for _, ev := range h.st.Events("d") {
+		if ev.Kind == store.KindDrift {
+			t.Fatalf("a drift check ran with moved module inputs: %+v", ev)
+		}
 	}
 }
