@@ -156,7 +156,10 @@ task {
 		t.Fatalf("delete answered no:\n%s", o)
 	}
 	apiGet(t, certs, addr+"/v1/tasks/second")
-	mustCLI("yes\n", "task", "delete", "-destroy", "second")
+	if o := mustCLI("yes\n", "task", "delete", "-destroy", "second"); !strings.Contains(o,
+		"==> Task 'second' deleted: its infrastructure was destroyed and its Terraform state removed.\n") {
+		t.Fatalf("task delete -destroy did not report the destroy:\n%s", o)
+	}
 	testutil.Eventually(t, 2*time.Minute, "the task, its infrastructure and its state to go", func() bool {
 		_, err := os.Stat(filepath.Join(out2, "services.json"))
 		_, apiErr := apiDo(t, certs, "GET", addr+"/v1/tasks/second")

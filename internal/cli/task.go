@@ -11,10 +11,12 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/api/client"
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/store"
 )
 
 // Stdin is where the task commands read approval answers; tests replace it.
@@ -456,7 +458,48 @@ func taskDelete(args []string, stdout, stderr io.Writer) int {
 	}
 	u.info("Task '%s' has been marked for deletion and will be deleted when not running.", name)
 	u.output("Request ID: %s", id)
+	if *destroy {
+		return waitDestroyed(ctx, u, cl, name)
+	}
 	return ExitOK
+}
+
+// destroyPoll is how often task delete -destroy asks how the destroy goes.
+var destroyPoll = time.Second
+
+// waitDestroyed waits for the end of a delete with destroy and reports
+// it: the task gone (its status answers 404) is a finished destroy; the
+// task still there and no longer deleting is a failed one, whose error is
+// in its latest destroy event.
+func waitDestroyed(ctx context.Context, u term, cl *client.Client, name string) int {
+	u.info("Waiting for terraform destroy of task '%s' (Ctrl-C stops waiting, not the destroy)...", name)
+	for {
+		sts, err := cl.TaskStatuses(ctx, name, client.StatusQuery{IncludeEvents: true})
+		switch {
+		case client.IsNotFound(err):
+			u.info("Task '%s' deleted: its infrastructure was destroyed and its Terraform state removed.", name)
+			return ExitOK
+		case ctx.Err() != nil:
+			u.info("Stopped waiting: the destroy of task '%s' goes on in the daemon (see ctsync status).", name)
+			return ExitInterrupt
+		case err != nil:
+			return u.fail(fmt.Sprintf("Error: unable to follow the destroy of '%s'", name), clientError(cl, err))
+		}
+		if ts := sts[name]; ts.Status != api.StatusDeleting {
+			msg := "the deletion was abandoned (the daemon is stopping?)"
+			for _, ev := range ts.Events {
+				if ev.Kind == store.KindDestroy && !ev.Success && ev.Error != nil {
+					msg = ev.Error.Message
+					break
+				}
+			}
+			return u.fail(fmt.Sprintf("Error: the destroy of '%s' failed: the task is kept, disabled", name), msg)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(destroyPoll):
+		}
+	}
 }
 
 // taskLogs is `task logs NAME [-run ID]` (ctsync): the Terraform output of

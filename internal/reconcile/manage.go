@@ -384,12 +384,14 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 	var (
 		res driver.Result
 		err error
+		id  string
 	)
 	// A state lock held by someone else (a previous leader's Terraform that
 	// was killed: its lock lives until Consul expires its session) always
 	// ends: wait for it, as runs do (LockRetryCap), for as long as ctx.
 	for attempt := 1; ; attempt++ {
-		res, err = e.drv.Destroy(ctx, driver.Run{ID: uuid.NewString()})
+		id = uuid.NewString()
+		res, err = e.drv.Destroy(ctx, driver.Run{ID: id})
 		if !errors.Is(err, driver.ErrStateLocked) || ctx.Err() != nil {
 			break
 		}
@@ -400,6 +402,15 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 	}
 	c.log.Info("destroyed task infrastructure", "task_name", s.Name, "destroyed", res.Destroy, "error", err,
 		"duration", time.Since(start).Round(time.Millisecond))
+	// The destroy is an event of the task: a failed one stays in its
+	// history (the task is kept), where task delete -destroy reads it.
+	ev := store.Event{ID: id, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: time.Now(),
+		Kind: store.KindDestroy, Trigger: "api", Config: eventConfig(s), LogPath: res.LogPath,
+		LogTail: c.redact(tail(res.LogPath, 4096)), Plan: &store.PlanSummary{Destroy: res.Destroy}}
+	if err != nil {
+		ev.Error = &store.EventError{Message: c.redact(err.Error())}
+	}
+	c.record(ev)
 	if err != nil {
 		return err
 	}
