@@ -64,18 +64,7 @@ func TestHistorySurvivesRestart(t *testing.T) {
 	work := t.TempDir()
 	port := testutil.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	cfgText := fmt.Sprintf(`
-working_dir = %q
-port        = %d
-consul {
-  address = %q
-  service_registration {
-    enabled = false
-  }
-}
-buffer_period {
-  enabled = false
-}
+	cfg := daemonConfig(t, work, port, c.Addr, fmt.Sprintf(`
 history {
   runs_per_task = 3
 }
@@ -87,8 +76,7 @@ task {
     names = ["web"]
   }
 }
-`, filepath.Join(work, "sync"), port, c.Addr, module("services_file"), vars)
-	cfg := writeFile(t, work, "config.hcl", cfgText)
+`, module("services_file"), vars))
 
 	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
 	p := startCtsync(t, work, "start", "-config-file", cfg)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +14,40 @@ import (
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/testutil"
 )
+
+// daemonConfig writes work/config.hcl: a daemon on port with its
+// working_dir under work, the Consul at consulAddr, no self-registration,
+// no buffer period, and then body (tasks and other blocks).
+func daemonConfig(t *testing.T, work string, port int, consulAddr, body string) string {
+	t.Helper()
+	return writeFile(t, work, "config.hcl", fmt.Sprintf(`working_dir = %q
+port        = %d
+consul {
+  address = %q
+  service_registration {
+    enabled = false
+  }
+}
+buffer_period {
+  enabled = false
+}
+`, filepath.Join(work, "sync"), port, consulAddr)+body)
+}
+
+// artifactsDir is where a browser test saves its screenshots:
+// $CTSYNC_ARTIFACTS/<name>, else a temporary folder.
+func artifactsDir(t *testing.T, name string) string {
+	t.Helper()
+	dir := os.Getenv("CTSYNC_ARTIFACTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	dir = filepath.Join(dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 // taskStatus reads GET /v1/status/tasks/{name}.
 func taskStatus(t *testing.T, base, name string) api.TaskStatus {
@@ -32,18 +67,7 @@ func taskStatus(t *testing.T, base, name string) api.TaskStatus {
 // failingApplyConfig is a daemon with one task whose applies plan a
 // resource and then fail in its provisioner (retried after 2 s, 4 s ...).
 func failingApplyConfig(t *testing.T, consulAddr, work string, port int) string {
-	return writeFile(t, work, "config.hcl", fmt.Sprintf(`
-working_dir = %q
-port        = %d
-consul {
-  address = %q
-  service_registration {
-    enabled = false
-  }
-}
-buffer_period {
-  enabled = false
-}
+	return daemonConfig(t, work, port, consulAddr, fmt.Sprintf(`
 retry {
   max_delay = "4s"
 }
@@ -54,7 +78,7 @@ task {
     names = ["web"]
   }
 }
-`, filepath.Join(work, "sync"), port, consulAddr, module("failing_apply")))
+`, module("failing_apply")))
 }
 
 // TestFailedRunAtAGlance: a task whose apply fails in a provisioner (real
@@ -126,5 +150,94 @@ func TestFailedRunAtAGlance(t *testing.T) {
 	}
 	if ev.Plan == nil || ev.Plan.Add+ev.Plan.Destroy == 0 {
 		t.Errorf("failed apply plan %+v", ev.Plan)
+	}
+}
+
+// TestRunRecordsTheTokenName: with api_auth, a run asked through the API
+// (POST .../run, and task enable with a run) records the token's name, and
+// so does the CLI; runs caused by Consul changes record none.
+func TestRunRecordsTheTokenName(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	dir, vars := newTaskDir(t)
+	work := t.TempDir()
+	port := testutil.FreePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	const secret = "ops-secret-0123456789abcdef"
+	cfg := daemonConfig(t, work, port, c.Addr, fmt.Sprintf(`
+api_auth {
+  token {
+    name   = "ops-oncall"
+    secret = %q
+    access = "write"
+  }
+}
+task {
+  name           = "web"
+  module         = %q
+  variable_files = [%q]
+  condition "services" {
+    names = ["web"]
+  }
+}
+`, secret, module("services_file"), vars))
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	startCtsync(t, work, "start", "-config-file", cfg)
+	waitServices(t, dir, "web-1")
+
+	authGet := func(path string, v any) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first api.EventsResponse
+	for deadline := time.Now().Add(30 * time.Second); len(first.Events) == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first run was not recorded")
+		}
+		authGet("/v1/tasks/web/events", &first)
+	}
+	if len(first.Events) != 1 || first.Events[0].Actor != "" {
+		t.Fatalf("the run caused by Consul: %+v", first.Events)
+	}
+
+	out, code := runCLI(ctsyncBin, []string{"CTS_ADDRESS=" + base, "CTS_TOKEN=" + secret}, "", "task", "disable", "web")
+	if code != 0 {
+		t.Fatalf("task disable: %d %s", code, out)
+	}
+	out, code = runCLI(ctsyncBin, []string{"CTS_ADDRESS=" + base, "CTS_TOKEN=" + secret}, "", "task", "enable", "-auto-approve", "web")
+	if code != 0 {
+		t.Fatalf("task enable: %d %s", code, out)
+	}
+	req, _ := http.NewRequest("POST", base+"/v1/tasks/web/run", nil)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("run: %d", resp.StatusCode)
+	}
+	var evs api.EventsResponse
+	authGet("/v1/tasks/web/events", &evs)
+	if len(evs.Events) < 2 {
+		t.Fatalf("events %+v", evs.Events)
+	}
+	for _, ev := range evs.Events[:len(evs.Events)-1] {
+		if ev.Trigger == "api" && ev.Actor != "ops-oncall" {
+			t.Errorf("run %s (trigger api) records actor %q, want ops-oncall", ev.ID, ev.Actor)
+		}
+	}
+	if evs.Events[0].Trigger != "api" || evs.Events[0].Actor != "ops-oncall" {
+		t.Errorf("POST run: %+v", evs.Events[0])
 	}
 }

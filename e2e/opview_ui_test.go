@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,30 +22,13 @@ import (
 func TestDashboardRunsAndCharts(t *testing.T) {
 	skipShort(t)
 	chromium := findChromium(t)
-	shots := t.TempDir()
-	if dir := os.Getenv("CTSYNC_ARTIFACTS"); dir != "" {
-		shots = filepath.Join(dir, "ui-runs")
-		if err := os.MkdirAll(shots, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	shots := artifactsDir(t, "ui-runs")
 	c := testutil.StartConsul(t)
 	webDir, webVars := newTaskDir(t)
 	work := t.TempDir()
 	port := testutil.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	cfg := writeFile(t, work, "config.hcl", fmt.Sprintf(`
-working_dir = %q
-port        = %d
-consul {
-  address = %q
-  service_registration {
-    enabled = false
-  }
-}
-buffer_period {
-  enabled = false
-}
+	cfg := daemonConfig(t, work, port, c.Addr, fmt.Sprintf(`
 retry {
   max_delay = "3s"
 }
@@ -66,7 +47,7 @@ task {
     names = ["web"]
   }
 }
-`, filepath.Join(work, "sync"), port, c.Addr, module("services_file"), webVars, module("failing_apply")))
+`, module("services_file"), webVars, module("failing_apply")))
 	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
 	startCtsync(t, work, "start", "-config-file", cfg)
 	waitServices(t, webDir, "web-1")

@@ -125,3 +125,19 @@ func TestRetryAndChangesAreVisible(t *testing.T) {
 		t.Fatalf("changes of the second run: %+v", c)
 	}
 }
+
+// BenchmarkDigest10k: recording a run's Consul data for the next run's
+// "what changed" costs this per run of a task with 10,000 instances.
+func BenchmarkDigest10k(b *testing.B) {
+	in := &task.Inputs{Services: map[string]task.Service{}}
+	for i := range 10000 {
+		s := task.Service{ID: fmt.Sprint("web-", i), Name: "web", Address: "10.0.0.1", Port: 8000 + i%1000, Node: "n1",
+			Status: "passing", Tags: []string{"a", "b"}, Meta: map[string]string{"k": "v"}, NodeMeta: map[string]string{"zone": "a"}}
+		in.Services[s.Key()] = s
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		prev := digest(in)
+		_ = changes(prev, digest(in))
+	}
+}
