@@ -11,9 +11,13 @@ if ! getent passwd ctsync >/dev/null; then
     --shell /usr/sbin/nologin --comment "ctsync daemon" ctsync
 fi
 install -d -o ctsync -g ctsync -m 0750 /var/lib/ctsync
-chgrp ctsync /etc/ctsync.d /etc/ctsync.d/ctsync.hcl
+chgrp ctsync /etc/ctsync.d
 chmod 0750 /etc/ctsync.d
-chmod 0640 /etc/ctsync.d/ctsync.hcl
+# The example may have been deleted (a conffile stays deleted on upgrade).
+if [ -f /etc/ctsync.d/ctsync.hcl ]; then
+  chgrp ctsync /etc/ctsync.d/ctsync.hcl
+  chmod 0640 /etc/ctsync.d/ctsync.hcl
+fi
 if [ -d /run/systemd/system ]; then
   systemctl daemon-reload >/dev/null || true
   # An upgrade restarts a running service with the new binary.

@@ -17,7 +17,8 @@
 #   TOOLS_RELEASE=1 scripts/tools.sh   also what `make release` and the chart
 #                                   checks need: helm (built from the module
 #                                   proxy, ~2 minutes once) and Debian's
-#                                   busybox-static (the image's shell)
+#                                   busybox-static (the image's shell), and
+#                                   Debian's systemd and rpm if missing
 #   TOOLS_CHROMIUM=0 scripts/tools.sh   without Chromium (Debian package, ~1 minute
 #                                   once; the dashboard test e2e/ui_test.go drives
 #                                   it headless and skips itself without it)
@@ -168,6 +169,16 @@ fi
 if [ "${TOOLS_RELEASE:-0}" = 1 ]; then
   [ -x "$BIN/helm" ] || build_helm
   [ -x "$BUILD/busybox/root/bin/busybox" ] || fetch_busybox
+  # systemd-analyze (the unit's check) and rpm (reads the .rpm), from Debian.
+  missing=""
+  command -v systemd-analyze >/dev/null || missing+=" systemd"
+  command -v rpm >/dev/null || missing+=" rpm"
+  if [ -n "$missing" ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    log "installing the Debian package(s)$missing (release checks)"
+    apt-get update -qq >/dev/null
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  fi
 fi
 provider local github.com/terraform-providers/terraform-provider-local "$LOCAL_PROVIDER_VERSION"
 provider time github.com/hashicorp/terraform-provider-time "$TIME_PROVIDER_VERSION"

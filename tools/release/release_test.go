@@ -4,7 +4,8 @@ package main
 //   - the tarball's binary runs here and prints the release version;
 //   - the .deb installs with dpkg (as root): ctsync version, the ctsync user,
 //     /var/lib/ctsync, the conffile, `systemd-analyze verify` of the unit;
-//     it removes and purges cleanly;
+//     an upgrade keeps the edited configuration; it removes and purges
+//     cleanly; the .rpm is intact and holds the same (read by rpm);
 //   - the OCI image's root filesystem, unpacked with go-containerregistry,
 //     runs `ctsync start -once` under chroot as the image's user against a
 //     real Consul (consul agent -dev from .tools) and applies a module whose
@@ -147,10 +148,19 @@ func TestDebInstallsAndRemoves(t *testing.T) {
 		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
 	}
 
-	// An edited conffile survives removal; purge takes it and the data.
-	if err := os.WriteFile("/etc/ctsync.d/ctsync.hcl", []byte("log_level = \"DEBUG\"\n"), 0o640); err != nil {
-		t.Fatal(err)
+	// An upgrade (here: the same package again) keeps an edited
+	// configuration, and works when the example was deleted.
+	edited := []byte("log_level = \"DEBUG\"\n")
+	must(t, os.WriteFile("/etc/ctsync.d/ctsync.hcl", edited, 0o640))
+	run(t, "dpkg", "-i", deb)
+	if got, err := os.ReadFile("/etc/ctsync.d/ctsync.hcl"); err != nil || !bytes.Equal(got, edited) {
+		t.Errorf("the edited configuration after an upgrade: %q, %v", got, err)
 	}
+	must(t, os.Remove("/etc/ctsync.d/ctsync.hcl"))
+	run(t, "dpkg", "-i", deb)
+	must(t, os.WriteFile("/etc/ctsync.d/ctsync.hcl", edited, 0o640))
+
+	// An edited conffile survives removal; purge takes it and the data.
 	if err := os.WriteFile("/var/lib/ctsync/state", []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +210,31 @@ func TestImageArchiveFormats(t *testing.T) {
 	must(t, err)
 	if c1 != c2 {
 		t.Errorf("manifest.json names the configuration %s, the OCI manifest %s", c1, c2)
+	}
+}
+
+// The .rpm, read by rpm itself: intact, with the files, the configuration
+// file and the scripts that create the user.
+func TestRPMContents(t *testing.T) {
+	if _, err := exec.LookPath("rpm"); err != nil {
+		t.Skip("needs rpm")
+	}
+	pkg := artifact(t, "x86_64.rpm")
+	run(t, "rpm", "--checksig", "--nosignature", pkg)
+	files := run(t, "rpm", "-qlp", pkg)
+	for _, want := range []string{"/usr/bin/ctsync", "/usr/lib/systemd/system/ctsync.service", "/etc/ctsync.d/ctsync.hcl", "/usr/share/doc/ctsync/LICENSE"} {
+		if !strings.Contains(files, want+"\n") {
+			t.Errorf("the rpm lacks %s:\n%s", want, files)
+		}
+	}
+	if cf := run(t, "rpm", "-qcp", pkg); strings.TrimSpace(cf) != "/etc/ctsync.d/ctsync.hcl" {
+		t.Errorf("configuration files: %q", cf)
+	}
+	if s := run(t, "rpm", "-qp", "--scripts", pkg); !strings.Contains(s, "useradd --system") || !strings.Contains(s, "preuninstall") {
+		t.Errorf("scripts:\n%s", s)
+	}
+	if v := run(t, "rpm", "-qp", "--queryformat", "%{ARCH} %{LICENSE}", pkg); v != "x86_64 MPL-2.0" {
+		t.Errorf("arch and licence: %q", v)
 	}
 }
 
