@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -88,6 +89,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusNotFound
 	case errors.Is(err, errActive), errors.Is(err, errDeleting):
 		status = http.StatusConflict
+	case errors.Is(err, store.ErrRecordTooLarge):
+		status = http.StatusRequestEntityTooLarge
 	case errors.Is(err, errExists), errors.Is(err, errRefused):
 		status = http.StatusBadRequest
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:

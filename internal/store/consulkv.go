@@ -19,6 +19,17 @@ import (
 	"github.com/ctsync/ctsync/internal/task"
 )
 
+// MaxTaskRecordBytes bounds the JSON of one task record (a task created
+// through the API, saved for the next leader). Consul refuses a
+// transaction larger than 512 KB by default (limits.txn_max_req_len), and
+// a value travels base64-encoded in it; a larger record is refused before
+// it is sent, with ErrRecordTooLarge.
+const MaxTaskRecordBytes = 256 << 10
+
+// ErrRecordTooLarge is the error of a task record larger than
+// MaxTaskRecordBytes.
+var ErrRecordTooLarge = errors.New("the task is too large to be saved in consul")
+
 // ErrNotLeader is returned by writes of a fenced ConsulKV store when this
 // instance does not hold the leader lock (or lost it while writing).
 var ErrNotLeader = errors.New("not the leader or the task's owner: state in consul is written only by the instance holding the leader lock (or, with spread_tasks, the task's owner key)")
@@ -661,6 +672,9 @@ func (s *ConsulKV) SaveTask(name string, rec TaskRecord) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
+	}
+	if len(b) > MaxTaskRecordBytes {
+		return fmt.Errorf("%w: its record is %d bytes, at most %d are accepted", ErrRecordTooLarge, len(b), MaxTaskRecordBytes)
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
