@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/ctsync/ctsync/internal/store"
 )
@@ -107,4 +108,65 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.fail(w, r, &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("task '%s' has no event with id '%s' (the history keeps the newest runs only)", name, id)})
+}
+
+// RunBrief is one run in GET /v1/status/runs: what a chart needs, without
+// the run's log tail or error text.
+type RunBrief struct {
+	TaskName   string     `json:"task_name"`
+	ID         string     `json:"id"`
+	Kind       string     `json:"kind,omitempty"`
+	Success    bool       `json:"success"`
+	Trigger    string     `json:"trigger,omitempty"`
+	StartTime  time.Time  `json:"start_time"`
+	EndTime    time.Time  `json:"end_time"`
+	DetectedAt *time.Time `json:"detected_at,omitempty"`
+}
+
+// RunsResponse is the body of GET /v1/status/runs (ctsync).
+type RunsResponse struct {
+	Runs      []RunBrief `json:"runs"`
+	RequestID string     `json:"request_id"`
+}
+
+// getRuns serves GET /v1/status/runs[?task=&since=] (ctsync): the kept
+// runs of every task (or of one), compact, newest first per task; with
+// since (RFC 3339), only those that ended after it. The dashboard draws
+// its charts from it.
+func (s *Server) getRuns(w http.ResponseWriter, r *http.Request) {
+	q, err := queryParams(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var since time.Time
+	if v := q.Get("since"); v != "" {
+		if since, err = time.Parse(time.RFC3339, v); err != nil {
+			s.fail(w, r, badRequest("invalid value %q for query parameter since: must be an RFC 3339 time, e.g. 2026-01-02T15:04:05Z", v))
+			return
+		}
+	}
+	var names []string
+	if name := q.Get("task"); name != "" {
+		if _, err := s.lookupAny(name); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		names = []string{name}
+	} else {
+		for _, t := range s.visibleTasks() {
+			names = append(names, t.Spec.Name)
+		}
+	}
+	out := RunsResponse{Runs: []RunBrief{}, RequestID: requestID(r)}
+	for _, name := range names {
+		for _, ev := range s.opts.Controller.Events(name) {
+			if !since.IsZero() && !ev.EndTime.After(since) {
+				continue
+			}
+			out.Runs = append(out.Runs, RunBrief{TaskName: name, ID: ev.ID, Kind: ev.Kind, Success: ev.Success, Trigger: ev.Trigger,
+				StartTime: ev.StartTime, EndTime: ev.EndTime, DetectedAt: ev.DetectedAt})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }

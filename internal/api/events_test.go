@@ -65,3 +65,24 @@ func TestEventsFilterPageAndOne(t *testing.T) {
 		t.Fatalf("one event: %+v", one)
 	}
 }
+
+// GET /v1/status/runs: every task's runs, compact, filtered by task and
+// end time.
+func TestRunsCompact(t *testing.T) {
+	h := newHarness(t, []task.Spec{servicesTask("a", "web"), servicesTask("b", "web")})
+	t0 := time.Date(2026, 3, 4, 5, 0, 0, 0, time.UTC)
+	for i, name := range []string{"a", "a", "b"} {
+		_ = h.st.AddEvent(store.Event{ID: fmt.Sprint(name, i), TaskName: name, Kind: store.KindApply, Success: i != 1,
+			StartTime: t0.Add(time.Duration(i) * time.Hour), EndTime: t0.Add(time.Duration(i)*time.Hour + time.Second), LogTail: "long output"})
+	}
+	var all RunsResponse
+	h.do("GET", "/v1/status/runs", "").expect(t, 200).json(t, &all)
+	if len(all.Runs) != 3 {
+		t.Fatalf("runs %+v", all.Runs)
+	}
+	var some RunsResponse
+	h.do("GET", "/v1/status/runs?task=a&since="+t0.Add(30*time.Minute).Format(time.RFC3339), "").expect(t, 200).json(t, &some)
+	if len(some.Runs) != 1 || some.Runs[0].ID != "a1" || some.Runs[0].Success {
+		t.Fatalf("filtered runs %+v", some.Runs)
+	}
+}

@@ -226,6 +226,10 @@ func TestEveryOperationLive(t *testing.T) {
 	h.do("GET", "/v1/tasks/web-task/events?result=failure&limit=1&offset=0", "").expect(t, 200)
 	h.do("GET", "/v1/tasks/web-task/events?result=maybe", "").expect(t, 400)
 	h.do("GET", "/v1/tasks/web-task/events?limit=0", "").expect(t, 400)
+	h.do("GET", "/v1/status/runs", "").expect(t, 200)
+	h.do("GET", "/v1/status/runs?task=web-task&since=2020-01-01T00:00:00Z", "").expect(t, 200)
+	h.do("GET", "/v1/status/runs?since=yesterday", "").expect(t, 400)
+	h.do("GET", "/v1/status/runs?task=nope", "").expect(t, 404)
 
 	h.do("DELETE", "/v1/tasks/api-task?destroy=maybe", "").expect(t, 400)
 	h.do("DELETE", "/v1/tasks/api-task", "").expect(t, 202)
@@ -248,6 +252,7 @@ func TestEveryOperationLive(t *testing.T) {
 		"POST /v1/tasks/{name}/run Conflict", "POST /v1/tasks/{name}/run Internal Server Error",
 		"GET /v1/tasks/{name}/events OK", "GET /v1/tasks/{name}/events Not Found", "GET /v1/tasks/{name}/events Bad Request",
 		"GET /v1/tasks/{name}/events/{id} OK", "GET /v1/tasks/{name}/events/{id} Not Found",
+		"GET /v1/status/runs OK", "GET /v1/status/runs Bad Request", "GET /v1/status/runs Not Found",
 		"GET /v1/tasks/{name}/events/{id}/log OK", "GET /v1/tasks/{name}/events/{id}/log Not Found",
 	}
 	coveredMu.Lock()

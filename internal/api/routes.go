@@ -28,6 +28,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/status/tasks", s.getTaskStatuses},
 		{"GET", "/v1/status/tasks/{name}", s.getTaskStatuses},
 		{"GET", "/v1/status/cluster", s.getClusterStatus},
+		{"GET", "/v1/status/runs", s.getRuns},
 		{"GET", "/v1/tasks", s.getTasks},
 		{"POST", "/v1/tasks", s.createTask},
 		{"GET", "/v1/tasks/{name}", s.getTask},

@@ -24,9 +24,9 @@ const state = {
   plan: null,      // {task, text, changes}: the plan preview of an enable
   log: null,       // {task, id, text, error}: the run log shown
   confirmRun: null, // the task whose "Run now" waits for confirmation
+  runLog: null,    // {key, text, note}: the log of the run page (a run's log does not change)
   filter: '',      // history filter: '', 'success' or 'failure'
   page: 0,         // history page (PAGE_SIZE runs each), newest first
-  allEvents: null, // {at, list}: every task's events for the runs-per-minute chart
   timer: null,
   seq: 0,          // render generation: a slow, stale render is dropped
 };
@@ -93,8 +93,6 @@ const runHref = (name, id) => '#/runs/' + encodeURIComponent(name) + '/' + encod
 const runURL = (name, id) => new URL('runs/' + encodeURIComponent(name) + '/' + encodeURIComponent(id),
   location.href.split('#')[0]).href;
 const PAGE_SIZE = 20;
-// How often the runs-per-minute chart reads every task's history.
-const ALL_EVENTS_MS = 30000;
 
 // ---- formatting ----
 
@@ -306,18 +304,11 @@ async function renderList(seq) {
     : el('p', { class: 'muted' }, 'No tasks are configured.');
   setMain(el('h1', null, 'Tasks'), counts, table,
     el('h2', null, 'Activity'), chartFigure('chart-runs', 'Runs per minute, all tasks', 'last hour'));
-  drawRunsPerMinute(await allEvents(names, seq));
-}
-
-// allEvents reads every task's history for the runs-per-minute chart, at
-// most every ALL_EVENTS_MS (the list refreshes more often).
-async function allEvents(names, seq) {
-  const c = state.allEvents;
-  if (c && Date.now() - c.at < ALL_EVENTS_MS) return c.list;
-  const list = await Promise.all(names.slice(0, 200).map((n) =>
-    api('GET', taskPath(n) + '/events?limit=200').then((r) => r.events || [], () => [])));
-  if (seq === state.seq) state.allEvents = { at: Date.now(), list };
-  return list;
+  // The runs of the last hour, compact (no logs): GET /v1/status/runs.
+  const since = new Date(Date.now() - 3600 * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+  const runs = await api('GET', '/status/runs?since=' + encodeURIComponent(since));
+  if (seq !== state.seq) return;
+  drawRunsPerMinute(runs.runs || []);
 }
 
 // errorLine is a failed task's error in one line, and whether it is
@@ -355,7 +346,7 @@ async function renderTask(name, seq) {
   try {
     [spec, statuses, events, recent] = await Promise.all([
       api('GET', taskPath(name)), api('GET', '/status' + taskPath(name)), api('GET', taskPath(name) + '/events' + q),
-      api('GET', taskPath(name) + '/events?limit=200')]);
+      api('GET', '/status/runs?task=' + encodeURIComponent(name))]);
   } catch (e) {
     if (seq !== state.seq) return;
     if (e.status === 404) {
@@ -405,7 +396,7 @@ async function renderTask(name, seq) {
   if (state.confirmRun === name) nodes.push(runConfirmPanel(name));
   nodes.push(details,
     el('div', { class: 'charts' },
-      chartFigure('chart-duration', 'Run duration (s) and result', 'newest ' + runEvents(recent.events).length + ' runs'),
+      chartFigure('chart-duration', 'Run duration (s) and result', 'newest ' + runEvents(recent.runs).length + ' runs'),
       chartFigure('chart-latency', 'Reaction latency (s): change seen → run ended')),
     el('h2', null, 'History'), historyControls(events.total || 0), historyTable(name, evs));
   if (state.log && state.log.task === name) nodes.push(logPanel());
@@ -415,7 +406,7 @@ async function renderTask(name, seq) {
   setMain(...nodes);
   const newLog = document.getElementById('log');
   if (kept && newLog && newLog.dataset.event === kept.event) newLog.scrollTop = kept.top;
-  drawTaskCharts(recent.events);
+  drawTaskCharts(recent.runs);
 }
 
 // historyControls: the result filter and the pages of the history.
@@ -655,13 +646,19 @@ async function renderRun(name, id, seq) {
     throw e;
   }
   const ev = r.event;
-  let log = null;
-  let logNote = '';
-  try {
-    log = await api('GET', taskPath(name) + '/events/' + encodeURIComponent(id) + '/log');
-  } catch (e) {
-    logNote = e.message;
+  const key = name + '\u0000' + id;
+  if (!state.runLog || state.runLog.key !== key) {
+    let text = null;
+    let note = '';
+    try {
+      text = await api('GET', taskPath(name) + '/events/' + encodeURIComponent(id) + '/log');
+    } catch (e) {
+      note = e.message;
+    }
+    state.runLog = { key, text, note };
   }
+  const log = state.runLog.text;
+  const logNote = state.runLog.note;
   if (seq !== state.seq) return;
   const latency = ev.detected_at ? secondsBetween(ev.detected_at, ev.end_time) : null;
   const link = runURL(name, id);

@@ -81,20 +81,18 @@ function drawTaskCharts(evs) {
 }
 
 // drawRunsPerMinute: the daemon's runs per minute over the last hour, from
-// the events of every task.
-function drawRunsPerMinute(eventsByTask) {
+// every task's runs (GET /v1/status/runs).
+function drawRunsPerMinute(runs) {
   const now = Math.floor(Date.now() / 60000) * 60;
   const first = now - 59 * 60;
   const xs = [];
   for (let t = first; t <= now; t += 60) xs.push(t);
   const ok = xs.map(() => 0);
   const failed = xs.map(() => 0);
-  for (const evs of eventsByTask) {
-    for (const e of runEvents(evs)) {
-      const i = Math.floor((secs(e.end_time) - first) / 60);
-      if (i < 0 || i >= xs.length) continue;
-      if (e.success) ok[i]++; else failed[i]++;
-    }
+  for (const e of runEvents(runs)) {
+    const i = Math.floor((secs(e.end_time) - first) / 60);
+    if (i < 0 || i >= xs.length) continue;
+    if (e.success) ok[i]++; else failed[i]++;
   }
   // All runs, with the failed ones drawn over them; empty minutes stay
   // empty.
