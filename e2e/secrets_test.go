@@ -283,7 +283,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		t.Errorf("-once exited 0 with a failing task")
 	}
 	secrets.check(t, "ctsync -once's output (DEBUG, text)", []byte(p.out.String()))
-	if !strings.Contains(p.out.String(), "level=DEBUG") {
+	if !strings.Contains(p.out.String(), "[DEBUG]") {
 		t.Errorf("no DEBUG output in text format")
 	}
 	wrongCfg := writeFile(t, work, "wrong.hcl", render("text", secrets["wrong Consul ACL token"], testutil.FreePort(t)))
