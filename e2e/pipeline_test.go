@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -293,6 +294,11 @@ func TestOnceMode(t *testing.T) {
 	if i := strings.Index(log, "[INFO]  cli: graceful shutdown\n"); i < last {
 		t.Fatalf("no graceful shutdown line after the tasks:\n%s", log)
 	}
+	// The summary table on standard output.
+	if !strings.Contains(log, "==> Run summary: 3 tasks, 3 succeeded, 0 failed, in ") ||
+		!regexp.MustCompile(`\n    t1 +succeeded +[0-9.]+m?s\n`).MatchString(log) {
+		t.Fatalf("no run summary:\n%s", log)
+	}
 
 	cfg2 := writeFile(t, work, "fail.hcl", config(t, c.Addr, filepath.Join(work, "sync-tasks-2"),
 		taskSpec{name: "broken", module: module("failing"), services: `"web"`}))
@@ -302,6 +308,10 @@ func TestOnceMode(t *testing.T) {
 	}
 	if out := p.out.String(); !strings.Contains(out, "broken") || !strings.Contains(out, "this module always fails") {
 		t.Fatalf("failure not reported with task name and Terraform's error:\n%s", out)
+	}
+	if out := p.out.String(); !strings.Contains(out, "==> Run summary: 1 tasks, 0 succeeded, 1 failed, in ") ||
+		!regexp.MustCompile(`\n    broken +failed +[0-9.]+m?s +.*this module always fails`).MatchString(out) {
+		t.Fatalf("no run summary with the failure:\n%s", out)
 	}
 	// -log-format=json: CTS's message and key, in JSON.
 	if out := p.out.String(); !strings.Contains(out, `"msg":"error applying task"`) || !strings.Contains(out, `"task_name":"broken"`) {
@@ -324,7 +334,8 @@ func TestInspectMode(t *testing.T) {
 		t.Fatalf("exit code %d", code)
 	}
 	// Terraform's plan, as CTS prints it, then CTS's last line.
-	for _, want := range []string{"local_file.services", "Plan: 1 to add, 0 to change, 0 to destroy.", "[INFO]  cli: graceful shutdown\n"} {
+	for _, want := range []string{"local_file.services", "Plan: 1 to add, 0 to change, 0 to destroy.", "[INFO]  cli: graceful shutdown\n",
+		"==> Plan summary: 1 tasks, 1 planned, 0 failed, in "} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Fatalf("%q not printed:\n%s", want, p.out.String())
 		}

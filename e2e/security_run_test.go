@@ -310,7 +310,7 @@ task {
 	}
 	// The run's provisioner found the old sleep gone (it fails otherwise),
 	// and the daemon said what it did.
-	if p2.count("OLD-SLEEP-STILL-RUNS") > 0 || len(p2.lines("task run failed")) > 0 {
+	if p2.count("OLD-SLEEP-STILL-RUNS") > 0 || len(p2.lines("error applying task")) > 0 {
 		t.Errorf("a run started while the old sleep still ran")
 	}
 	p2.waitOutput(t, time.Second, "[WARN]", "ending terraform processes that a previous ctsync left running", "task_name=slow")

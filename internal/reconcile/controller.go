@@ -1194,7 +1194,9 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 	for _, e := range run {
 		done[e.spec.Name] = make(chan struct{})
 	}
-	for _, e := range run {
+	begin := time.Now()
+	results := make([]onceResult, len(run)) // the summary (once_summary.go)
+	for i, e := range run {
 		wg.Go(func() {
 			s := e.spec
 			defer close(done[s.Name])
@@ -1205,10 +1207,13 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 			var res outcome
 			if err == nil {
 				c.slots <- struct{}{}
+				t0 := time.Now()
 				res = c.reconcile(ctx, e, &s, triggerOnce, true, inspect)
+				results[i].dur = time.Since(t0)
 				<-c.slots
 				err = res.err
 			}
+			results[i].name, results[i].err = s.Name, err
 			if err != nil {
 				failedSet.Store(s.Name, true)
 			}
@@ -1240,6 +1245,9 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 	}()
 	wg.Wait()
 	<-logged
+	if out != nil {
+		printOnceSummary(out, results, inspect, time.Since(begin))
+	}
 	if len(failed) > 0 {
 		slices.Sort(failed)
 		return fmt.Errorf("%d of %d tasks failed:\n  %s", len(failed), len(run), strings.Join(failed, "\n  "))

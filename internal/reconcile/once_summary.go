@@ -1,0 +1,64 @@
+package reconcile
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// onceResult is how one task of RunOnce ended.
+type onceResult struct {
+	name string
+	err  error
+	dur  time.Duration // of its run (0: it did not run)
+}
+
+// printOnceSummary writes the table that ends -once and -inspect on
+// standard output: one line per task (result, run time, the first line of
+// its error) and the totals.
+func printOnceSummary(w io.Writer, results []onceResult, inspect bool, total time.Duration) {
+	ok, verb := "succeeded", "Run"
+	if inspect {
+		ok, verb = "planned", "Plan"
+	}
+	failed := 0
+	for _, r := range results {
+		if r.err != nil {
+			failed++
+		}
+	}
+	fmt.Fprintf(w, "\n==> %s summary: %d tasks, %d %s, %d failed, in %s\n", verb, len(results), len(results)-failed, ok, failed,
+		total.Round(100*time.Millisecond))
+	var table strings.Builder
+	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "    TASK\tRESULT\tDURATION\tERROR")
+	for _, r := range results {
+		res, dur, msg := ok, "-", ""
+		if r.dur > 0 {
+			dur = r.dur.Round(100 * time.Millisecond).String()
+		}
+		if r.err != nil {
+			res, msg = "failed", firstLine(r.err.Error(), 160)
+		}
+		fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\n", r.name, res, dur, msg)
+	}
+	_ = tw.Flush()
+	for _, l := range strings.SplitAfter(table.String(), "\n") {
+		fmt.Fprint(w, strings.TrimRight(l, " \n")+strings.Repeat("\n", strings.Count(l, "\n")))
+	}
+}
+
+// firstLine is s's first non-empty line, cut to max bytes.
+func firstLine(s string, max int) string {
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			if len(l) > max {
+				l = l[:max] + "..."
+			}
+			return l
+		}
+	}
+	return ""
+}
