@@ -63,12 +63,12 @@ func OpenBolt(path string, history int, log *slog.Logger) (*Bolt, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, ErrHistoryInUse)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening the history database %s: %w", path, err)
+		return nil, fmt.Errorf("opening the history database %s: %w (it holds only the run history: move it away to start with an empty one)", path, err)
 	}
 	b := &Bolt{Memory: NewMemory(history), db: db, log: log}
 	if err := b.load(); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("reading the history database %s: %w", path, err)
+		return nil, fmt.Errorf("reading the history database %s: %w (it holds only the run history: move it away to start with an empty one)", path, err)
 	}
 	return b, nil
 }
@@ -136,14 +136,21 @@ func (b *Bolt) load() error {
 	})
 }
 
-// AddEvent implements Store: the event is in the file before the cache.
+// AddEvent implements Store: the event is written to the file, then to
+// the cache. A failed write of the file (a full or read-only disk) is
+// logged and the event kept in memory only: the history is for people, and
+// must not make a run that succeeded count as failed.
 func (b *Bolt) AddEvent(ev Event) error {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	if err := b.put(ev); err != nil {
-		return err
-	}
+	b.putOrWarn(ev)
 	return b.Memory.AddEvent(ev)
+}
+
+func (b *Bolt) putOrWarn(ev Event) {
+	if err := b.put(ev); err != nil {
+		b.log.Warn("run history not saved to disk; kept in memory until the next restart", "task", ev.TaskName, "run_id", ev.ID, "error", err)
+	}
 }
 
 // put writes ev and drops the task's events beyond the history length.
@@ -188,14 +195,12 @@ func (b *Bolt) put(ev Event) error {
 }
 
 // FinishRun implements Store: the event (if any) is written to the file
-// first; nothing changes when that fails.
+// (see AddEvent for a failed write), the run state to memory.
 func (b *Bolt) FinishRun(taskName string, st RunState, ev *Event) error {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	if ev != nil {
-		if err := b.put(*ev); err != nil {
-			return err
-		}
+		b.putOrWarn(*ev)
 	}
 	return b.Memory.FinishRun(taskName, st, ev)
 }
@@ -212,7 +217,7 @@ func (b *Bolt) DeleteTask(taskName string) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("deleting the events of task %q from %s: %w", taskName, b.db.Path(), err)
+		b.log.Warn("a deleted task's run history could not be removed from disk", "task", taskName, "error", err)
 	}
 	return b.Memory.DeleteTask(taskName)
 }

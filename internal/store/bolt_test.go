@@ -115,3 +115,22 @@ func TestBoltUnreadableFile(t *testing.T) {
 		t.Fatal("want an error for a file that is not a database")
 	}
 }
+
+// A history that cannot be written to disk (full, read-only) is kept in
+// memory: the run's outcome is still recorded.
+func TestBoltWriteFailureKeepsTheRunInMemory(t *testing.T) {
+	b := openTestBolt(t, filepath.Join(t.TempDir(), HistoryFile), 0)
+	_ = b.db.Close() // every write fails from now on
+	if err := b.FinishRun("a", RunState{Applied: "h"}, &Event{ID: "1", TaskName: "a", Success: true}); err != nil {
+		t.Fatalf("FinishRun: %v", err)
+	}
+	if b.Run("a").Applied != "h" || len(b.Events("a")) != 1 {
+		t.Fatalf("state %+v, events %+v", b.Run("a"), b.Events("a"))
+	}
+	if err := b.AddEvent(Event{ID: "2", TaskName: "a"}); err != nil || len(b.Events("a")) != 2 {
+		t.Fatalf("AddEvent: %v", err)
+	}
+	if err := b.DeleteTask("a"); err != nil || len(b.Events("a")) != 0 {
+		t.Fatalf("DeleteTask: %v", err)
+	}
+}
