@@ -108,7 +108,11 @@ func (a *app) runDaemon(ctx context.Context) int {
 	gr.start(part{"controller", func(ctx context.Context) error {
 		go func() {
 			<-ctx.Done()
-			a.log.Info("signal received to initiate graceful shutdown: waiting for runs in progress", "grace", shutdownGrace)
+			if f := gr.failure(); f != nil {
+				a.log.Info("stopping: a part failed; waiting for runs in progress", "grace", shutdownGrace, "error", f)
+			} else {
+				a.log.Info("signal received to initiate graceful shutdown: waiting for runs in progress", "grace", shutdownGrace)
+			}
 		}()
 		err := a.ctrl.Run(ctx)
 		if errors.Is(err, reconcile.ErrRunsInterrupted) {

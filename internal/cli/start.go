@@ -441,7 +441,13 @@ func (a *app) runOnce(ctx context.Context, only []string, inspect bool, stdout i
 		mode = "inspect"
 	}
 	// CTS's wording, which operators' log alerts and scripts look for.
-	a.log.Info("running controller in "+mode+" mode", "tasks", len(a.cfg.Tasks))
+	n := len(only) // -inspect-task; else every enabled task
+	for _, t := range a.cfg.Tasks {
+		if len(only) == 0 && t.Enabled {
+			n++
+		}
+	}
+	a.log.Info("running controller in "+mode+" mode", "tasks", n)
 	if err := a.ctrl.RunOnce(ctx, only, inspect, wait, stdout); err != nil {
 		if ctx.Err() != nil {
 			return ExitInterrupt
