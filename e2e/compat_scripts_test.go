@@ -67,6 +67,23 @@ task {
 	if o, _ := run("", "task", "disable", "-help"); !strings.Contains(o, "consul-terraform-sync task disable") || !strings.Contains(o, "  ca-path \n") {
 		t.Fatalf("task disable -help:\n%s", o)
 	}
+	// CTS's usage lines, naming the binary as invoked.
+	for args, first := range map[string]string{
+		"-help":              "Usage CLI: consul-terraform-sync <command> [-help] [options]\n",
+		"start -help":        "Usage CLI: consul-terraform-sync start [-help] [options]\n",
+		"task enable -help":  "Usage: consul-terraform-sync task enable [-help] [options] <task name>\n",
+		"task disable -help": "Usage: consul-terraform-sync task disable [-help] [options] <task name>\n",
+		"task delete -help":  "Usage: consul-terraform-sync task delete [-help] [options] <task name>\n",
+		"task create -help":  "Usage: consul-terraform-sync task create [-help] [options] -task-file=<task config>\n",
+	} {
+		if o, code := run("", strings.Fields(args)...); code != 0 || !strings.HasPrefix(o, first) {
+			t.Errorf("%s (exit %d):\n%s", args, code, o)
+		}
+	}
+	if o, code := run("", "task", "create"); code != 13 ||
+		!strings.Contains(o, "    no task file provided\n    For additional help try 'consul-terraform-sync task create --help'\n") {
+		t.Errorf("task create without -task-file (exit %d):\n%s", code, o)
+	}
 
 	startCompat(t, work, nil, "start", "-config-file", cfg)
 	waitServices(t, out, "web-1")
