@@ -34,3 +34,15 @@ func TestHistoryBlock(t *testing.T) {
 		}
 	}
 }
+
+func TestHistoryBlockJSON(t *testing.T) {
+	clearConsulEnv(t)
+	dir := t.TempDir()
+	cfg, err := Load([]string{writeFile(t, dir, "a.json", `{"history": {"runs_per_task": 7}, "task": [{"name": "t", "module": "m", "condition": {"services": {"names": ["web"]}}}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.History != 7 {
+		t.Fatalf("history %d", cfg.History)
+	}
+}
