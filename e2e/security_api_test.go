@@ -251,3 +251,71 @@ func TestJSONConfigBadNamesExit15EndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// In spread mode, a create sent to any member is carried out by the
+// task's owner in one step: a record Consul cannot take (413) leaves the
+// task on no member; the same request, small, creates it on every member
+// and it runs once.
+func TestSpreadCreateIsAtomicEndToEnd(t *testing.T) {
+	skipShort(t)
+	c := newHACluster(t)
+	for _, id := range []string{"cts-a", "cts-b"} {
+		c.add(&haInstance{id: id}, func(in *haInstance) string { return spreadHeader(in, c.consul.Addr, "DEBUG", "e2e") })
+	}
+	c.register("web-1", "web", 8001)
+	for _, in := range c.insts {
+		in.start(t)
+	}
+	testutil.Eventually(t, 90*time.Second, "both members serving", func() bool {
+		for _, in := range c.insts {
+			if code, _, _ := haGet(in.port, "/v1/tasks"); code != http.StatusOK {
+				return false
+			}
+		}
+		return true
+	})
+	out := t.TempDir()
+	body := func(vars string) string {
+		return fmt.Sprintf(`{"task":{"name":"spread-big","module":%q,"variables":{"dir":%q%s},"condition":{"services":{"names":["web"]}}}}`,
+			module("services_file"), fmt.Sprintf("%q", out), vars)
+	}
+	var big strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&big, `,"blob%d":%q`, i, fmt.Sprintf("%q", strings.Repeat("x", 60<<10)))
+	}
+	for _, in := range c.insts {
+		code, b := haDo(t, "POST", in.port, "/v1/tasks", body(big.String()))
+		if code != http.StatusRequestEntityTooLarge {
+			t.Fatalf("record too large, sent to %s: %d %.300s", in.id, code, b)
+		}
+	}
+	for _, in := range c.insts {
+		if code, _, b := haGet(in.port, "/v1/tasks/spread-big"); code != http.StatusNotFound {
+			t.Fatalf("%s shows the refused task: %d %s", in.id, code, b)
+		}
+	}
+	if fileExistsAt(out, "services.json") {
+		t.Fatal("the refused task ran")
+	}
+	code, b := haDo(t, "POST", c.insts[1].port, "/v1/tasks", body(""))
+	if code != http.StatusCreated {
+		t.Fatalf("retry: %d %s", code, b)
+	}
+	waitServices(t, out, "web-1")
+	testutil.Eventually(t, 30*time.Second, "the task on every member", func() bool {
+		for _, in := range c.insts {
+			if code, _, _ := haGet(in.port, "/v1/tasks/spread-big"); code != http.StatusOK {
+				return false
+			}
+		}
+		return true
+	})
+	c.allIdle()
+	n := 0
+	for _, in := range c.insts {
+		n += len(haLines(in.proc(), ` task completed: `, " task_name=spread-big "))
+	}
+	if n != 1 {
+		t.Errorf("spread-big applied %d times", n)
+	}
+}

@@ -41,6 +41,7 @@ type haWiring struct {
 	configOn   map[string]bool // their enabled flags, as configured
 
 	prepMu       sync.Mutex // serialises preparations of successive terms and follower refreshes
+	apiMu        sync.Mutex // held by an API change until it is saved and applied, and while records are applied (ha.Persisting.Mu)
 	resetStorage bool       // -reset-storage: on every term
 
 	synced     chan struct{} // closed after the first follower refresh (or term)
@@ -178,8 +179,10 @@ func (a *app) haJoined(ctx context.Context) error {
 // spreader the task list may have changed. w.prepMu is held.
 func (a *app) haApplySpread(ctx context.Context) {
 	w := a.ha
+	w.apiMu.Lock()
 	recs := ha.FilterStored(w.kv.TaskRecords(), w.configured, a.checkStoredTask, w.log)
 	destroys, err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.configOn, w.log)
+	w.apiMu.Unlock()
 	switch {
 	case err != nil && err.Error() != w.syncErr:
 		w.log.Error("ha: some task changes made through the api cannot be applied here", "error", err)
@@ -243,8 +246,10 @@ func (a *app) haElected(ctx context.Context) error {
 	}
 	// A record is input from whoever can write the KV folder: only tasks
 	// the API would accept are applied (daemon_api.go).
+	w.apiMu.Lock()
 	recs := ha.FilterStored(w.kv.TaskRecords(), w.configured, a.checkStoredTask, w.log)
 	destroys, err := ha.ApplyStored(ctx, a.ctrl, recs, w.configured, w.configOn, w.log)
+	w.apiMu.Unlock()
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -399,7 +404,7 @@ func (a *app) apiController() ctsapi.Controller {
 	if a.ha == nil {
 		return a.ctrl
 	}
-	p := &ha.Persisting{Controller: a.ctrl, Store: a.ha.kv, Configured: a.ha.configured, Logger: a.ha.log}
+	p := &ha.Persisting{Controller: a.ctrl, Store: a.ha.kv, Configured: a.ha.configured, Logger: a.ha.log, Mu: &a.ha.apiMu}
 	if sp := a.ha.sp; sp != nil {
 		p.Acquire, p.Changed = sp.Acquire, sp.Kick
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
@@ -30,6 +31,45 @@ type Persisting struct {
 	// told that the task list changed (Spreader.Kick).
 	Acquire func(ctx context.Context, name string) error
 	Changed func()
+	// Mu, when set, is held while a change's record is saved and until
+	// the controller has the change (Create, SetEnabled), and by whoever
+	// applies the stored records to the controller (ApplyStored): a refresh
+	// from Consul never sees a record without its change, or a change
+	// without its record.
+	Mu *sync.Mutex
+}
+
+// step saves rec as the task's record and runs do, holding Mu until the
+// controller shows the change (applied) or do returned. It returns do's
+// error, or the save's (then do did not run).
+func (p *Persisting) step(name string, rec store.TaskRecord, applied func(reconcile.TaskState) bool, do func() error) error {
+	if p.Mu != nil {
+		p.Mu.Lock()
+	}
+	unlock := func() {
+		if p.Mu != nil {
+			p.Mu.Unlock()
+		}
+	}
+	if err := p.saveRecord(name, rec); err != nil {
+		unlock()
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- do() }()
+	for {
+		changed := p.Controller.StateChanged()
+		if st, err := p.Controller.Task(name); err == nil && applied(st) {
+			unlock()
+			return <-errc
+		}
+		select {
+		case err := <-errc:
+			unlock()
+			return err
+		case <-changed:
+		}
+	}
 }
 
 // Create implements the API's Controller as one step: the task is saved
@@ -49,15 +89,18 @@ func (p *Persisting) Create(ctx context.Context, spec task.Spec, runNow bool) er
 		}
 	}
 	prev, had := p.Store.TaskRecords()[spec.Name]
-	if err := p.saveRecord(spec.Name, p.recordFor(spec)); err != nil {
-		return err
+	saved := false
+	err := p.step(spec.Name, p.recordFor(spec), func(reconcile.TaskState) bool { return true }, func() error {
+		saved = true
+		return p.Controller.Create(ctx, spec, runNow)
+	})
+	if saved {
+		defer p.changed()
+		if err != nil {
+			p.restore(spec.Name, prev, had)
+		}
 	}
-	defer p.changed()
-	if err := p.Controller.Create(ctx, spec, runNow); err != nil {
-		p.restore(spec.Name, prev, had)
-		return err
-	}
-	return nil
+	return err
 }
 
 func (p *Persisting) changed() {
@@ -79,10 +122,12 @@ func (p *Persisting) SetEnabled(ctx context.Context, name string, enabled bool, 
 	prev, had := p.Store.TaskRecords()[name]
 	spec := st.Spec
 	spec.Enabled = enabled
-	if err := p.saveRecord(name, p.recordFor(spec)); err != nil {
-		return reconcile.PlanResult{}, err
-	}
-	res, err := p.Controller.SetEnabled(ctx, name, enabled, mode)
+	var res reconcile.PlanResult
+	err = p.step(name, p.recordFor(spec), func(st reconcile.TaskState) bool { return st.Spec.Enabled == enabled }, func() error {
+		var err error
+		res, err = p.Controller.SetEnabled(ctx, name, enabled, mode)
+		return err
+	})
 	if errors.Is(err, reconcile.ErrNotFound) || errors.Is(err, reconcile.ErrActive) {
 		p.restore(name, prev, had) // nothing changed
 	}
