@@ -42,9 +42,26 @@ resource "terraform_data" "echo" {
 }
 `
 
-// Every file under the working directory is free of the secrets after a
-// run whose provisioner echoes them (run logs, init.log, terraform.log with
-// persist_log), while the run log shows where they were.
+// failingEchoModule's provisioner prints the secret and fails: Terraform's
+// error message then holds it, and so would the run's event (the run
+// history file under the working directory) if it were not redacted.
+const failingEchoModule = `
+variable "services" {
+  type = any
+}
+
+resource "terraform_data" "fail" {
+  triggers_replace = keys(var.services)
+  provisioner "local-exec" {
+    command = "echo \"task env: $ECHO_SECRET\"; exit 3"
+  }
+}
+`
+
+// Every file under the working directory is free of the secrets after
+// runs whose provisioners echo them (run logs, init.log, terraform.log with
+// persist_log, the run history with a failed run's error), while the run
+// log shows where they were.
 func TestRunLogsOnDiskRedacted(t *testing.T) {
 	skipShort(t)
 	token := "acl-" + uuid.NewString()
@@ -59,6 +76,9 @@ func TestRunLogsOnDiskRedacted(t *testing.T) {
 	mod := filepath.Join(t.TempDir(), "echo")
 	must(t, os.MkdirAll(mod, 0o755))
 	writeFile(t, mod, "main.tf", echoSecretsModule)
+	failMod := filepath.Join(t.TempDir(), "fail")
+	must(t, os.MkdirAll(failMod, 0o755))
+	writeFile(t, failMod, "main.tf", failingEchoModule)
 	cfg := writeFile(t, conf, "config.hcl", fmt.Sprintf(`
 log_level   = "DEBUG"
 working_dir = %q
@@ -86,13 +106,23 @@ task {
     names = ["web"]
   }
 }
-`, work, testutil.FreePort(t), c.Addr, token, secrets["task_env secret"], mod))
+task {
+  name      = "fail"
+  module    = %q
+  providers = ["local"]
+  condition "services" {
+    names = ["web"]
+  }
+}
+`, work, testutil.FreePort(t), c.Addr, token, secrets["task_env secret"], mod, failMod))
 	p := startCtsync(t, conf, "start", "-config-file", cfg)
 	waitRuns(t, p, "echo", 1)
 	testutil.Eventually(t, 90*time.Second, "a successful run of echo", func() bool { return p.successes("echo") >= 1 })
 	// A second run (a catalog change) appends to terraform.log.
 	c.RegisterService(t, reg("web-2", "web", 8002), "passing")
 	testutil.Eventually(t, 90*time.Second, "a second successful run", func() bool { return p.successes("echo") >= 2 })
+	p.waitOutput(t, 90*time.Second, "error applying task", "task_name=fail", "exit status 3")
+	secrets.check(t, "the daemon's output", []byte(p.out.String()))
 
 	runLogs, files, redactedLines := 0, 0, 0
 	err := filepath.WalkDir(work, func(path string, d fs.DirEntry, err error) error {
@@ -112,6 +142,7 @@ task {
 		if filepath.Base(filepath.Dir(path)) == "logs" && d.Name() != "init.log" {
 			runLogs++
 			for _, want := range []string{"consul token: [redacted]", "task env: [redacted]", `json: {"t": "[redacted]"}`} {
+				// Each kind counts once per log.
 				if bytes.Contains(b, []byte(want)) {
 					redactedLines++
 				}
@@ -120,8 +151,13 @@ task {
 		return nil
 	})
 	must(t, err)
-	if runLogs < 2 || redactedLines < 6 {
+	if runLogs < 3 || redactedLines < 7 {
 		t.Errorf("%d run logs, %d redacted lines: the provisioner's output is not in the run logs", runLogs, redactedLines)
+	}
+	// The run history (events of the failed run included) was among the
+	// files read.
+	if _, err := os.Stat(filepath.Join(work, "ctsync-history.db")); err != nil {
+		t.Errorf("no run history under the working directory: %v", err)
 	}
 	if st, err := os.Stat(filepath.Join(work, "echo", "terraform.log")); err != nil || st.Size() < 10000 {
 		t.Errorf("terraform.log: %v %v", st, err)
