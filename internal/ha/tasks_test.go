@@ -3,6 +3,7 @@ package ha
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -358,4 +359,55 @@ type spyTasks struct {
 func (s *spyTasks) SaveTask(name string, rec store.TaskRecord) error {
 	*s.saved = append(*s.saved, rec)
 	return s.memTasks.SaveTask(name, rec)
+}
+
+// With Mu held by whoever applies the stored records (as every member of
+// a spread cluster does on each change in Consul), creates and
+// enable/disable changes racing with those refreshes all succeed and end
+// with the task and its record in agreement.
+func TestPersistingOrderedWithRefreshes(t *testing.T) {
+	recs := &memTasks{recs: map[string]store.TaskRecord{}}
+	c := standbyController(t)
+	activate(t, c)
+	var mu sync.Mutex
+	p := &Persisting{Controller: c, Store: recs, Configured: map[string]bool{}, Mu: &mu}
+	stop := make(chan struct{})
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			mu.Lock()
+			_, err := ApplyStored(context.Background(), c, recs.TaskRecords(), nil, nil, nil)
+			mu.Unlock()
+			if err != nil {
+				t.Errorf("refresh: %v", err)
+				return
+			}
+		}
+	}()
+	for i := range 30 {
+		name := fmt.Sprintf("t%d", i)
+		if err := p.Create(context.Background(), spec(name, false), false); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+		if _, err := p.SetEnabled(context.Background(), name, true, ""); err != nil && !errors.Is(err, reconcile.ErrActive) {
+			t.Fatalf("enable %s: %v", name, err)
+		}
+	}
+	close(stop)
+	<-refreshed
+	for i := range 30 {
+		name := fmt.Sprintf("t%d", i)
+		if _, err := c.Task(name); err != nil {
+			t.Errorf("%s: gone from the controller", name)
+		}
+		if rec := recs.TaskRecords()[name]; rec.Spec == nil {
+			t.Errorf("%s: record %+v", name, rec)
+		}
+	}
 }
