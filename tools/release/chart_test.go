@@ -12,12 +12,15 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -190,7 +193,9 @@ func TestChartConfigLoads(t *testing.T) {
 	script, _ := dig(objs["Deployment/rel-ctsync"], "spec", "template", "spec", "containers", 0, "args", 0).(string)
 	bin := binaryFromTarball(t)
 	script = strings.NewReplacer("/tmp/instance.hcl", filepath.Join(dir, "instance.hcl"),
-		"/usr/bin/ctsync", bin, "-config-dir=/etc/ctsync.d", "-config-dir="+dir+" -inspect").Replace(script)
+		"/usr/bin/ctsync", bin, "-config-dir=/etc/ctsync.d", "-config-dir="+dir).Replace(script)
+	daemonScript := script
+	script = strings.Replace(script, "-config-dir="+dir, "-config-dir="+dir+" -inspect", 1)
 	must(t, os.MkdirAll(filepath.Join(dir, "m"), 0o755))
 	must(t, os.WriteFile(filepath.Join(dir, "m", "main.tf"), []byte("variable \"services\" {\n  type = any\n}\n"), 0o644))
 	cmd := exec.Command("sh", "-c", script)
@@ -207,6 +212,40 @@ func TestChartConfigLoads(t *testing.T) {
 	must(t, err)
 	if !strings.Contains(string(inst), fmt.Sprintf(`address = "127.0.0.1:%d"`, port)) {
 		t.Errorf("instance file:\n%s", inst)
+	}
+
+	// The daemon, as the pod runs it: it leads its cluster and advertises
+	// the address the container wrote.
+	daemon := exec.Command("sh", "-c", daemonScript)
+	daemon.Dir = dir
+	daemon.Env = append(os.Environ(), "POD_IP=127.0.0.1")
+	var logs bytes.Buffer
+	daemon.Stdout, daemon.Stderr = &logs, &logs
+	must(t, daemon.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- daemon.Wait() }()
+	want := fmt.Sprintf(`"127.0.0.1:%d"`, port)
+	url := fmt.Sprintf("http://127.0.0.1:%d/v1/status/cluster", port)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && strings.Contains(string(b), want) && strings.Contains(string(b), `"leader":true`) {
+				t.Logf("/v1/status/cluster: %s", b)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			_ = daemon.Process.Kill()
+			t.Fatalf("the chart's cluster member does not lead with address %s within a minute:\n%s", want, logs.String())
+		}
+		time.Sleep(200 * time.Millisecond) // polling the daemon's API
+	}
+	must(t, daemon.Process.Signal(syscall.SIGTERM))
+	if err := <-exited; err != nil {
+		t.Errorf("ctsync after SIGTERM: %v\n%s", err, logs.String())
 	}
 }
 
