@@ -40,7 +40,11 @@ func (a *app) serviceManager(srv *ctsapi.Server) part {
 				a.notifySystemd("STOPPING=1\nSTATUS=stopping: waiting for runs in progress")
 				return nil
 			case <-hup:
-				a.notifySystemd("RELOADING=1\nMONOTONIC_USEC=" + monotonicUsec())
+				// Before READY=1 systemd still waits for the start: a
+				// reload then is not reported.
+				if ready {
+					a.notifySystemd("RELOADING=1\nMONOTONIC_USEC=" + monotonicUsec())
+				}
 				status := "STATUS=reloaded"
 				if err := srv.Reload(); err != nil { // logged by Reload
 					status = "STATUS=reload incomplete (see the log)"

@@ -406,3 +406,28 @@ func testutilEventually(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Answered holds once every view has had a first answer, a value or a
+// failed read (the daemon's readiness for systemd).
+func TestAnswered(t *testing.T) {
+	f := newFakeConsul(t)
+	rec := newRecorder()
+	r := fastRegistry(f.client(), nil, rec)
+	if !r.Answered() {
+		t.Fatal("a registry without views has nothing to wait for")
+	}
+	r.Subscribe("t", HealthService("web", ServiceOptions{}))
+	r.Subscribe("t", HealthService("db", ServiceOptions{}))
+	runRegistry(t, r)
+	f.waitRequests(healthWeb, 1)
+	if r.Answered() {
+		t.Fatal("answered before Consul replied")
+	}
+	f.reply(healthWeb, 2, []*api.ServiceEntry{})
+	rec.waitCount(t, 1)
+	if r.Answered() {
+		t.Fatal("answered with the db view still waiting")
+	}
+	f.fail("/v1/health/service/db", 503)
+	testutilEventually(t, r.Answered)
+}
