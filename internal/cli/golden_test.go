@@ -84,6 +84,7 @@ func TestGolden(t *testing.T) {
 		{"task_mistyped_subcommand", "", true, []string{"task", "enabel", "a"}, nil},
 		{"task_enable_mistyped_flag", "", true, []string{"task", "enable", "-auto-aprove", "a"}, nil},
 		{"start_bad_log_format", "", true, []string{"start", "-config-file=x.hcl", "-log-format=xml"}, nil},
+		{"start_stray_argument", "", true, []string{"start", "stray", "-config-file=x.hcl"}, nil},
 		{"commandless_no_config", "", true, []string{"-once"}, nil},
 
 		{"task_enable_help", "", true, []string{"task", "enable", "-help"}, nil},

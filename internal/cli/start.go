@@ -94,8 +94,9 @@ func parseStartFlags(args []string, stdout, stderr io.Writer) (*startFlags, int)
 		return nil, ExitFlagParse
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "unexpected arguments: %s\n", strings.Join(fs.Args(), " "))
-		return nil, ExitFlagParse
+		// As CTS: flag parsing stops at the first argument that is not a
+		// flag, and what follows is not used.
+		fmt.Fprint(stderr, prefixed(infoPrefix, fmt.Sprintf("Warning: ignoring arguments after the flags: '%s'", strings.Join(fs.Args(), ", "))))
 	}
 	if len(f.configs) == 0 {
 		return nil, term{out: stderr, err: stderr}.failCode(ExitRequiredFlags, "unable to start "+Name,
