@@ -1,10 +1,14 @@
 package api
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -83,4 +87,22 @@ func TestCreateWhileDeleting(t *testing.T) {
 	eventually(t, "a gone", func() bool { _, err := h.ctrl.Task("a"); return err != nil })
 	h.do("POST", "/v1/tasks", taskBody("a", "./m")).expect(t, 201)
 	h.do("POST", "/v1/tasks", taskBody("a", "./m")).expect(t, 400)
+}
+
+// recordTooLarge is a controller whose creates fail as a cluster's do when
+// the task's record is larger than Consul takes.
+type recordTooLarge struct{ *reconcile.Controller }
+
+func (recordTooLarge) Create(context.Context, task.Spec, bool) error {
+	return fmt.Errorf("saving task in consul: %w", store.ErrRecordTooLarge)
+}
+
+func TestRecordTooLargeIs413(t *testing.T) {
+	h := newHarness(t, nil, func(o *Options) { o.Controller = recordTooLarge{o.Controller.(*reconcile.Controller)} })
+	for _, run := range []string{"", "?run=now"} {
+		msg := h.do("POST", "/v1/tasks"+run, taskBody("a", "./m")).expect(t, 413).errMsg(t)
+		if !strings.Contains(msg, "too large to be saved in consul") {
+			t.Errorf("413%s: %q", run, msg)
+		}
+	}
 }

@@ -274,3 +274,25 @@ func TestConsulKVFinishRunIsOneWrite(t *testing.T) {
 		t.Fatalf("consul changed by a refused write: %+v", fresh.Run("a"))
 	}
 }
+
+// A task record larger than MaxTaskRecordBytes is refused before it is
+// sent (Consul would refuse the transaction); RemoveTaskRecord removes a
+// record from Consul and from the copy.
+func TestConsulKVTaskRecordLimitAndRemove(t *testing.T) {
+	c := startConsul(t)
+	s := NewConsulKV(c.Client, "p/state", 0)
+	must(t, s.Load(context.Background()))
+	big := task.Spec{Name: "big", Description: strings.Repeat("d", MaxTaskRecordBytes)}
+	if err := s.SaveTask("big", TaskRecord{Spec: &big}); !errors.Is(err, ErrRecordTooLarge) {
+		t.Fatalf("SaveTask of a large record: %v", err)
+	}
+	if len(keys(t, c.Client, "p/state/tasks/")) != 0 {
+		t.Fatal("the large record was written")
+	}
+	small := task.Spec{Name: "small"}
+	must(t, s.SaveTask("small", TaskRecord{Spec: &small}))
+	must(t, s.RemoveTaskRecord("small"))
+	if _, ok := s.TaskRecords()["small"]; ok || len(keys(t, c.Client, "p/state/tasks/")) != 0 {
+		t.Fatal("the removed record is still there")
+	}
+}
