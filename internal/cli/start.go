@@ -93,11 +93,7 @@ func parseStartFlags(args []string, stdout, stderr io.Writer) (*startFlags, int)
 		fmt.Fprint(stderr, startHelp(fs))
 		return nil, ExitFlagParse
 	}
-	if fs.NArg() > 0 {
-		// As CTS: flag parsing stops at the first argument that is not a
-		// flag, and what follows is not used.
-		fmt.Fprint(stderr, prefixed(infoPrefix, fmt.Sprintf("Warning: ignoring arguments after the flags: '%s'", strings.Join(fs.Args(), ", "))))
-	}
+	warnIgnored(stderr, fs.Args())
 	if len(f.configs) == 0 {
 		return nil, term{out: stderr, err: stderr}.failCode(ExitRequiredFlags, "unable to start "+Name,
 			"no config file provided", moreHelp("start"))

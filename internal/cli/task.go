@@ -161,6 +161,19 @@ func (c *clientCmd) parse(args []string) (pos []string, code int) {
 	return c.fs.Args(), -1
 }
 
+// parseName parses the flags and the one positional argument, the task
+// name; code is the exit code to return at once (-1 to go on).
+func (c *clientCmd) parseName(args []string) (name string, code int) {
+	pos, code := c.parse(args)
+	if code >= 0 {
+		return "", code
+	}
+	if name, ok := c.taskName(pos); ok {
+		return name, -1
+	}
+	return "", ExitRequiredFlags
+}
+
 // taskName checks that exactly one positional argument, the task name,
 // was given, with CTS's messages.
 func (c *clientCmd) taskName(args []string) (string, bool) {
@@ -253,13 +266,9 @@ func taskEnable(args []string, stdout, stderr io.Writer) int {
   applied at once. When it has none, the task is enabled without a run.
 `, stdout, stderr)
 	autoApprove := c.fs.Bool("auto-approve", false, "Skip interactive approval of inspect plan")
-	pos, code := c.parse(args)
+	name, code := c.parseName(args)
 	if code >= 0 {
 		return code
-	}
-	name, ok := c.taskName(pos)
-	if !ok {
-		return ExitRequiredFlags
 	}
 	u := c.ui
 	u.info("Inspecting changes to resource if enabling '%s'...\n", name)
@@ -307,13 +316,9 @@ func taskDisable(args []string, stdout, stderr io.Writer) int {
 	c := newClientCmd("task disable", "[options] <task name>", `  Task Disable disables an existing task: it no longer runs until it is
   enabled again.
 `, stdout, stderr)
-	pos, code := c.parse(args)
+	name, code := c.parseName(args)
 	if code >= 0 {
 		return code
-	}
-	name, ok := c.taskName(pos)
-	if !ok {
-		return ExitRequiredFlags
 	}
 	u := c.ui
 	u.info("Waiting to disable '%s'...", name)
@@ -344,11 +349,7 @@ func taskCreate(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	u := c.ui
-	if len(pos) > 0 {
-		// As CTS: flag parsing stops at the first argument that is not a
-		// flag, and what follows is not used.
-		fmt.Fprint(stderr, prefixed(infoPrefix, fmt.Sprintf("Warning: ignoring arguments after the flags: '%s'", strings.Join(pos, ", "))))
-	}
+	warnIgnored(stderr, pos)
 	if *taskFile == "" {
 		return u.failCode(ExitRequiredFlags, "Error: unable to create request", "no task file provided", moreHelp(c.name))
 	}
@@ -414,13 +415,9 @@ func taskDelete(args []string, stdout, stderr io.Writer) int {
 `, stdout, stderr)
 	autoApprove := c.fs.Bool("auto-approve", false, "Skip interactive approval of deleting a task")
 	destroy := c.fs.Bool("destroy", false, "Destroy the task's infrastructure (terraform destroy) and remove its state first.")
-	pos, code := c.parse(args)
+	name, code := c.parseName(args)
 	if code >= 0 {
 		return code
-	}
-	name, ok := c.taskName(pos)
-	if !ok {
-		return ExitRequiredFlags
 	}
 	u := c.ui
 	cl, err := c.client()
@@ -512,13 +509,9 @@ func taskLogs(args []string, stdout, stderr io.Writer) int {
   instance that ran the task, for the task's last 20 runs.
 `, stdout, stderr)
 	runID := c.fs.String("run", "", "The id of the run (default: the latest run).")
-	pos, code := c.parse(args)
+	name, code := c.parseName(args)
 	if code >= 0 {
 		return code
-	}
-	name, ok := c.taskName(pos)
-	if !ok {
-		return ExitRequiredFlags
 	}
 	u := c.ui
 	cl, err := c.client()

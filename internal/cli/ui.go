@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"strings"
 )
 
 // term writes the task commands' output in CTS's layout, which scripts
@@ -57,4 +58,13 @@ func (u term) failCode(code int, headline string, details ...string) int {
 // moreHelp is CTS's pointer to a command's help.
 func moreHelp(command string) string {
 	return fmt.Sprintf("For additional help try '%s %s --help'", Name, command)
+}
+
+// warnIgnored says that args, what follows the flags of a command that
+// takes no positional argument, are not used: as in CTS, flag parsing
+// stops at the first argument that is not a flag, and the command goes on.
+func warnIgnored(w io.Writer, args []string) {
+	if len(args) > 0 {
+		fmt.Fprint(w, prefixed(infoPrefix, fmt.Sprintf("Warning: ignoring arguments after the flags: '%s'", strings.Join(args, ", "))))
+	}
 }
