@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,35 +29,7 @@ func TestSystemdNotify(t *testing.T) {
 	port := regexp.MustCompile(`(?m)^port = (\d+)$`).FindStringSubmatch(cfgText)[1]
 	cfg := writeFile(t, work, "config.hcl", cfgText)
 
-	sock := filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	must(t, err)
-	defer conn.Close()
-	msgs := make(chan string, 16)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, _, err := conn.ReadFromUnix(buf)
-			if err != nil {
-				close(msgs)
-				return
-			}
-			msgs <- string(buf[:n])
-		}
-	}()
-	next := func(want string) string {
-		t.Helper()
-		select {
-		case m, ok := <-msgs:
-			if !ok || !strings.Contains(m, want) {
-				t.Fatalf("notification %q, want one with %s", m, want)
-			}
-			return m
-		case <-time.After(60 * time.Second):
-			t.Fatalf("no %s notification within a minute", want)
-		}
-		return ""
-	}
+	sock, next := notifySocket(t)
 
 	p := startCtsyncEnv(t, work, []string{"NOTIFY_SOCKET=" + sock}, "start", "-config-file", cfg)
 	next("READY=1")
@@ -78,5 +51,73 @@ func TestSystemdNotify(t *testing.T) {
 	next("STOPPING=1")
 	if code := p.wait(t, time.Minute); code != 0 {
 		t.Errorf("exit code %d after SIGTERM", code)
+	}
+}
+
+// A SIGHUP while ctsync still waits for Consul (systemctl reload during
+// the start) reloads and does not kill it; READY=1 waits for Consul.
+func TestSystemdNotifyWaitsForConsul(t *testing.T) {
+	skipShort(t)
+	work := t.TempDir()
+	down := "127.0.0.1:" + strconv.Itoa(testutil.FreePort(t)) // nothing listens
+	cfgText := config(t, down, filepath.Join(work, "sync-tasks"))
+	port := regexp.MustCompile(`(?m)^port = (\d+)$`).FindStringSubmatch(cfgText)[1]
+	cfg := writeFile(t, work, "config.hcl", cfgText)
+	sock, next := notifySocket(t)
+	p := startCtsyncEnv(t, work, []string{"NOTIFY_SOCKET=" + sock}, "start", "-config-file", cfg)
+	health := func() bool {
+		resp, err := http.Get("http://127.0.0.1:" + port + "/v1/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	}
+	testutil.Eventually(t, 30*time.Second, "the API to answer", health)
+	must(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	testutil.Eventually(t, 30*time.Second, "the reload to be logged", func() bool {
+		return strings.Contains(p.out.String(), "reloaded")
+	})
+	if !health() {
+		t.Fatalf("the API stopped answering after SIGHUP:\n%s", p.out.String())
+	}
+	must(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	next("STOPPING=1") // the first notification: no READY=1 without Consul
+	p.wait(t, time.Minute)
+}
+
+// notifySocket plays systemd's side of the notify protocol: a datagram
+// socket for NOTIFY_SOCKET, and next, which waits for the next
+// notification and checks that it has want.
+func notifySocket(t *testing.T) (string, func(want string) string) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	must(t, err)
+	t.Cleanup(func() { conn.Close() })
+	msgs := make(chan string, 16)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, _, err := conn.ReadFromUnix(buf)
+			if err != nil {
+				close(msgs)
+				return
+			}
+			msgs <- string(buf[:n])
+		}
+	}()
+	return sock, func(want string) string {
+		t.Helper()
+		select {
+		case m, ok := <-msgs:
+			if !ok || !strings.Contains(m, want) {
+				t.Fatalf("notification %q, want one with %s", m, want)
+			}
+			return m
+		case <-time.After(60 * time.Second):
+			t.Fatalf("no %s notification within a minute", want)
+		}
+		return ""
 	}
 }

@@ -83,6 +83,7 @@ func (a *app) runDaemon(ctx context.Context) int {
 	gr := newGroup(ctx)
 	defer gr.endBack()
 	gr.start(part{"api", srv.Run}, false)
+	gr.start(a.serviceManager(srv), false) // systemd.go: READY=1, reload on SIGHUP
 
 	if err := consul.WaitReady(gr.front, a.client.Client, a.log); err != nil {
 		gr.stop(nil)
@@ -131,7 +132,6 @@ func (a *app) runDaemon(ctx context.Context) int {
 		}
 		return err
 	}}, false)
-	gr.start(a.serviceManager(srv), false) // systemd.go: READY=1, reload on SIGHUP
 	a.log.Info("ctsync started", "tasks", len(a.cfg.Tasks), "working_dir", a.cfg.WorkingDir)
 
 	_ = gr.g.Wait() // each failure is in gr.failure()

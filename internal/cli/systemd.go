@@ -16,8 +16,8 @@ import (
 
 // serviceManager is the daemon's part that speaks to systemd (a unit with
 // Type=notify, packaging/ctsync.service): READY=1 once the API listens
-// (it does before this part starts) and every watch has had its first
-// answer from Consul; RELOADING=1 then READY=1 around a reload on SIGHUP
+// (it does before this part starts), Consul answered and the watches run,
+// and every watch has had its first answer; RELOADING=1 then READY=1 around a reload on SIGHUP
 // (the API's token files and TLS certificate); STOPPING=1 when the daemon
 // begins to stop. Outside systemd (no NOTIFY_SOCKET) the notifications
 // are no-ops and SIGHUP still reloads.

@@ -573,11 +573,16 @@ func (r *Registry) notifyAll(ctx context.Context, v *view) {
 	}
 }
 
-// Answered reports whether every view has had its first answer from
-// Consul: a value, or a failed read (the view keeps retrying). The daemon
-// tells its service manager it is ready once this holds (internal/cli).
+// Answered reports whether the registry runs and every view has had its
+// first answer from Consul: a value, or a failed read (the view keeps
+// retrying). The daemon tells its service manager it is ready once this
+// holds (internal/cli).
 func (r *Registry) Answered() bool {
 	r.mu.Lock()
+	if r.runCtx == nil {
+		r.mu.Unlock()
+		return false
+	}
 	views := make([]*view, 0, len(r.views))
 	for _, v := range r.views {
 		views = append(views, v)
