@@ -250,10 +250,13 @@ func TestChartConfigLoads(t *testing.T) {
 }
 
 // binaryFromTarball is the ctsync of the linux/amd64 tarball in -dist.
-func binaryFromTarball(t *testing.T) string {
+func binaryFromTarball(t *testing.T) string { return binaryFromTarballArch(t, "amd64") }
+
+// binaryFromTarballArch is the ctsync of the linux/arch tarball in -dist.
+func binaryFromTarballArch(t *testing.T, arch string) string {
 	t.Helper()
 	dir := t.TempDir()
-	out, err := exec.Command("tar", "-xzf", artifact(t, "linux_amd64.tar.gz"), "-C", dir, "ctsync").CombinedOutput()
+	out, err := exec.Command("tar", "-xzf", artifact(t, "linux_"+arch+".tar.gz"), "-C", dir, "ctsync").CombinedOutput()
 	if err != nil {
 		t.Fatalf("untar: %v\n%s", err, out)
 	}
