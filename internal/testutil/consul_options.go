@@ -29,6 +29,12 @@ type ConsulOptions struct {
 	Peering bool
 	// Node is the agent's node name; "" is "node-1".
 	Node string
+	// DataDir, when set, runs a single server that keeps its data there
+	// (raft: KV, sessions, catalog; and the agent's own registrations)
+	// instead of a dev agent, so that Restart is a crash and restart of a
+	// real agent rather than a wipe. It starts a few seconds slower (it
+	// elects itself leader).
+	DataDir string
 }
 
 // NewConsul prepares a dev agent on loopback without starting it: Addr is
@@ -50,10 +56,15 @@ func NewConsul(t testing.TB, o ConsulOptions) *Consul {
 	if o.Peering {
 		grpcTLS = strconv.Itoa(FreePort(t))
 	}
-	args := []string{"agent", "-dev", "-client", "127.0.0.1", "-bind", "127.0.0.1",
+	mode := []string{"-dev"}
+	if o.DataDir != "" {
+		mode = []string{"-server", "-bootstrap-expect", "1", "-data-dir", o.DataDir}
+	}
+	args := append([]string{"agent"}, mode...)
+	args = append(args, "-client", "127.0.0.1", "-bind", "127.0.0.1",
 		"-http-port", strconv.Itoa(httpPort), "-grpc-port=-1", "-grpc-tls-port", grpcTLS, "-dns-port=-1",
 		"-server-port", strconv.Itoa(ports[0]), "-serf-lan-port", strconv.Itoa(ports[1]),
-		"-serf-wan-port", strconv.Itoa(ports[2]), "-log-level", "warn", "-node", node}
+		"-serf-wan-port", strconv.Itoa(ports[2]), "-log-level", "warn", "-node", node)
 	if o.ACLToken != "" {
 		args = append(args, "-hcl", fmt.Sprintf(
 			`acl { enabled = true default_policy = "deny" enable_token_persistence = false tokens { initial_management = %q agent = %q } }`,

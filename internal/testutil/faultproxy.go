@@ -22,6 +22,7 @@ type FaultProxy struct {
 
 	mu    sync.Mutex
 	mode  int                   // linkUp, linkBlackhole, linkRefuse or linkDrop
+	delay time.Duration         // Slow: added before each forwarded chunk
 	conns map[net.Conn]struct{} // both ends of every forwarded connection
 	// dropped are the forwarded connections that lost bytes (Drop): their
 	// streams are broken, so Restore closes them.
@@ -121,7 +122,11 @@ func (p *FaultProxy) forward(c net.Conn) {
 				if drop {
 					p.dropped[c] = struct{}{}
 				}
+				delay := p.delay
 				p.mu.Unlock()
+				if delay > 0 && !drop {
+					time.Sleep(delay)
+				}
 				if !drop {
 					if _, werr := dst.Write(buf[:n]); werr != nil {
 						break
@@ -224,13 +229,24 @@ func (p *FaultProxy) cut(mode int) {
 	}
 }
 
+// Slow makes the link slow without cutting it: every chunk of bytes read
+// from either side waits d before it is forwarded (a congested or distant
+// link: each request and each answer arrive d late). Restore or Slow(0)
+// makes it fast again.
+func (p *FaultProxy) Slow(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = d
+}
+
 // Restore heals the link: connections held by the blackhole are closed (as
-// a client's TCP stack would eventually give up on them) and new ones are
-// forwarded again.
+// a client's TCP stack would eventually give up on them), new ones are
+// forwarded again, and a slow link is fast again.
 func (p *FaultProxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mode = linkUp
+	p.delay = 0
 	for _, c := range p.held {
 		c.Close()
 	}

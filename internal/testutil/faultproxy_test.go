@@ -182,3 +182,33 @@ func TestFaultProxyCountRequests(t *testing.T) {
 		return fmt.Sprint(got) == fmt.Sprint(want)
 	})
 }
+
+// Slow delays every forwarded chunk both ways (a round trip takes at least
+// twice the delay) without breaking the connection; Restore makes it fast.
+func TestFaultProxySlow(t *testing.T) {
+	p := StartFaultProxy(t, echoServer(t))
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := roundTrip(c, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.Slow(150 * time.Millisecond)
+	start := time.Now()
+	if err := roundTrip(c, 5*time.Second); err != nil {
+		t.Fatalf("slow link broke the connection: %v", err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("round trip over the slow link took %s, want >= 300ms", d)
+	}
+	p.Restore()
+	start = time.Now()
+	if err := roundTrip(c, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 250*time.Millisecond {
+		t.Fatalf("round trip after Restore took %s", d)
+	}
+}
