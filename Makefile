@@ -3,7 +3,7 @@ SHELL := /bin/bash
 TOOLS_ENV := source .tools/env.sh
 GO_TEST_FLAGS ?= -race -count=1 -timeout 25m
 
-.PHONY: build test test-short demo tools lint bench bench-floor clean release release-test
+.PHONY: build test test-short demo tools lint bench bench-floor soak clean release release-test
 
 build:
 	go build -ldflags "$$(bash scripts/version.sh ldflags)" -o bin/ctsync ./cmd/ctsync
@@ -65,3 +65,12 @@ release-test: release
 
 clean:
 	rm -rf bin sync-tasks dist
+
+# Soak under chaos (docs/reliability.md): three members (a -race build) in
+# spread then leader mode, SOAK_DURATION of catalog churn and seeded faults
+# (SOAK_SEED, printed first), every invariant checked; the report, the
+# timeline plots and the logs go to soak-out/.
+SOAK_DURATION ?= 60m
+SOAK_TIMEOUT ?= 180m
+soak: tools
+	$(TOOLS_ENV) && CTSYNC_SOAK=1 CTSYNC_E2E_RACE=1 SOAK_DURATION=$(SOAK_DURATION) go test -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./e2e/

@@ -51,11 +51,21 @@ func makeReadOnly(t *testing.T, dir string) (restore func()) {
 func smallFS(t *testing.T, size string) string {
 	t.Helper()
 	dir := t.TempDir()
+	if err := mountSmallFS(t, dir, size); err != nil {
+		t.Skipf("%v: disk-full case needs root", err)
+	}
+	return dir
+}
+
+// mountSmallFS mounts a tmpfs of the given size on dir (unmounted when the
+// test ends), or returns why it cannot.
+func mountSmallFS(t *testing.T, dir, size string) error {
+	t.Helper()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (%v: %s): disk-full case needs root", err, out)
+		return fmt.Errorf("cannot mount a tmpfs (%v: %s)", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
-	return dir
+	return nil
 }
 
 // fill writes a file into dir until the file system is full and returns

@@ -31,7 +31,9 @@ func openFDsOf(t *testing.T, pid int) int {
 
 // goroutinesOf reads go_goroutines from the daemon's /metrics, or -1.
 func goroutinesOf(port int) int {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
+	// A bound: the soak asks processes that may have just been stopped.
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 	if err != nil {
 		return -1
 	}

@@ -37,6 +37,7 @@ type haInstance struct {
 	kills []time.Time // when a process of it was killed (SIGKILL)
 	extra string      // more high_availability settings
 	mod   string      // the task's fixture module (default services_file)
+	quiet bool        // its output is not printed when the test fails (the soak saves it)
 }
 
 func (in *haInstance) proc() *proc { return in.procs[len(in.procs)-1] }
@@ -87,6 +88,7 @@ func (in *haInstance) start(t *testing.T, flags ...string) *proc {
 	t.Helper()
 	// CTSYNC_E2E_ID tells the heartbeat fixture module who runs it.
 	p := startCtsyncEnv(t, in.work, []string{"CTSYNC_E2E_ID=" + in.id}, append([]string{"start", "-config-file", in.cfg}, flags...)...)
+	p.quiet = in.quiet
 	in.procs = append(in.procs, p)
 	return p
 }
@@ -132,14 +134,22 @@ type haCluster struct {
 	t      *testing.T
 	consul *testutil.Consul
 	insts  []*haInstance
+	// logsSaved: the test writes the logs itself (the soak), so they are
+	// not printed when it fails.
+	logsSaved bool
 }
 
 // newHACluster starts the cluster's Consul. The output of every process of
 // its instances is printed when the test fails (or with CTSYNC_HA_LOGS set).
 func newHACluster(t *testing.T) *haCluster {
-	c := &haCluster{t: t, consul: testutil.StartConsul(t)}
+	return newHAClusterWith(t, testutil.ConsulOptions{})
+}
+
+// newHAClusterWith is newHACluster with the Consul agent's options.
+func newHAClusterWith(t *testing.T, o testutil.ConsulOptions) *haCluster {
+	c := &haCluster{t: t, consul: testutil.StartConsulWith(t, o)}
 	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("CTSYNC_HA_LOGS") != "" {
+		if (t.Failed() && !c.logsSaved) || os.Getenv("CTSYNC_HA_LOGS") != "" {
 			for _, in := range c.insts {
 				for i, p := range in.procs {
 					t.Logf("==== %s (process %d) ====\n%s", in.id, i+1, p.out.String())

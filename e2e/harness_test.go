@@ -32,7 +32,12 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		ctsyncBin = filepath.Join(dir, "ctsync")
-		build := exec.Command("go", "build", "-o", ctsyncBin, "./cmd/ctsync")
+		args := []string{"build", "-o", ctsyncBin}
+		if os.Getenv("CTSYNC_E2E_RACE") != "" {
+			// The soak (make soak) runs the daemon with the race detector.
+			args = append(args, "-race")
+		}
+		build := exec.Command("go", append(args, "./cmd/ctsync")...)
 		build.Dir = testutil.RepoRoot()
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
@@ -77,6 +82,9 @@ type proc struct {
 	out  *syncBuffer
 	done chan struct{}
 	code int
+	// quiet: the output is not printed when the test fails (the test
+	// saves it itself).
+	quiet bool
 }
 
 // env is what every ctsync process gets: the tools on PATH and the
@@ -120,7 +128,7 @@ func startCtsyncEnv(t testing.TB, dir string, extraEnv []string, args ...string)
 				<-p.done
 			}
 		}
-		if t.Failed() {
+		if t.Failed() && !p.quiet {
 			t.Logf("ctsync output:\n%s", p.out.String())
 		}
 	})

@@ -1,0 +1,406 @@
+package e2e
+
+// The soak's checkers (soak_test.go): pure functions over what the soak
+// recorded (side-effect records, catalog versions, faults, events), so that
+// they are tested on their own (TestSoakCheckers) and a violation they
+// report can be reproduced from the recorded data.
+
+import (
+	"crypto/md5"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gonum.org/v1/gonum/stat"
+)
+
+// soakRecord is one line of the soak module's side-effect log:
+// "beat|done <instance> <task> <run> <digest> <unix ns>".
+type soakRecord struct {
+	kind, inst, task, run, digest string
+	at                            time.Time
+}
+
+func parseSoakRecords(b []byte) []soakRecord {
+	var out []soakRecord
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 6 || (f[0] != "beat" && f[0] != "done") {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[5], 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, soakRecord{f[0], f[1], f[2], f[3], f[4], time.Unix(0, ns)})
+	}
+	slices.SortStableFunc(out, func(a, b soakRecord) int { return a.at.Compare(b.at) })
+	return out
+}
+
+func readSoakRecords(path string) []soakRecord {
+	b, _ := os.ReadFile(path)
+	return parseSoakRecords(b)
+}
+
+// soakRun is one apply's side effects: from its first heartbeat to its
+// "done" record (or its last heartbeat, when it never finished).
+type soakRun struct {
+	task, inst, run, digest string
+	start, end              time.Time
+	done                    bool
+}
+
+// soakRuns groups the records by apply, in order of start.
+func soakRuns(recs []soakRecord) []soakRun {
+	idx := map[string]int{}
+	var out []soakRun
+	for _, r := range recs {
+		k := r.task + "/" + r.run
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, soakRun{task: r.task, inst: r.inst, run: r.run, digest: r.digest, start: r.at, end: r.at})
+		}
+		if r.at.After(out[i].end) {
+			out[i].end = r.at
+		}
+		if r.kind == "done" {
+			out[i].done = true
+		}
+	}
+	slices.SortStableFunc(out, func(a, b soakRun) int { return a.start.Compare(b.start) })
+	return out
+}
+
+// soakViolation is a broken invariant, at the time it shows. known names
+// the documented daemon limitation it is an instance of (empty: none); see
+// SOAK_KNOWN.
+type soakViolation struct {
+	at    time.Time
+	what  string
+	known string
+}
+
+// soakConsulDownMidApply is the known limitation of docs/reliability.md
+// ("Not covered yet"): Consul, the state backend, goes away while a run
+// applies, so Terraform cannot save the state (or the run is interrupted
+// by the step-down that follows) after the module's side effects happened;
+// the run is reported failed although it applied.
+const soakConsulDownMidApply = "consul-down-mid-apply"
+
+// soakOverlaps: no two applies of one task have side effects at the same
+// time (whichever members run them).
+func soakOverlaps(runs []soakRun) []soakViolation {
+	var out []soakViolation
+	last := map[string]soakRun{} // the run of each task that ends last so far
+	for _, r := range runs {
+		p, ok := last[r.task]
+		if ok && r.start.Before(p.end) {
+			out = append(out, soakViolation{at: r.start, what: fmt.Sprintf("%s: apply %s on %s [%s, %s] overlaps apply %s on %s [%s, %s]",
+				r.task, p.run, p.inst, p.start.Format(soakStamp), p.end.Format(soakStamp),
+				r.run, r.inst, r.start.Format(soakStamp), r.end.Format(soakStamp))})
+		}
+		if !ok || r.end.After(p.end) {
+			last[r.task] = r
+		}
+	}
+	return out
+}
+
+const soakStamp = "15:04:05.000"
+
+// soakDigest is what the soak module writes as a catalog version: the md5
+// of the sorted service IDs joined by ",".
+func soakDigest(ids []string) string {
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	h := md5.Sum([]byte(strings.Join(s, ",")))
+	return hex.EncodeToString(h[:])
+}
+
+// soakVersion is one catalog version of a task's service, as Consul
+// answered it: from when it was seen until the next one (to is zero while
+// it stands).
+type soakVersion struct {
+	task, digest, ids string
+	from, to          time.Time
+}
+
+// soakFault is one injected fault, from its start to its end (an instant
+// one ends when it starts).
+type soakFault struct {
+	kind, target, detail string
+	from, to             time.Time
+}
+
+// soakLost: every catalog version that stood longer than the bound reached
+// its task: the task's applied version (the digest of its last "done"
+// record) was that version at some time between the version's start and
+// its end plus the bound. A version that stood while a fault was in
+// progress gets faultBound instead. Versions shorter than their bound may
+// be superseded. It also returns the convergence times: version seen ->
+// the first apply of it finished.
+func soakLost(versions []soakVersion, runs []soakRun, faults []soakFault, bound, faultBound time.Duration, end time.Time) ([]soakViolation, []time.Duration) {
+	done := map[string][]soakRun{}
+	for _, r := range runs {
+		if r.done {
+			done[r.task] = append(done[r.task], r)
+		}
+	}
+	for _, rs := range done {
+		slices.SortFunc(rs, func(a, b soakRun) int { return a.end.Compare(b.end) })
+	}
+	var out []soakViolation
+	var conv []time.Duration
+	for _, v := range versions {
+		to := v.to
+		if to.IsZero() {
+			to = end
+		}
+		b := bound
+		for _, f := range faults {
+			if f.from.Before(v.from.Add(bound)) && !f.to.Before(v.from.Add(-bound)) {
+				b = faultBound
+				break
+			}
+		}
+		rs := done[v.task]
+		reached := false
+		// Already applied when it appeared (it came back to the applied one).
+		var applied string
+		for _, r := range rs {
+			if r.end.After(v.from) {
+				break
+			}
+			applied = r.digest
+		}
+		if applied == v.digest {
+			reached = true
+		}
+		for _, r := range rs {
+			if r.end.After(v.from) && r.digest == v.digest && !r.end.After(to.Add(b)) {
+				if !reached {
+					conv = append(conv, r.end.Sub(v.from))
+				}
+				reached = true
+				break
+			}
+		}
+		if !reached && to.Sub(v.from) >= b && end.Sub(v.from) >= b {
+			out = append(out, soakViolation{at: v.from, what: fmt.Sprintf("%s: catalog version [%s] stood %s (from %s), longer than the bound %s, and was never applied",
+				v.task, v.ids, to.Sub(v.from).Round(time.Millisecond), v.from.Format(soakStamp), b)})
+		}
+	}
+	return out, conv
+}
+
+// soakEvent is the part of a run event the soak looks at.
+type soakEvent struct {
+	ID        string    `json:"id"`
+	TaskName  string    `json:"task_name"`
+	Success   bool      `json:"success"`
+	StartTime time.Time `json:"start_time"`
+	EndTime   time.Time `json:"end_time"`
+	Error     *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// soakAppliedAndFailed: no run is reported failed whose apply finished
+// inside it (a "done" record of the task between the event's start and
+// end, from an apply that started inside it). One during which Consul
+// restarted is marked as the known limitation soakConsulDownMidApply.
+func soakAppliedAndFailed(events []soakEvent, runs []soakRun, faults []soakFault) []soakViolation {
+	var out []soakViolation
+	for _, ev := range events {
+		if ev.Success || ev.StartTime.IsZero() || ev.EndTime.IsZero() {
+			continue
+		}
+		for _, r := range runs {
+			if r.task == ev.TaskName && r.done && !r.start.Before(ev.StartTime) && !r.end.After(ev.EndTime) {
+				msg := ""
+				if ev.Error != nil {
+					msg = ev.Error.Message
+				}
+				known := ""
+				for _, f := range faults {
+					if f.kind == fConsul && f.from.Before(ev.EndTime) && f.to.After(ev.StartTime) {
+						known = soakConsulDownMidApply
+					}
+				}
+				out = append(out, soakViolation{at: ev.EndTime, what: fmt.Sprintf("%s: event %s reported failed (%q) but apply %s on %s finished inside it at %s",
+					ev.TaskName, ev.ID, msg, r.run, r.inst, r.end.Format(soakStamp)), known: known})
+			}
+		}
+	}
+	return out
+}
+
+// soakSample is one reading of a member process's resources.
+type soakSample struct {
+	at         time.Time
+	rss        float64 // MiB
+	fds        int
+	goroutines int // -1 when /metrics did not answer
+}
+
+// soakSlopeBounds are the growth allowed per minute over a process's life
+// after its warm-up (documented in docs/reliability.md). Each resource is
+// taken as its minimum over each minute (the floor between runs: a run in
+// progress holds pipes, goroutines and memory), and a least-squares line is
+// fitted to those minima. Only processes that lived minWindow after the
+// warm-up are judged: over a few minutes the heap (and the race
+// detector's shadow memory) is still growing to its working size.
+var soakSlopeBounds = struct {
+	rss, goroutines, fds float64
+	warmup, minWindow    time.Duration
+}{rss: 1.5, goroutines: 0.5, fds: 0.5, warmup: 3 * time.Minute, minWindow: 10 * time.Minute}
+
+// soakSlopes returns the slopes (per minute) of the per-minute minima of
+// RSS, goroutines and file descriptors after the warm-up, the window they
+// cover, and whether it is long enough to judge.
+func soakSlopes(s []soakSample) (rss, gor, fds float64, window time.Duration, ok bool) {
+	if len(s) == 0 {
+		return 0, 0, 0, 0, false
+	}
+	t0 := s[0].at.Add(soakSlopeBounds.warmup)
+	type minute struct{ rss, gor, fds float64 }
+	mins := map[int]*minute{}
+	var keys []int
+	for _, v := range s {
+		if v.at.Before(t0) {
+			continue
+		}
+		k := int(v.at.Sub(t0) / time.Minute)
+		m, seen := mins[k]
+		if !seen {
+			m = &minute{math.Inf(1), math.Inf(1), math.Inf(1)}
+			mins[k] = m
+			keys = append(keys, k)
+		}
+		m.rss, m.fds = min(m.rss, v.rss), min(m.fds, float64(v.fds))
+		if v.goroutines >= 0 {
+			m.gor = min(m.gor, float64(v.goroutines))
+		}
+		window = v.at.Sub(t0)
+	}
+	if len(keys) < 2 {
+		return 0, 0, 0, window, false
+	}
+	var x, yr, yf, xg, yg []float64
+	for _, k := range keys {
+		m := mins[k]
+		x = append(x, float64(k))
+		yr = append(yr, m.rss)
+		yf = append(yf, m.fds)
+		if !math.IsInf(m.gor, 1) {
+			xg = append(xg, float64(k))
+			yg = append(yg, m.gor)
+		}
+	}
+	_, rss = stat.LinearRegression(x, yr, nil, false)
+	_, fds = stat.LinearRegression(x, yf, nil, false)
+	if len(xg) >= 2 {
+		_, gor = stat.LinearRegression(xg, yg, nil, false)
+	}
+	return rss, gor, fds, window, window >= soakSlopeBounds.minWindow
+}
+
+// soakPercentile is the p-th percentile (nearest rank) of ds.
+func soakPercentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// The checkers on made-up data: each invariant holds on a clean history
+// and is reported broken on one that breaks it.
+func TestSoakCheckers(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	line := func(kind, inst, task, run, dg string, s float64) string {
+		return fmt.Sprintf("%s %s %s %s %s %d", kind, inst, task, run, dg, at(s).UnixNano())
+	}
+	a, b := soakDigest([]string{"x-2", "x-1"}), soakDigest([]string{"x-1"})
+	if a != soakDigest([]string{"x-1", "x-2"}) {
+		t.Fatal("digest depends on order")
+	}
+	log := strings.Join([]string{
+		line("beat", "cts-a", "task-0", "r1", a, 1), line("beat", "cts-a", "task-0", "r1", a, 1.25), line("done", "cts-a", "task-0", "r1", a, 2),
+		line("beat", "cts-b", "task-0", "r2", b, 5), "garbage line", line("done", "cts-b", "task-0", "r2", b, 6),
+		line("beat", "cts-c", "task-1", "r3", a, 1.5),
+	}, "\n")
+	runs := soakRuns(parseSoakRecords([]byte(log)))
+	if len(runs) != 3 || !runs[0].done || runs[0].end != at(2) || runs[1].run != "r3" || runs[1].done {
+		t.Fatalf("runs: %+v", runs)
+	}
+	if v := soakOverlaps(runs); len(v) != 0 {
+		t.Fatalf("overlap on a clean history: %v", v)
+	}
+	bad := soakRuns(parseSoakRecords([]byte(log + "\n" + line("beat", "cts-c", "task-0", "r4", b, 1.8))))
+	if v := soakOverlaps(bad); len(v) != 1 || !strings.Contains(v[0].what, "r4 on cts-c") {
+		t.Fatalf("overlap not found: %v", v)
+	}
+
+	vs := []soakVersion{{task: "task-0", digest: a, from: at(0.5), to: at(4)}, {task: "task-0", digest: b, from: at(4)}}
+	lost, conv := soakLost(vs, runs, nil, 3*time.Second, 20*time.Second, at(10))
+	if len(lost) != 0 || len(conv) != 2 || conv[0] != 1500*time.Millisecond {
+		t.Fatalf("lost %v conv %v", lost, conv)
+	}
+	c := soakDigest([]string{"x-3"})
+	vs = append(vs[:1], soakVersion{task: "task-0", digest: b, from: at(4), to: at(4.5)}, soakVersion{task: "task-0", digest: c, from: at(4.5)})
+	lost, _ = soakLost(vs, runs, nil, 3*time.Second, 20*time.Second, at(10))
+	if len(lost) != 1 || !strings.Contains(lost[0].what, "never applied") {
+		t.Fatalf("a version standing 5.5 s and never applied: %v", lost)
+	}
+	// During a fault the bound is the longer one.
+	lost, _ = soakLost(vs, runs, []soakFault{{kind: "sigkill", from: at(4), to: at(6)}}, 3*time.Second, 20*time.Second, at(10))
+	if len(lost) != 0 {
+		t.Fatalf("a fault's bound not used: %v", lost)
+	}
+
+	evs := []soakEvent{{ID: "e1", TaskName: "task-0", Success: false, StartTime: at(0.9), EndTime: at(2.1)}}
+	if v := soakAppliedAndFailed(evs, runs, nil); len(v) != 1 || v[0].known != "" {
+		t.Fatalf("applied and failed not found: %v", v)
+	}
+	if v := soakAppliedAndFailed(evs, runs, []soakFault{{kind: fConsul, from: at(1.5), to: at(8)}}); len(v) != 1 || v[0].known != soakConsulDownMidApply {
+		t.Fatalf("Consul restarting during the run is the known limitation: %v", v)
+	}
+	evs[0].Success = true
+	if v := soakAppliedAndFailed(evs, runs, nil); len(v) != 0 {
+		t.Fatal(v)
+	}
+
+	// 20 minutes, a sample every 10 s: RSS grows 6 MiB/min, the fds are
+	// 12 between runs and 20 during one (every third sample).
+	var samples []soakSample
+	for i := range 120 {
+		fd := 12
+		if i%3 == 0 {
+			fd = 20
+		}
+		samples = append(samples, soakSample{at: at(float64(i * 10)), rss: 50 + float64(i), fds: fd, goroutines: 30})
+	}
+	rss, gor, fds, win, ok := soakSlopes(samples)
+	if !ok || math.Abs(rss-6) > 0.01 || gor != 0 || fds != 0 || win < 16*time.Minute {
+		t.Fatalf("slopes %v %v %v %v %v", rss, gor, fds, win, ok)
+	}
+	if _, _, _, _, ok := soakSlopes(samples[:60]); ok {
+		t.Fatal("10 minutes with a 3-minute warm-up judged")
+	}
+	if p := soakPercentile([]time.Duration{3, 1, 2, 4}, 50); p != 2 {
+		t.Fatalf("p50 %v", p)
+	}
+}
