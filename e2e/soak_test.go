@@ -284,7 +284,7 @@ func TestSoak(t *testing.T) {
 			reports = append(reports, m.report())
 		})
 	}
-	summary := fmt.Sprintf("# ctsync soak\n\nseed %d, %s of chaos (half per mode), %s\n\n%s", seed, dur,
+	summary := fmt.Sprintf("# ctsync soak\n\nseed %d, a %s soak (each mode %s of chaos), %s\n\n%s", seed, dur, soakChaos(dur),
 		time.Now().UTC().Format(time.RFC3339), strings.Join(reports, "\n"))
 	must(t, os.WriteFile(filepath.Join(out, "summary.md"), []byte(summary), 0o644))
 	fmt.Println(summary)
