@@ -142,7 +142,16 @@ func TestDebInstallsAndRemoves(t *testing.T) {
 		t.Skip("a ctsync package is installed on this machine already; not touching it")
 	}
 	deb := artifact(t, "amd64.deb")
-	t.Cleanup(func() { _ = exec.Command("dpkg", "--purge", "ctsync").Run() })
+	// The package leaves the ctsync user behind on purge (as Debian
+	// advises); the test removes it if it made it.
+	hadUser := exec.Command("getent", "passwd", "ctsync").Run() == nil
+	t.Cleanup(func() {
+		_ = exec.Command("dpkg", "--purge", "ctsync").Run()
+		if !hadUser {
+			_ = exec.Command("userdel", "ctsync").Run()
+			_ = exec.Command("groupdel", "ctsync").Run()
+		}
+	})
 	run(t, "dpkg", "-i", deb)
 
 	out := run(t, "/usr/bin/ctsync", "version")
