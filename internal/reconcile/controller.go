@@ -1243,7 +1243,9 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 			}
 		}
 	}()
+	stopProgress := c.onceProgress(run, done, begin) // once_summary.go
 	wg.Wait()
+	stopProgress()
 	<-logged
 	if out != nil {
 		printOnceSummary(out, results, inspect, time.Since(begin))

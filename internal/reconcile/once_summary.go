@@ -62,3 +62,38 @@ func firstLine(s string, max int) string {
 	}
 	return ""
 }
+
+// OnceProgressEvery is how often -once and -inspect log which tasks they
+// still wait for, on long work.
+var OnceProgressEvery = 30 * time.Second
+
+// onceProgress logs, every OnceProgressEvery until stop is called, the
+// tasks of run whose done channel is still open and for how long -once
+// has been running.
+func (c *Controller) onceProgress(run []*entry, done map[string]chan struct{}, begin time.Time) (stop func()) {
+	quit := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(OnceProgressEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+			var waiting []string
+			for _, e := range run {
+				select {
+				case <-done[e.spec.Name]:
+				default:
+					waiting = append(waiting, e.spec.Name)
+				}
+			}
+			c.log.Info("still running", "tasks_done", len(run)-len(waiting), "tasks", len(run),
+				"waiting_for", strings.Join(waiting, ","), "elapsed", time.Since(begin).Round(time.Second))
+		}
+	}()
+	return func() { close(quit); <-ended }
+}

@@ -1,10 +1,17 @@
 package reconcile
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 func TestOnceSummary(t *testing.T) {
@@ -28,5 +35,56 @@ func TestOnceSummary(t *testing.T) {
 	printOnceSummary(&b, []onceResult{{name: "a", dur: time.Second}}, true, time.Second)
 	if !strings.Contains(b.String(), "==> Plan summary: 1 tasks, 1 planned, 0 failed, in 1s\n") || !strings.Contains(b.String(), "    a     planned  1s") {
 		t.Errorf("inspect summary:\n%s", b.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a reader.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// On long work, -once logs which tasks it still waits for.
+func TestOnceProgress(t *testing.T) {
+	old := OnceProgressEvery
+	OnceProgressEvery = 20 * time.Millisecond
+	t.Cleanup(func() { OnceProgressEvery = old })
+	var logs lockedBuffer
+	w := newFakeWatcher()
+	gate := make(chan struct{})
+	c := New(Options{Watcher: w, MaxParallel: 4, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		NewDriver: func(s task.Spec) (driver.Driver, error) {
+			d := &fakeDriver{name: s.Name, rec: newRecorder()}
+			if s.Name == "slow" {
+				d.gate = gate
+			}
+			return d, nil
+		}}, []task.Spec{servicesTask("fast", "web"), servicesTask("slow", "web")})
+	w.Notify = c.Notify
+	w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	errc := make(chan error, 1)
+	go func() { errc <- c.RunOnce(context.Background(), nil, false, 10*time.Second, nil) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), `msg="still running" tasks_done=1 tasks=2 waiting_for=slow`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress line:\n%s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(gate)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
