@@ -66,10 +66,10 @@ release-test: release
 clean:
 	rm -rf bin sync-tasks dist
 
-# Soak under chaos (docs/reliability.md): three members (a -race build) in
-# spread then leader mode, SOAK_DURATION of catalog churn and seeded faults
-# (SOAK_SEED, printed first), every invariant checked; the report, the
-# timeline plots and the logs go to soak-out/.
+# Soak under chaos (docs/reliability.md#soak-under-chaos): three members (a
+# -race build) in spread then leader mode under catalog churn and seeded
+# faults (SOAK_SEED, printed first), every invariant checked; it takes about
+# SOAK_DURATION. The report, the timeline plots and the logs go to soak-out/.
 SOAK_DURATION ?= 60m
 SOAK_TIMEOUT ?= 180m
 soak: tools

@@ -262,7 +262,7 @@ type soakSample struct {
 var soakSlopeBounds = struct {
 	rss, goroutines, fds float64
 	warmup, minWindow    time.Duration
-}{rss: 1.5, goroutines: 0.5, fds: 0.5, warmup: 3 * time.Minute, minWindow: 10 * time.Minute}
+}{rss: 1.5, goroutines: 0.5, fds: 0.5, warmup: 2 * time.Minute, minWindow: 8 * time.Minute}
 
 // soakSlopes returns the slopes (per minute) of the per-minute minima of
 // RSS, goroutines and file descriptors after the warm-up, the window they
@@ -394,11 +394,11 @@ func TestSoakCheckers(t *testing.T) {
 		samples = append(samples, soakSample{at: at(float64(i * 10)), rss: 50 + float64(i), fds: fd, goroutines: 30})
 	}
 	rss, gor, fds, win, ok := soakSlopes(samples)
-	if !ok || math.Abs(rss-6) > 0.01 || gor != 0 || fds != 0 || win < 16*time.Minute {
+	if !ok || math.Abs(rss-6) > 0.01 || gor != 0 || fds != 0 || win < 17*time.Minute {
 		t.Fatalf("slopes %v %v %v %v %v", rss, gor, fds, win, ok)
 	}
 	if _, _, _, _, ok := soakSlopes(samples[:60]); ok {
-		t.Fatal("10 minutes with a 3-minute warm-up judged")
+		t.Fatal("10 minutes with a 2-minute warm-up judged")
 	}
 	if p := soakPercentile([]time.Duration{3, 1, 2, 4}, 50); p != 2 {
 		t.Fatalf("p50 %v", p)

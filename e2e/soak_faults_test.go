@@ -266,14 +266,9 @@ func (m *soakMode) checkAPI() {
 // exits 0 (a -race build exits 66 after a data race).
 func (m *soakMode) stopMembers() {
 	for i, in := range m.c.insts {
-		p, _ := m.proc(i)
+		p := m.running(i)
 		if p == nil {
 			continue
-		}
-		select {
-		case <-p.done:
-			continue
-		default:
 		}
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {

@@ -101,11 +101,16 @@ func (p soakPlanned) String() string {
 	return s
 }
 
+// soakWitness is the member that is never SIGKILLed (every other fault
+// hits it): its one process lives the whole mode, so that its resources
+// can be judged over a long window.
+const soakWitness = 2
+
 // soakSchedule draws the faults of a run of d with the given members from
 // seed: the same seed and duration give the same schedule. A fault starts
 // every 2-10 s; at most two members are down (killed, stopped or cut off)
-// at once, a member has one fault of a kind at a time, and Consul restarts
-// at most once a minute.
+// at once, a member has one fault of a kind at a time, Consul restarts at
+// most once a minute, and the witness member is never killed.
 func soakSchedule(seed int64, d time.Duration, members int) []soakPlanned {
 	rng := rand.New(rand.NewSource(seed))
 	kinds := []struct {
@@ -155,6 +160,9 @@ func soakSchedule(seed int64, d time.Duration, members int) []soakPlanned {
 			p.Member = -1
 			lastConsul = at
 		case fKill:
+			if p.Member == soakWitness {
+				continue
+			}
 			p.For = between(time.Second, 6*time.Second)
 		case fStop:
 			p.For = between(haTTL+2*time.Second, haTTL+12*time.Second)
@@ -367,7 +375,7 @@ func (m *soakMode) config(in *haInstance) string {
 		h = strings.Replace(h, "spread_tasks = true", "spread_tasks = false", 1)
 	}
 	b.WriteString(h)
-	fmt.Fprintf(&b, "\napi_tasks {\n  allowed_modules = [%q]\n}\n", module("soak"))
+	fmt.Fprintf(&b, "\napi_tasks {\n  allowed_modules   = [%q]\n  allowed_variables = [\"name\", \"dir\", \"effects\", \"beats\"]\n}\n", module("soak"))
 	for i := range soakTasks {
 		name := fmt.Sprintf("task-%d", i)
 		fmt.Fprintf(&b, `
@@ -436,6 +444,21 @@ func (m *soakMode) proc(i int) (*proc, bool) {
 	default:
 	}
 	return p, !m.stopped[i]
+}
+
+// running returns member i's current process unless it has exited (it
+// may be stopped).
+func (m *soakMode) running(i int) *proc {
+	p, _ := m.proc(i)
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.done:
+		return nil
+	default:
+		return p
+	}
 }
 
 // run is the whole mode: start, chaos, heal, settle, check, report.
@@ -853,14 +876,9 @@ func (m *soakMode) pollOwners() {
 
 func (m *soakMode) pollResources() {
 	for i, in := range m.c.insts {
-		p, _ := m.proc(i)
+		p := m.running(i)
 		if p == nil {
 			continue
-		}
-		select {
-		case <-p.done:
-			continue
-		default:
 		}
 		pid := p.cmd.Process.Pid
 		s := soakSample{at: time.Now(), goroutines: -1}
