@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -125,6 +126,15 @@ func TestGolden(t *testing.T) {
 			f.events["a"] = []store.Event{{ID: "run-2", TaskName: "a", Kind: store.KindApply,
 				StartTime: time.Date(2026, 11, 25, 21, 34, 47, 0, time.Local)}}
 		}},
+		{"task_run_help", "", true, []string{"task", "run", "-help"}, nil},
+		{"task_run_yes", "yes\n", true, []string{"task", "run", "a"}, runEvent(true)},
+		{"task_run_no", "no\n", true, []string{"task", "run", "a"}, runEvent(true)},
+		{"task_run_auto_approve", "", true, []string{"task", "run", "-auto-approve", "a"}, runEvent(true)},
+		{"task_run_no_changes", "", false, []string{"task", "run", "a"}, runEvent(true)},
+		{"task_run_failed", "", true, []string{"task", "run", "-auto-approve", "a"}, runEvent(false)},
+		{"task_run_unknown", "", true, []string{"task", "run", "nope"}, nil},
+		{"task_run_no_args", "", true, []string{"task", "run"}, nil},
+
 		{"task_logs_unknown_run", "", true, []string{"task", "logs", "-run=run-9", "a"}, nil},
 	}
 	for _, c := range cases {
@@ -142,5 +152,21 @@ func TestGolden(t *testing.T) {
 			got = uuidRe.ReplaceAllString(got, "<request id>")
 			golden(t, c.name, got)
 		})
+	}
+}
+
+// runEvent makes the fake controller's RunNow record an apply of task a
+// that succeeded (with its plan) or failed (with its error).
+func runEvent(success bool) func(*fakeCtrl) {
+	return func(f *fakeCtrl) {
+		start := time.Date(2026, 11, 25, 21, 34, 47, 0, time.UTC)
+		ev := store.Event{ID: "run-7", TaskName: "a", Kind: store.KindApply, Trigger: "api", Success: success,
+			StartTime: start, EndTime: start.Add(2340 * time.Millisecond), Plan: &store.PlanSummary{Add: 2}}
+		if !success {
+			ev.Error = &store.EventError{Message: "terraform apply: exit status 1"}
+			ev.ErrorSummary = "Error: creating firewall rule: quota exceeded"
+			f.runErr = errors.New("terraform apply: exit status 1")
+		}
+		f.runEvent = &ev
 	}
 }

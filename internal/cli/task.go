@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -86,6 +87,38 @@ func approvePlan(ctx context.Context, u term, name, verb string) (bool, error) {
 	u.output(" - Consul-Terraform-Sync cannot guarantee Terraform will perform")
 	u.output("   these exact actions if monitored services have changed.\n")
 	return approve(ctx, u, name, strings.ToLower(verb))
+}
+
+// inspectAndApprove prints the plan the task's next apply would carry out
+// (PATCH ?run=inspect, which changes nothing) and, when the plan has
+// changes and autoApprove is off, asks for approval with approvePlan; verb
+// is "Enabling" or "Running". It reports whether the plan has changes;
+// code is the exit code to return at once (-1 to go on).
+func inspectAndApprove(ctx context.Context, u term, cl *client.Client, name, verb string, autoApprove bool) (changes bool, code int) {
+	u.info("Inspecting changes to resource if %s '%s'...\n", strings.ToLower(verb), name)
+	u.output("Generating plan that Consul-Terraform-Sync will use Terraform to execute\n")
+	resp, err := cl.UpdateTask(ctx, name, true, client.RunInspect)
+	if err != nil {
+		return false, u.fail(fmt.Sprintf("Error: unable to generate plan for '%s'", name), clientError(cl, err))
+	}
+	if resp.Inspect == nil {
+		return false, u.fail(fmt.Sprintf("Error: unable to retrieve a plan for '%s'", name))
+	}
+	u.output("%s", resp.Inspect.Plan)
+	if resp.Inspect.TFCRunURL != "" {
+		u.output("Terraform Cloud Run URL: %s\n", resp.Inspect.TFCRunURL)
+	}
+	if !resp.Inspect.ChangesPresent || autoApprove {
+		return resp.Inspect.ChangesPresent, -1
+	}
+	ok, err := approvePlan(ctx, u, name, verb)
+	if err != nil {
+		return true, u.fail(fmt.Sprintf("Error asking for approval: %s", err))
+	}
+	if !ok {
+		return true, ExitOK
+	}
+	return true, -1
 }
 
 // clientCmd is what every API command shares: its flags, its help and the
@@ -211,13 +244,14 @@ Subcommands:
     disable    Disables existing tasks from running.
     enable     Enables existing tasks to run.
     logs       Prints the Terraform output of a task's run (ctsync).
+    run        Shows a task's plan and applies it now (ctsync).
 
 For a subcommand's options, try '%[1]s task <subcommand> --help'.
 `, Name)
 }
 
 // taskSubcommands are the task commands (for "did you mean").
-var taskSubcommands = []string{"create", "delete", "disable", "enable", "logs"}
+var taskSubcommands = []string{"create", "delete", "disable", "enable", "logs", "run"}
 
 // runTask handles `ctsync task <create|delete|enable|disable>`.
 func runTask(args []string, stdout, stderr io.Writer) int {
@@ -236,6 +270,8 @@ func runTask(args []string, stdout, stderr io.Writer) int {
 		return taskDelete(args[1:], stdout, stderr)
 	case "logs":
 		return taskLogs(args[1:], stdout, stderr)
+	case "run":
+		return taskRun(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, taskUsage())
 		return ExitOK
@@ -271,38 +307,22 @@ func taskEnable(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	u := c.ui
-	u.info("Inspecting changes to resource if enabling '%s'...\n", name)
-	u.output("Generating plan that Consul-Terraform-Sync will use Terraform to execute\n")
 	cl, err := c.client()
 	if err != nil {
 		return u.fail(fmt.Sprintf("Error: unable to create client for '%s'", name), err.Error())
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
-
-	resp, err := cl.UpdateTask(ctx, name, true, client.RunInspect)
-	if err != nil {
-		return u.fail(fmt.Sprintf("Error: unable to generate plan for '%s'", name), clientError(cl, err))
+	changes, code := inspectAndApprove(ctx, u, cl, name, "Enabling", *autoApprove)
+	if code >= 0 {
+		return code
 	}
-	if resp.Inspect == nil {
-		return u.fail(fmt.Sprintf("Error: unable to retrieve a plan for '%s'", name))
-	}
-	u.output("%s", resp.Inspect.Plan)
-	if !resp.Inspect.ChangesPresent {
+	if !changes {
 		if _, err := cl.UpdateTask(ctx, name, true, client.RunDefault); err != nil {
 			return u.fail(fmt.Sprintf("Error: unable to enable '%s'", name), clientError(cl, err))
 		}
 		u.info("'%s' enable complete!", name)
 		return ExitOK
-	}
-	if !*autoApprove {
-		ok, err := approvePlan(ctx, u, name, "Enabling")
-		if err != nil {
-			return u.fail(fmt.Sprintf("Error asking for approval: %s", err))
-		}
-		if !ok {
-			return ExitOK
-		}
 	}
 	u.info("Enabling and running '%s'...\n", name)
 	if _, err := cl.UpdateTask(ctx, name, true, client.RunNow); err != nil {
@@ -547,4 +567,81 @@ func taskLogs(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout)
 	}
 	return ExitOK
+}
+
+// taskRun is `task run NAME` (ctsync): the plan of the task is shown and,
+// after approval, the task is applied now (POST /v1/tasks/{name}/run, as
+// the dashboard's "Run now"), even if its inputs did not change since its
+// last apply; the run's result is reported.
+func taskRun(args []string, stdout, stderr io.Writer) int {
+	c := newClientCmd("task run", "[options] <task name>", `  Task Run applies a task now, even if what it watches did not change. The
+  task is planned first; when the plan has changes, you are asked to
+  approve them. The command waits for the run and reports its result; the
+  run's Terraform output is then read with 'ctsync task logs'.
+`, stdout, stderr)
+	autoApprove := c.fs.Bool("auto-approve", false, "Skip interactive approval of inspect plan")
+	name, code := c.parseName(args)
+	if code >= 0 {
+		return code
+	}
+	u := c.ui
+	cl, err := c.client()
+	if err != nil {
+		return u.fail(fmt.Sprintf("Error: unable to create client for '%s'", name), err.Error())
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	if _, code := inspectAndApprove(ctx, u, cl, name, "Running", *autoApprove); code >= 0 {
+		return code
+	}
+	u.info("Running '%s'...\n", name)
+	resp, err := cl.RunTask(ctx, name)
+	if err != nil {
+		details := []string{clientError(cl, err)}
+		// A failed apply answers 500; its event, the newest, names the run.
+		var ce *client.Error
+		if errors.As(err, &ce) && ce.StatusCode == http.StatusInternalServerError {
+			if evs, evErr := cl.Events(ctx, name); evErr == nil && len(evs) > 0 && !evs[0].Success && evs[0].Trigger == "api" {
+				details = append(details, runLines(name, evs[0])...)
+			}
+		}
+		return u.fail(fmt.Sprintf("Error: the run of '%s' failed", name), details...)
+	}
+	if resp.Event == nil {
+		u.info("'%s' run complete!", name)
+		return ExitOK
+	}
+	ev := *resp.Event
+	if !ev.Success {
+		return u.fail(fmt.Sprintf("Error: the run of '%s' failed", name), runLines(name, ev)...)
+	}
+	u.info("'%s' run complete!", name)
+	for _, l := range runLines(name, ev) {
+		u.output("%s", l)
+	}
+	return ExitOK
+}
+
+// runLines describe a run for task run: its id, what it did and how long
+// it took, its plan, its error and where its Terraform output is.
+func runLines(name string, ev store.Event) []string {
+	result := "succeeded"
+	if !ev.Success {
+		result = "failed"
+	}
+	lines := []string{fmt.Sprintf("Run %s: %s %s in %s", ev.ID, ev.Kind, result,
+		ev.EndTime.Sub(ev.StartTime).Round(100*time.Millisecond))}
+	if ev.Plan != nil {
+		lines = append(lines, fmt.Sprintf("Plan: %d to add, %d to change, %d to destroy.", ev.Plan.Add, ev.Plan.Change, ev.Plan.Destroy))
+	}
+	switch {
+	case ev.ErrorSummary != "":
+		lines = append(lines, ev.ErrorSummary)
+	case ev.Error != nil:
+		lines = append(lines, ev.Error.Message)
+	}
+	if ev.TFCRunURL != "" {
+		lines = append(lines, "Terraform Cloud Run URL: "+ev.TFCRunURL)
+	}
+	return append(lines, fmt.Sprintf("Its Terraform output: %s task logs -run=%s %s", Name, ev.ID, name))
 }

@@ -35,6 +35,8 @@ type fakeCtrl struct {
 	nextRun   time.Time
 	activeSet map[string]bool
 	changed   chan struct{} // closed on a delete (StateChanged)
+	runEvent  *store.Event  // recorded (newest first) by RunNow
+	runErr    error         // returned by RunNow
 }
 
 func newFakeCtrl(specs ...task.Spec) *fakeCtrl {
@@ -126,7 +128,10 @@ func (f *fakeCtrl) RunNow(_ context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("run %s", name)
-	return nil
+	if f.runEvent != nil {
+		f.events[name] = append([]store.Event{*f.runEvent}, f.events[name]...)
+	}
+	return f.runErr
 }
 
 func (f *fakeCtrl) Delete(_ context.Context, name string, destroy bool) error {

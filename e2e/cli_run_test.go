@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/testutil"
+)
+
+// task run shows the plan of the task, asks for approval and applies the
+// task now, although nothing it watches changed, then reports the run:
+// "no" runs nothing; "yes" re-creates the module's file that was removed
+// behind Terraform's back, and the run it reports is the one whose log
+// task logs prints.
+func TestCLITaskRun(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	out, varFile := newTaskDir(t)
+	work := t.TempDir()
+	cfg := config(t, c.Addr, filepath.Join(work, "sync-tasks"),
+		taskSpec{name: "web-task", module: module("services_file"), services: `"web"`,
+			extra: fmt.Sprintf("variable_files = [%q]", varFile)})
+	port := regexp.MustCompile(`port = (\d+)`).FindStringSubmatch(cfg)[1]
+	p := startCtsync(t, work, "start", "-config-file", writeFile(t, work, "config.hcl", cfg))
+	waitServices(t, out, "web-1")
+	env := []string{"CTS_ADDRESS=http://127.0.0.1:" + port}
+	cli := func(stdin string, args ...string) (string, int) {
+		t.Helper()
+		return runCLI(ctsyncBin, env, stdin, args...)
+	}
+	var o string
+	testutil.Eventually(t, 30*time.Second, "the first run recorded", func() bool {
+		o, _ = cli("", "status", "web-task")
+		return strings.Contains(o, "successful")
+	})
+
+	// The module's file goes outside Terraform: the plan re-creates it.
+	if err := os.Remove(filepath.Join(out, "services.json")); err != nil {
+		t.Fatal(err)
+	}
+	o, code := cli("no\n", "task", "run", "web-task")
+	if code != 0 || !strings.Contains(o, "local_file.services will be created") ||
+		!strings.Contains(o, "Only 'yes' will be accepted") || !strings.Contains(o, "Cancelled running task 'web-task'") {
+		t.Fatalf("task run answered no (exit %d):\n%s", code, o)
+	}
+	if fileExistsAt(out, "services.json") {
+		t.Fatal("task run answered no applied the task")
+	}
+
+	o, code = cli("yes\n", "task", "run", "web-task")
+	m := regexp.MustCompile(`Run (\S+): apply succeeded in \S+\n {4}Plan: 1 to add, 0 to change, 0 to destroy\.`).FindStringSubmatch(o)
+	if code != 0 || !strings.Contains(o, "==> 'web-task' run complete!") || m == nil {
+		t.Fatalf("task run answered yes (exit %d):\n%s", code, o)
+	}
+	if !fileExistsAt(out, "services.json") {
+		t.Fatal("task run did not apply the task: services.json is missing")
+	}
+	if !strings.Contains(o, "ctsync task logs -run="+m[1]+" web-task") {
+		t.Fatalf("task run does not say how to read the run's log:\n%s", o)
+	}
+	if lg, code := cli("", "task", "logs", "-run="+m[1], "web-task"); code != 0 || !strings.Contains(lg, "terraform apply") {
+		t.Fatalf("task logs of the run task run reported (exit %d):\n%s", code, lg)
+	}
+
+	// -auto-approve asks nothing; an unchanged plan still runs.
+	o, code = cli("", "task", "run", "-auto-approve", "web-task")
+	if code != 0 || strings.Contains(o, "Enter a value") || !strings.Contains(o, "No changes.") ||
+		!strings.Contains(o, "==> 'web-task' run complete!") {
+		t.Fatalf("task run -auto-approve (exit %d):\n%s", code, o)
+	}
+	if o, code := cli("", "task", "run", "-auto-approve", "nope"); code != 11 || !strings.Contains(o, "404") {
+		t.Fatalf("task run of an unknown task (exit %d):\n%s", code, o)
+	}
+	if p.count("panic") > 0 {
+		t.Fatalf("the daemon panicked:\n%s", p.out.String())
+	}
+}
