@@ -35,6 +35,12 @@ const MinTerraform = "0.14.0"
 // Run runs the command line args (without the program name) and returns the
 // process exit code.
 func Run(args []string, stdout, stderr io.Writer) int {
+	if autocomplete(stdout) { // complete.go
+		return ExitOK
+	}
+	if code, ok := autocompleteSetup(args, stderr); ok {
+		return code
+	}
 	if len(args) == 0 {
 		usage(stderr)
 		return ExitRequiredFlags
@@ -63,7 +69,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return runStart(args, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "unknown command %q\n", args[0])
-	if hint := didYouMean(args[0], []string{"start", "status", "task", "version"}); hint != "" {
+	if hint := didYouMean(args[0], commandNames(topCommands)); hint != "" {
 		fmt.Fprintln(stderr, hint)
 	}
 	fmt.Fprintln(stderr)
@@ -118,7 +124,7 @@ func usage(w io.Writer) {
 Commands:
     start      Starts the daemon; -once runs every task once, -inspect plans them
     status     Shows the tasks, their status, last run and next scheduled run
-    task       Manages the tasks of a running daemon: create, delete, enable, disable
+    task       Manages the tasks of a running daemon: create, delete, enable, disable, run, logs
     version    Prints the version
 
 For a command's options, try '%[1]s <command> --help'.
@@ -136,5 +142,6 @@ func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	collectFlagSet(stderr, fs) // complete.go
 	return fs
 }

@@ -143,6 +143,7 @@ func newClientCmd(name, usage, about string, stdout, stderr io.Writer) *clientCm
 	c.fs.Usage = func() {}
 	c.cfg, c.envErr = client.ConfigFromEnv()
 	c.cfg.RegisterFlags(c.fs)
+	collectFlagSet(stderr, c.fs) // complete.go
 	return c
 }
 
@@ -250,34 +251,24 @@ For a subcommand's options, try '%[1]s task <subcommand> --help'.
 `, Name)
 }
 
-// taskSubcommands are the task commands (for "did you mean").
-var taskSubcommands = []string{"create", "delete", "disable", "enable", "logs", "run"}
-
 // runTask handles `ctsync task <create|delete|enable|disable>`.
 func runTask(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, taskUsage())
 		return ExitRequiredFlags
 	}
+	for _, c := range taskCommands { // complete.go
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
 	switch args[0] {
-	case "enable":
-		return taskEnable(args[1:], stdout, stderr)
-	case "disable":
-		return taskDisable(args[1:], stdout, stderr)
-	case "create":
-		return taskCreate(args[1:], stdout, stderr)
-	case "delete":
-		return taskDelete(args[1:], stdout, stderr)
-	case "logs":
-		return taskLogs(args[1:], stdout, stderr)
-	case "run":
-		return taskRun(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, taskUsage())
 		return ExitOK
 	}
 	fmt.Fprintf(stderr, "unknown task subcommand %q\n", args[0])
-	if hint := didYouMean(args[0], taskSubcommands); hint != "" {
+	if hint := didYouMean(args[0], commandNames(taskCommands)); hint != "" {
 		fmt.Fprintln(stderr, hint)
 	}
 	fmt.Fprintln(stderr)
