@@ -40,22 +40,29 @@ func (a *app) serviceManager(srv *ctsapi.Server) part {
 				a.notifySystemd("STOPPING=1\nSTATUS=stopping: waiting for runs in progress")
 				return nil
 			case <-hup:
-				// Before READY=1 systemd still waits for the start: a
-				// reload then is not reported.
-				if ready {
-					a.notifySystemd("RELOADING=1\nMONOTONIC_USEC=" + monotonicUsec())
-				}
-				status := "STATUS=reloaded"
-				if err := srv.Reload(); err != nil { // logged by Reload
-					status = "STATUS=reload incomplete (see the log)"
-				}
-				if ready {
-					a.notifySystemd("READY=1\n" + status)
-				}
+				a.reload(srv, ready)
 			case <-tick.C:
 			}
 		}
 	}}
+}
+
+// reload is a SIGHUP: srv reloads its token and TLS files, all or
+// nothing. Once ready, systemd is told RELOADING=1, then READY=1 with the
+// outcome: a refused reload (a bad file) keeps the files in force, and
+// says so; the error itself is logged by Reload. Before READY=1 systemd
+// still waits for the start: a reload then is not reported.
+func (a *app) reload(srv interface{ Reload() error }, ready bool) {
+	if ready {
+		a.notifySystemd("RELOADING=1\nMONOTONIC_USEC=" + monotonicUsec())
+	}
+	status := "STATUS=reloaded"
+	if err := srv.Reload(); err != nil {
+		status = "STATUS=reload refused: the API's token and TLS files in force stay in force (see the log)"
+	}
+	if ready {
+		a.notifySystemd("READY=1\n" + status)
+	}
 }
 
 // readyPoll is how often the service manager part checks whether the
