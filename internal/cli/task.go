@@ -208,6 +208,20 @@ func (c *clientCmd) parseName(args []string) (name string, code int) {
 	return "", ExitRequiredFlags
 }
 
+// nameAndClient parses the flags and the task name and makes the client;
+// code is the exit code to return at once (-1 to go on).
+func (c *clientCmd) nameAndClient(args []string) (string, *client.Client, int) {
+	name, code := c.parseName(args)
+	if code >= 0 {
+		return "", nil, code
+	}
+	cl, err := c.client()
+	if err != nil {
+		return "", nil, c.ui.fail(fmt.Sprintf("Error: unable to create client for '%s'", name), err.Error())
+	}
+	return name, cl, -1
+}
+
 // taskName checks that exactly one positional argument, the task name,
 // was given, with CTS's messages.
 func (c *clientCmd) taskName(args []string) (string, bool) {
@@ -293,15 +307,11 @@ func taskEnable(args []string, stdout, stderr io.Writer) int {
   applied at once. When it has none, the task is enabled without a run.
 `, stdout, stderr)
 	autoApprove := c.fs.Bool("auto-approve", false, "Skip interactive approval of inspect plan")
-	name, code := c.parseName(args)
+	name, cl, code := c.nameAndClient(args)
 	if code >= 0 {
 		return code
 	}
 	u := c.ui
-	cl, err := c.client()
-	if err != nil {
-		return u.fail(fmt.Sprintf("Error: unable to create client for '%s'", name), err.Error())
-	}
 	ctx, cancel := commandContext()
 	defer cancel()
 	changes, code := inspectAndApprove(ctx, u, cl, name, "Enabling", *autoApprove)
@@ -571,15 +581,11 @@ func taskRun(args []string, stdout, stderr io.Writer) int {
   run's Terraform output is then read with 'ctsync task logs'.
 `, stdout, stderr)
 	autoApprove := c.fs.Bool("auto-approve", false, "Skip interactive approval of inspect plan")
-	name, code := c.parseName(args)
+	name, cl, code := c.nameAndClient(args)
 	if code >= 0 {
 		return code
 	}
 	u := c.ui
-	cl, err := c.client()
-	if err != nil {
-		return u.fail(fmt.Sprintf("Error: unable to create client for '%s'", name), err.Error())
-	}
 	ctx, cancel := commandContext()
 	defer cancel()
 	if _, code := inspectAndApprove(ctx, u, cl, name, "Running", *autoApprove); code >= 0 {
