@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/testutil"
 )
 
@@ -79,5 +80,46 @@ func TestCLITaskRun(t *testing.T) {
 	}
 	if p.count("panic") > 0 {
 		t.Fatalf("the daemon panicked:\n%s", p.out.String())
+	}
+}
+
+// A run that fails is reported with its id, its plan and Terraform's
+// one-line error, and exit 11: a task whose provisioner fails, once its
+// one retry is spent (its error summary is no command line).
+func TestCLITaskRunReportsFailure(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	work := t.TempDir()
+	port := testutil.FreePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	startCtsync(t, work, "start", "-config-file", daemonConfig(t, work, port, c.Addr, fmt.Sprintf(`
+retry {
+  max_retries = 1
+}
+task {
+  name   = "firewall"
+  module = %q
+  condition "services" {
+    names = ["web"]
+  }
+}
+`, module("failing_apply"))))
+	waitEvents(t, base, "firewall", 90*time.Second, func(evs []store.Event) bool {
+		return len(evs) >= 2 && !evs[0].Success && !evs[1].Success
+	})
+	// The retry's reservation may outlive its event by a moment: "active"
+	// (409) until it is released.
+	var o string
+	var code int
+	testutil.Eventually(t, 30*time.Second, "task run to find the task idle", func() bool {
+		o, code = runCLI(ctsyncBin, []string{"CTS_ADDRESS=" + base}, "", "task", "run", "-auto-approve", "firewall")
+		return !strings.Contains(o, "is active")
+	})
+	m := regexp.MustCompile(`Run (\S+): apply failed in \S+\n {4}Plan: 1 to add, 0 to change, 1 to destroy\.\n {4}Error: local-exec provisioner error\n`).FindStringSubmatch(o)
+	if code != 11 || !strings.Contains(o, "terraform_data.rules is tainted, so must be replaced") || strings.Contains(o, "exit 3") ||
+		!strings.Contains(o, "==> Error: the run of 'firewall' failed\n") || m == nil ||
+		!strings.Contains(o, "ctsync task logs -run="+m[1]+" firewall") {
+		t.Fatalf("task run of a failing task (exit %d):\n%s", code, o)
 	}
 }

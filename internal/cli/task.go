@@ -595,11 +595,12 @@ func taskRun(args []string, stdout, stderr io.Writer) int {
 	resp, err := cl.RunTask(ctx, name)
 	if err != nil {
 		details := []string{clientError(cl, err)}
-		// A failed apply answers 500; its event, the newest, names the run.
+		// A failed apply answers 500; its event, the newest, names the run
+		// and has the error in one line, instead of Terraform's whole one.
 		var ce *client.Error
 		if errors.As(err, &ce) && ce.StatusCode == http.StatusInternalServerError {
 			if evs, evErr := cl.Events(ctx, name); evErr == nil && len(evs) > 0 && !evs[0].Success && evs[0].Trigger == "api" {
-				details = append(details, runLines(name, evs[0])...)
+				details = runLines(name, evs[0])
 			}
 		}
 		return u.fail(fmt.Sprintf("Error: the run of '%s' failed", name), details...)
