@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -121,5 +123,75 @@ task {
 		!strings.Contains(o, "==> Error: the run of 'firewall' failed\n") || m == nil ||
 		!strings.Contains(o, "ctsync task logs -run="+m[1]+" firewall") {
 		t.Fatalf("task run of a failing task (exit %d):\n%s", code, o)
+	}
+}
+
+// Ctrl-C while task run waits stops the waiting, not the run: the command
+// exits 12 and says so, and the run, held in its apply by the module's
+// gate, still ends and is recorded once the gate opens. A disabled task
+// runs too, and stays disabled.
+func TestCLITaskRunInterrupted(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	out, varFile := newTaskDir(t)
+	work := t.TempDir()
+	port := testutil.FreePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	startCtsync(t, work, "start", "-config-file", daemonConfig(t, work, port, c.Addr, fmt.Sprintf(`
+task {
+  name           = "gated"
+  module         = %q
+  variable_files = [%q]
+  condition "services" {
+    names = ["web"]
+  }
+}
+`, module("gated"), varFile)))
+	gate := filepath.Join(out, "gate")
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitServices(t, out, "web-1")
+	env := []string{"CTS_ADDRESS=" + base}
+	waitEvents(t, base, "gated", 30*time.Second, func(evs []store.Event) bool { return len(evs) == 1 && evs[0].Success })
+	if o, code := runCLI(ctsyncBin, env, "", "task", "disable", "gated"); code != 0 {
+		t.Fatalf("task disable (exit %d):\n%s", code, o)
+	}
+	if err := os.Remove(gate); err != nil {
+		t.Fatal(err)
+	}
+	// A new instance: the gate's resource is replaced, so the apply waits.
+	c.RegisterService(t, reg("web-2", "web", 8002), "passing")
+
+	cmd := exec.Command(ctsyncBin, "task", "run", "-auto-approve", "gated")
+	cmd.Env = append(os.Environ(), env...)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 60*time.Second, "the apply to wait at the gate", func() bool {
+		data, _ := os.ReadFile(filepath.Join(out, "started"))
+		return strings.Count(string(data), "started") == 2
+	})
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 12 || !strings.Contains(b.String(),
+		"==> Stopped waiting: the run of 'gated' goes on in the daemon (see ctsync status gated).") {
+		t.Fatalf("task run interrupted (%v, exit %d):\n%s", err, code, b.String())
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	evs := waitEvents(t, base, "gated", 60*time.Second, func(evs []store.Event) bool { return len(evs) == 2 })
+	if !evs[0].Success || evs[0].Trigger != "api" {
+		t.Fatalf("the run task run started: %+v", evs[0])
+	}
+	waitServices(t, out, "web-1,web-2")
+	if st := taskStatus(t, base, "gated"); st.Enabled {
+		t.Fatalf("task run enabled the disabled task: %+v", st)
 	}
 }

@@ -591,8 +591,12 @@ func taskRun(args []string, stdout, stderr io.Writer) int {
 	if _, code := inspectAndApprove(ctx, u, cl, name, "Running", *autoApprove); code >= 0 {
 		return code
 	}
-	u.info("Running '%s'...\n", name)
+	u.info("Running '%s' (Ctrl-C stops waiting, not the run)...\n", name)
 	resp, err := cl.RunTask(ctx, name)
+	if err != nil && ctx.Err() != nil {
+		u.info("Stopped waiting: the run of '%s' goes on in the daemon (see %s status %s).", name, Name, name)
+		return ExitInterrupt
+	}
 	if err != nil {
 		details := []string{clientError(cl, err)}
 		// A failed apply answers 500; its event, the newest, names the run
