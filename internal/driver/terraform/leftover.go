@@ -189,25 +189,17 @@ func leftoverGroups(rec runRecord, dir string) []int {
 			}
 		}
 	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
+	for _, pid := range procPIDs() {
+		if pid == os.Getpid() {
 			continue
 		}
 		_, pgid, ok := procStat(pid)
 		if !ok || pgid <= 1 || slices.Contains(out, pgid) {
 			continue
 		}
-		if !slices.Contains(rec.groups, pgid) {
-			cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-			if err != nil || cwd != dir {
-				continue
-			}
+		if !slices.Contains(rec.groups, pgid) && procCwd(pid) != dir {
+			continue
 		}
 		if hasMarker(pid, rec.marker) {
 			out = append(out, pgid)

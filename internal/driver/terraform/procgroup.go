@@ -63,25 +63,38 @@ func signalGroups(groups []int, sig syscall.Signal) {
 // task whose directory that is (each task has its own directory).
 func terraformGroups(dir string) []int {
 	self := os.Getpid()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
 	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range procPIDs() {
 		ppid, pgid, ok := procStat(pid)
 		if !ok || ppid != self || pgid != pid {
 			continue
 		}
-		if cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); err == nil && cwd == dir {
+		if procCwd(pid) == dir {
 			out = append(out, pid)
 		}
 	}
 	return out
+}
+
+// procPIDs lists the processes in /proc (none when it cannot be read).
+func procPIDs() []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	pids := make([]int, 0, len(ents))
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// procCwd is the working directory of pid ("" when it cannot be read).
+func procCwd(pid int) string {
+	cwd, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "cwd"))
+	return cwd
 }
 
 // procStat reads the parent and the process group of pid (readProcStat).
