@@ -181,7 +181,12 @@ func (h *harness) waitChan(ch chan string, want string) {
 // waitIdle waits until the task neither runs nor waits to run.
 func (h *harness) waitIdle(name string) {
 	h.t.Helper()
-	eventually(h.t, name+" idle", func() bool { st, err := h.ctrl.Task(name); return err == nil && !st.Active })
+	// Settled as well: a watch notification still being handled can queue
+	// the task again (to find nothing changed) right after its run.
+	eventually(h.t, name+" idle", func() bool {
+		st, err := h.ctrl.Task(name)
+		return err == nil && !st.Active && h.ctrl.Settled()
+	})
 }
 
 // eventually waits until cond holds, checking on every controller-visible

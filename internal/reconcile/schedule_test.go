@@ -35,6 +35,7 @@ func TestScheduleTaskCreatedAtRunTimeTicks(t *testing.T) {
 	waitFor(t, "the schedule loop to wait for that tick", func() bool { return clk.WaitPending(1, 0) })
 	clk.Advance(next.Sub(created))
 	h.waitApplied(t, "cron")
+	waitFor(t, "the tick's run to end", func() bool { st, err := h.ctrl.Task("cron"); return err == nil && !st.Active })
 
 	// Disabled, then enabled: it ticks again.
 	if _, err := h.ctrl.SetEnabled(context.Background(), "cron", false, ""); err != nil {
