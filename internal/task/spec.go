@@ -49,6 +49,10 @@ type Spec struct {
 	// DependsOn names the tasks this one runs after (chain.go; a ctsync
 	// extension).
 	DependsOn []string `json:"depends_on,omitempty"`
+	// Approval and Policy are the safety gates (gates.go; ctsync
+	// extensions); nil: none.
+	Approval *Approval `json:"approval,omitempty"`
+	Policy   *Policy   `json:"policy,omitempty"`
 	// ExportOutputs is set by the controller (never configured) when
 	// another task receives this one's outputs: the driver then exposes
 	// the module's outputs and reports them after each apply.
