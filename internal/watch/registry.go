@@ -226,6 +226,10 @@ func (r *Registry) Run(ctx context.Context) error {
 	return nil
 }
 
+// testHookStarted, set by tests only, runs in Subscribe right after it
+// started a new view.
+var testHookStarted func(*view)
+
 // Subscribe adds subscriber to the view for q, creating it (and starting
 // it, once Run has started) when it is the first subscriber. Idempotent per
 // (subscriber, key). A subscriber joining a view that already has a value
@@ -236,11 +240,15 @@ func (r *Registry) Subscribe(subscriber string, q Query) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	v := r.views[key]
-	if v == nil {
+	created := v == nil
+	if created {
 		v = &view{q: q, key: key, subs: map[string]struct{}{}}
 		r.views[key] = v
 		if r.runCtx != nil && !r.stopped {
 			r.startLocked(v)
+			if testHookStarted != nil {
+				testHookStarted(v)
+			}
 		}
 		if len(r.views) > ConnWarnViews && !r.warned && r.client != nil && !r.client.Multiplexed() {
 			r.warned = true
@@ -260,10 +268,14 @@ func (r *Registry) Subscribe(subscriber string, q Query) {
 	}
 	keys[key] = struct{}{}
 
+	// A view started here may already have its first answer (its reader
+	// does not need r.mu to store it), but its first notification waits
+	// for r.mu and so reaches this subscriber: telling it here as well
+	// would notify twice for one answer.
 	v.mu.RLock()
 	ready := v.ready
 	v.mu.RUnlock()
-	if ready && !r.stopped {
+	if ready && !created && !r.stopped {
 		// Not called inline: the caller may hold locks notify needs.
 		r.wg.Add(1)
 		go func() {

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 const healthWeb = "/v1/health/service/web"
@@ -430,4 +432,46 @@ func TestAnswered(t *testing.T) {
 	}
 	f.fail("/v1/health/service/db", 503)
 	testutilEventually(t, r.Answered)
+}
+
+// A view created by a Subscribe call and answered before that call ends
+// notifies its subscriber once: the late notification for joining a ready
+// view is only for views that had their answer before.
+func TestSubscribeToNewViewNotifiesOnce(t *testing.T) {
+	verifyNoLeaks(t)
+	f := newFakeConsul(t)
+	rec := newRecorder()
+	r := fastRegistry(f.client(), nil, rec)
+	stop := runRegistry(t, r)
+	// The view's first answer is stored before Subscribe looks whether
+	// the view is ready (a preempted Subscribe, as under load).
+	testHookStarted = func(v *view) {
+		testutil.Eventually(t, time.Second, "the first answer", func() bool {
+			v.mu.RLock()
+			defer v.mu.RUnlock()
+			return v.ready
+		})
+	}
+	t.Cleanup(func() { testHookStarted = nil })
+	const n = 20
+	for i := range n {
+		name := fmt.Sprintf("svc%d", i)
+		path := "/v1/health/service/" + name
+		f.reply(path, 10, []*api.ServiceEntry{}) // answered at once
+		r.Subscribe("t", HealthService(name, ServiceOptions{}))
+		f.waitRequests(path, 2) // the first answer handled
+	}
+	stop() // late notifications run on the registry's wait group
+	seen := map[string]int{}
+	for _, e := range rec.all() {
+		seen[e]++
+	}
+	for e, k := range seen {
+		if k != 1 {
+			t.Errorf("%d notifications for %s, want 1", k, e)
+		}
+	}
+	if len(seen) != n {
+		t.Errorf("%d subscriptions notified, want %d", len(seen), n)
+	}
 }
