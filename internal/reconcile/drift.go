@@ -76,10 +76,13 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	if !ready {
 		return
 	}
-	c.slots <- struct{}{}
+	release, err := c.acquireSlot(ctx)
+	if err != nil {
+		return // shutting down
+	}
 	start := time.Now()
 	res, err := c.drive(ctx, e, &s, driver.Run{ID: uuid.NewString()}, &in, true)
-	<-c.slots
+	release()
 	drifted := err == nil && res.Changes
 	c.mu.Lock()
 	e.drifted = drifted

@@ -209,8 +209,11 @@ func (c *Controller) plan(ctx context.Context, e *entry, s *task.Spec) (PlanResu
 	if err := c.waitReady(ctx, e, s, syncWait); err != nil {
 		return PlanResult{}, err
 	}
-	c.slots <- struct{}{}
-	defer func() { <-c.slots }()
+	release, err := c.acquireSlot(ctx)
+	if err != nil {
+		return PlanResult{}, err
+	}
+	defer release()
 	in, _ := BuildInputs(s, c.get)
 	res, err := c.drive(ctx, e, s, driver.Run{ID: uuid.NewString()}, &in, true)
 	if err != nil {
@@ -295,9 +298,12 @@ func (c *Controller) runReserved(ctx context.Context, e *entry, trigger string, 
 	if err := c.waitReady(ctx, e, &s, syncWait); err != nil {
 		return outcome{}, err
 	}
-	c.slots <- struct{}{}
+	release, err := c.acquireSlot(ctx)
+	if err != nil {
+		return outcome{}, err
+	}
 	res := c.reconcile(ctx, e, &s, trigger, force, false)
-	<-c.slots
+	release()
 	if res.held != "" {
 		return res, fmt.Errorf("%w: task '%s' cannot run now: %s", ErrActive, s.Name, res.held)
 	}
@@ -368,8 +374,11 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 // destroy runs terraform destroy for the task and removes its working
 // directory.
 func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error {
-	c.slots <- struct{}{}
-	defer func() { <-c.slots }()
+	release, err := c.acquireSlot(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if e.drv == nil {
 		d, err := c.opts.NewDriver(*s)
 		if err != nil {
@@ -383,7 +392,6 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 	start := time.Now()
 	var (
 		res driver.Result
-		err error
 		id  string
 	)
 	// A state lock held by someone else (a previous leader's Terraform that
