@@ -132,7 +132,7 @@ func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-var statuses = []string{"successful", "errored", "critical", "unknown"}
+var statuses = []string{"successful", "errored", "critical", "unknown", StatusWaiting}
 
 // getTaskStatuses serves GET /v1/status/tasks and /v1/status/tasks/{name}.
 func (s *Server) getTaskStatuses(w http.ResponseWriter, r *http.Request) {
@@ -217,6 +217,7 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 	if t.Deleting {
 		ts.Status = StatusDeleting
 	}
+	s.heldStatus(&ts) // approvals.go
 	if !t.NextRun.IsZero() && t.Spec.Enabled {
 		next := t.NextRun.UTC().Truncate(time.Second)
 		ts.NextRun = &next

@@ -15,6 +15,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 
+	"github.com/ctsync/ctsync/internal/gate/gatetest"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -167,7 +168,8 @@ func TestRoutesMatchSpec(t *testing.T) {
 // validated by checkSpec. It then checks that each (operation, status) in
 // the list below was seen.
 func TestEveryOperationLive(t *testing.T) {
-	h := newHarness(t, []task.Spec{servicesTask("web-task", "web")})
+	fa := gatetest.New()
+	h := newHarness(t, []task.Spec{servicesTask("web-task", "web")}, withApprovals(fa))
 	h.w.Set(healthKey("web"), instances("web-1"))
 	h.waitChan(h.applied, "web-task")
 	h.waitIdle("web-task")
@@ -231,6 +233,18 @@ func TestEveryOperationLive(t *testing.T) {
 	h.do("GET", "/v1/status/runs?since=yesterday", "").expect(t, 400)
 	h.do("GET", "/v1/status/runs?task=nope", "").expect(t, 404)
 
+	h.do("GET", "/v1/tasks/web-task/plan", "").expect(t, 404)
+	p := fa.Hold(heldPlan("web-task"))
+	h.do("GET", "/v1/status/tasks/web-task", "").expect(t, 200)
+	h.do("GET", "/v1/tasks/web-task/plan", "").expect(t, 200)
+	h.do("POST", "/v1/tasks/web-task/plan/nope/approve", "").expect(t, 409)
+	h.do("POST", "/v1/tasks/nope/plan/x/approve", "").expect(t, 404)
+	h.do("POST", "/v1/tasks/web-task/plan/"+p.ID+"/approve", "").expect(t, 200)
+	h.do("POST", "/v1/tasks/web-task/plan/"+p.ID+"/reject", "").expect(t, 409)
+	h.do("POST", "/v1/tasks/nope/plan/x/reject", "").expect(t, 404)
+	p = fa.Hold(heldPlan("web-task"))
+	h.do("POST", "/v1/tasks/web-task/plan/"+p.ID+"/reject", "").expect(t, 200)
+
 	h.do("DELETE", "/v1/tasks/api-task?destroy=maybe", "").expect(t, 400)
 	h.do("DELETE", "/v1/tasks/api-task", "").expect(t, 202)
 	h.do("DELETE", "/v1/tasks/api-task", "").expect(t, 404)
@@ -254,6 +268,9 @@ func TestEveryOperationLive(t *testing.T) {
 		"GET /v1/tasks/{name}/events/{id} OK", "GET /v1/tasks/{name}/events/{id} Not Found",
 		"GET /v1/status/runs OK", "GET /v1/status/runs Bad Request", "GET /v1/status/runs Not Found",
 		"GET /v1/tasks/{name}/events/{id}/log OK", "GET /v1/tasks/{name}/events/{id}/log Not Found",
+		"GET /v1/tasks/{name}/plan OK", "GET /v1/tasks/{name}/plan Not Found",
+		"POST /v1/tasks/{name}/plan/{id}/approve OK", "POST /v1/tasks/{name}/plan/{id}/approve Conflict", "POST /v1/tasks/{name}/plan/{id}/approve Not Found",
+		"POST /v1/tasks/{name}/plan/{id}/reject OK", "POST /v1/tasks/{name}/plan/{id}/reject Conflict", "POST /v1/tasks/{name}/plan/{id}/reject Not Found",
 	}
 	coveredMu.Lock()
 	defer coveredMu.Unlock()

@@ -38,6 +38,9 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/tasks/{name}/events", s.getEvents},
 		{"GET", "/v1/tasks/{name}/events/{id}", s.getEvent},
 		{"GET", "/v1/tasks/{name}/events/{id}/log", s.getEventLog},
+		{"GET", "/v1/tasks/{name}/plan", s.getPlan},
+		{"POST", "/v1/tasks/{name}/plan/{id}/approve", s.approvePlan},
+		{"POST", "/v1/tasks/{name}/plan/{id}/reject", s.rejectPlan},
 	}
 }
 

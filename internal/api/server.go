@@ -74,6 +74,9 @@ type Options struct {
 	// Cluster, set with high availability, makes a follower refuse the
 	// task and status endpoints and serves /v1/status/cluster (cluster.go).
 	Cluster Cluster
+	// Approvals, when set, are the safety gates' held plans: the plan
+	// endpoints and the held status of tasks (approvals.go).
+	Approvals Approvals
 	// Health, when set, is GET /v1/health's verdict: nil is healthy (200
 	// and CTS's empty object), an error is 503 with the reason. It is the
 	// check Consul runs on ctsync's own registration.

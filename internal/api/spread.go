@@ -59,7 +59,8 @@ func (s *Server) spreadCluster() (SpreadCluster, bool) {
 // itself (each keeps every task, and the state of those it does not own
 // is its copy of the cluster's, refreshed from Consul within seconds); a
 // write of a task (create, enable/disable, run, delete) owned by another
-// member is forwarded to that member, whose answer is returned as is.
+// member is forwarded to that member, whose answer is returned as is; so
+// is a read of the task's held plan, which the owner holds.
 func (s *Server) spreadGate(sc SpreadCluster, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, write := taskOfWrite(r)
@@ -94,9 +95,11 @@ func (s *Server) spreadGate(sc SpreadCluster, next http.Handler) http.Handler {
 	})
 }
 
-// taskOfWrite returns the task a request writes: the {name} of PATCH and
-// DELETE /v1/tasks/{name} and POST /v1/tasks/{name}/run, the task.name of
-// POST /v1/tasks' body (left readable for the handler). write is false for
+// taskOfWrite returns the task a request writes, or whose owner alone
+// answers it: the {name} of PATCH and DELETE /v1/tasks/{name}, POST
+// /v1/tasks/{name}/run, GET /v1/tasks/{name}/plan and POST
+// /v1/tasks/{name}/plan/{id}/approve|reject, the task.name of POST
+// /v1/tasks' body (left readable for the handler). write is false for
 // every other request.
 func taskOfWrite(r *http.Request) (name string, write bool) {
 	p := r.URL.Path
@@ -127,6 +130,22 @@ func taskOfWrite(r *http.Request) (name string, write bool) {
 			return "", false
 		}
 		n, ok := strings.CutSuffix(rest, "/run")
+		if !ok {
+			n, ok = planDecision(rest)
+		}
+		if !ok || n == "" || strings.Contains(n, "/") {
+			return "", false
+		}
+		name, err := url.PathUnescape(n)
+		return name, err == nil
+	case r.Method == http.MethodGet || r.Method == http.MethodHead:
+		// The held plan is the owner's (it holds the plan file): read
+		// there too.
+		rest, ok := strings.CutPrefix(p, "/v1/tasks/")
+		if !ok {
+			return "", false
+		}
+		n, ok := strings.CutSuffix(rest, "/plan")
 		if !ok || n == "" || strings.Contains(n, "/") {
 			return "", false
 		}
@@ -134,6 +153,16 @@ func taskOfWrite(r *http.Request) (name string, write bool) {
 		return name, err == nil
 	}
 	return "", false
+}
+
+// planDecision returns the task of "<name>/plan/<id>/approve" or
+// ".../reject".
+func planDecision(rest string) (name string, ok bool) {
+	parts := strings.Split(rest, "/")
+	if len(parts) != 4 || parts[1] != "plan" || parts[2] == "" || (parts[3] != "approve" && parts[3] != "reject") {
+		return "", false
+	}
+	return parts[0], true
 }
 
 // forwardTimeout bounds a forwarded request: a run=now apply may take as

@@ -55,7 +55,8 @@ type EnabledCounts struct {
 type TaskStatus struct {
 	TaskName string `json:"task_name"`
 	// Status is successful, errored, critical or unknown, or deleting for
-	// a task marked for deletion whose run in progress has not finished.
+	// a task marked for deletion whose run in progress has not finished,
+	// or waiting while a safety gate holds its plan for approval.
 	Status  string `json:"status"`
 	Enabled bool   `json:"enabled"`
 	// Providers and Services are the deprecated CTS configuration echo.
@@ -99,6 +100,9 @@ type TaskStatus struct {
 	LastRun *LastRun `json:"last_run,omitempty"`
 	// Retry is the pending retry of a failed run (ctsync).
 	Retry *RetryStatus `json:"retry,omitempty"`
+	// Held is the plan a safety gate holds for approval; the status is
+	// then "waiting" and Waiting the reason (ctsync).
+	Held *HeldStatus `json:"held,omitempty"`
 }
 
 // LastRun is the outcome of a task's newest run at a glance.

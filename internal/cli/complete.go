@@ -22,8 +22,8 @@ type command struct {
 var (
 	topCommands = []command{{"start", runStart}, {"status", runStatus}, {"task", runTask}, {"version", nil}}
 
-	taskCommands = []command{{"create", taskCreate}, {"delete", taskDelete}, {"disable", taskDisable},
-		{"enable", taskEnable}, {"logs", taskLogs}, {"run", taskRun}}
+	taskCommands = []command{{"approve", taskApprove}, {"create", taskCreate}, {"delete", taskDelete}, {"disable", taskDisable},
+		{"enable", taskEnable}, {"logs", taskLogs}, {"reject", taskReject}, {"run", taskRun}}
 )
 
 func commandNames(cmds []command) []string {

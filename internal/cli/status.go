@@ -21,9 +21,11 @@ var now = time.Now
 func runStatus(args []string, stdout, stderr io.Writer) int {
 	c := newClientCmd("status", "[options] [task name]", `  Status shows every task of a running daemon (or the named one): whether
   it is enabled, its status (from its latest runs), its last run and what
-  triggered it, and its next scheduled run.
+  triggered it, and its next scheduled run. A task whose plan a safety gate
+  holds for approval is waiting; its plan's id, counts and reason follow
+  the table ('ctsync task approve' and 'task reject' decide on it).
 `, stdout, stderr)
-	filter := c.fs.String("status", "", "Only tasks with this status: successful, errored, critical or unknown.")
+	filter := c.fs.String("status", "", "Only tasks with this status: successful, errored, critical, unknown or waiting (a plan held for approval).")
 	pos, code := c.parse(args)
 	if code >= 0 {
 		return code
@@ -62,7 +64,7 @@ func printStatus(w io.Writer, tasks map[string]api.TaskStatus, t time.Time) {
 	slices.Sort(names)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tENABLED\tSTATUS\tLAST RUN\tTRIGGER\tNEXT RUN")
-	var failures []string
+	var failures, held []string
 	for _, n := range names {
 		ts := tasks[n]
 		last, trigger := "never", "-"
@@ -84,6 +86,9 @@ func printStatus(w io.Writer, tasks map[string]api.TaskStatus, t time.Time) {
 				trigger = ev.Trigger
 			}
 		}
+		if h := ts.Held; h != nil {
+			held = append(held, heldLine(n, h, t))
+		}
 		enabled := "yes"
 		if !ts.Enabled {
 			enabled = "no"
@@ -91,6 +96,12 @@ func printStatus(w io.Writer, tasks map[string]api.TaskStatus, t time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n, enabled, ts.Status, last, trigger, nextRun(ts, t))
 	}
 	_ = tw.Flush()
+	if len(held) > 0 {
+		fmt.Fprintln(w, "\nWaiting for approval:")
+		for _, h := range held {
+			fmt.Fprintf(w, "  %s\n", h)
+		}
+	}
 	if len(failures) > 0 {
 		fmt.Fprintln(w, "\nLatest errors:")
 		for _, f := range failures {
@@ -99,11 +110,23 @@ func printStatus(w io.Writer, tasks map[string]api.TaskStatus, t time.Time) {
 	}
 }
 
+// heldLine describes a held plan: its id, counts and reason, when it
+// expires and the commands that decide on it.
+func heldLine(name string, h *api.HeldStatus, t time.Time) string {
+	line := fmt.Sprintf("%s: plan %s (+%d ~%d -%d): %s", name, h.ID, h.Add, h.Change, h.Destroy, h.Reason)
+	if h.Expires != nil {
+		line += fmt.Sprintf("; expires in %s", ago(h.Expires.Sub(t)))
+	}
+	return line + fmt.Sprintf("\n    %[1]s task approve %[2]s | %[1]s task reject %[2]s", Name, name)
+}
+
 // nextRun describes when the task runs next.
 func nextRun(ts api.TaskStatus, t time.Time) string {
 	switch {
 	case ts.Active:
 		return "running now"
+	case ts.Held != nil:
+		return "after approval"
 	case !ts.Enabled:
 		return "-"
 	case ts.Retry != nil:

@@ -254,11 +254,13 @@ func taskUsage() string {
   Manages the tasks of a running daemon through its API.
 
 Subcommands:
+    approve    Applies the plan a safety gate holds for a task (ctsync).
     create     Creates a new task.
     delete     Deletes an existing task.
     disable    Disables existing tasks from running.
     enable     Enables existing tasks to run.
     logs       Prints the Terraform output of a task's run (ctsync).
+    reject     Drops the plan a safety gate holds for a task (ctsync).
     run        Shows a task's plan and applies it now (ctsync).
 
 For a subcommand's options, try '%[1]s task <subcommand> --help'.

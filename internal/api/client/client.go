@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/api"
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -230,6 +231,8 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	// Names the approver of a held plan when the daemon has no api_auth.
+	req.Header.Set(api.ClientHeader, "cli")
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if c.base.Scheme == "http" && (errors.Is(err, io.EOF) || strings.Contains(err.Error(), "EOF")) {
@@ -402,4 +405,23 @@ func (c *Client) Events(ctx context.Context, name string) ([]store.Event, error)
 	var out api.EventsResponse
 	err := c.do(ctx, http.MethodGet, taskPath(name)+"/events", nil, nil, &out)
 	return out.Events, err
+}
+
+// HeldPlan calls GET /v1/tasks/{name}/plan: the plan a safety gate holds.
+func (c *Client) HeldPlan(ctx context.Context, name string) (gate.Plan, error) {
+	var out api.PlanResponse
+	err := c.do(ctx, http.MethodGet, taskPath(name)+"/plan", nil, nil, &out)
+	return out.Plan, err
+}
+
+// DecidePlan calls POST /v1/tasks/{name}/plan/{id}/approve (approve true)
+// or .../reject, and returns the plan as it stands after the decision.
+func (c *Client) DecidePlan(ctx context.Context, name, id string, approve bool) (gate.Plan, error) {
+	verb := "/reject"
+	if approve {
+		verb = "/approve"
+	}
+	var out api.PlanResponse
+	err := c.do(ctx, http.MethodPost, taskPath(name)+"/plan/"+url.PathEscape(id)+verb, nil, nil, &out)
+	return out.Plan, err
 }
