@@ -60,7 +60,7 @@ func (c *fuzzController) Inspect(_ context.Context, spec task.Spec) (reconcile.P
 	return reconcile.PlanResult{Plan: "No changes."}, nil
 }
 
-func (c *fuzzController) SetEnabled(context.Context, string, bool, string) (reconcile.PlanResult, error) {
+func (c *fuzzController) SetEnabled(context.Context, string, bool, reconcile.EnableMode) (reconcile.PlanResult, error) {
 	return reconcile.PlanResult{}, nil
 }
 func (c *fuzzController) RunNow(context.Context, string) error       { return nil }

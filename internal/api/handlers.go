@@ -366,7 +366,7 @@ func (s *Server) updateTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	res, err := s.opts.Controller.SetEnabled(reconcile.WithActor(r.Context(), tokenName(r)), name, *req.Enabled, run)
+	res, err := s.opts.Controller.SetEnabled(reconcile.WithActor(r.Context(), tokenName(r)), name, *req.Enabled, reconcile.EnableMode(run))
 	if err != nil {
 		if !errors.Is(err, errNotFound) && !errors.Is(err, errActive) {
 			err = fmt.Errorf("updating task '%s': %w", name, err)

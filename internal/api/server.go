@@ -46,7 +46,7 @@ type Controller interface {
 	Task(name string) (reconcile.TaskState, error)
 	Create(ctx context.Context, spec task.Spec, runNow bool) error
 	Inspect(ctx context.Context, spec task.Spec) (reconcile.PlanResult, error)
-	SetEnabled(ctx context.Context, name string, enabled bool, mode string) (reconcile.PlanResult, error)
+	SetEnabled(ctx context.Context, name string, enabled bool, mode reconcile.EnableMode) (reconcile.PlanResult, error)
 	RunNow(ctx context.Context, name string) error
 	Delete(ctx context.Context, name string, destroy bool) error
 	Events(name string) []store.Event

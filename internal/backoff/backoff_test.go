@@ -36,3 +36,37 @@ func TestSleep(t *testing.T) {
 		t.Fatal("an ended context did not end the sleep")
 	}
 }
+
+func TestJitterAndPolicy(t *testing.T) {
+	d := 8 * time.Second
+	for _, tt := range []struct {
+		j        Jitter
+		lo, high time.Duration // At(d, 0) and the bound of At(d, r<1)
+	}{
+		{Full, 0, d},
+		{Shorter, 6 * time.Second, d},
+		{Longer, d, 10 * time.Second},
+		{Around20, 6400 * time.Millisecond, 9600 * time.Millisecond},
+	} {
+		if got := tt.j.At(d, 0); got != tt.lo {
+			t.Errorf("%+v.At(%s, 0) = %s, want %s", tt.j, d, got, tt.lo)
+		}
+		if got := tt.j.At(d, 0.999); got < tt.lo || got > tt.high {
+			t.Errorf("%+v.At(%s, 0.999) = %s, want in [%s, %s]", tt.j, d, got, tt.lo, tt.high)
+		}
+		for range 100 {
+			if got := tt.j.Spread(d); got < tt.lo || got > tt.high {
+				t.Fatalf("%+v.Spread(%s) = %s, want in [%s, %s]", tt.j, d, got, tt.lo, tt.high)
+			}
+		}
+	}
+	p := Policy{Base: time.Second, Max: 5 * time.Second, Jitter: Shorter}
+	for attempt, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 9: 5 * time.Second} {
+		if got := p.Step(attempt); got != want {
+			t.Errorf("Step(%d) = %s, want %s", attempt, got, want)
+		}
+		if got := p.Delay(attempt); got > want || got < want*3/4 {
+			t.Errorf("Delay(%d) = %s, want in [%s, %s]", attempt, got, want*3/4, want)
+		}
+	}
+}

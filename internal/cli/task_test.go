@@ -108,7 +108,7 @@ func (f *fakeCtrl) plan() reconcile.PlanResult {
 	return reconcile.PlanResult{Plan: "Plan: 2 to add, 0 to change, 0 to destroy.", ChangesPresent: true}
 }
 
-func (f *fakeCtrl) SetEnabled(_ context.Context, name string, enabled bool, mode string) (reconcile.PlanResult, error) {
+func (f *fakeCtrl) SetEnabled(_ context.Context, name string, enabled bool, mode reconcile.EnableMode) (reconcile.PlanResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("set %s enabled=%v mode=%q", name, enabled, mode)

@@ -1,7 +1,6 @@
 package consul
 
 import (
-	"math/rand/v2"
 	"time"
 
 	"github.com/ctsync/ctsync/internal/backoff"
@@ -47,7 +46,7 @@ func (b *Backoff) Next() time.Duration {
 	c := backoff.Exp(b.Base, b.Cap, b.attempt)
 	b.attempt++
 	b.ceiling = c
-	return time.Duration(rand.Int64N(int64(c) + 1))
+	return backoff.Full.Spread(c)
 }
 
 // Ceiling is the upper bound of the delay last returned by Next (0 before

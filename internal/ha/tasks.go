@@ -114,9 +114,9 @@ func (p *Persisting) changed() {
 // (the task is running, or gone) puts the record back. With run=now the
 // flag changes even when the run fails (the record says so too); inspect
 // changes nothing.
-func (p *Persisting) SetEnabled(ctx context.Context, name string, enabled bool, mode string) (reconcile.PlanResult, error) {
+func (p *Persisting) SetEnabled(ctx context.Context, name string, enabled bool, mode reconcile.EnableMode) (reconcile.PlanResult, error) {
 	st, err := p.Controller.Task(name)
-	if mode == "inspect" || err != nil || st.Deleting {
+	if mode == reconcile.EnableInspect || err != nil || st.Deleting {
 		return p.Controller.SetEnabled(ctx, name, enabled, mode) // inspect, or the controller's not-found error
 	}
 	prev, had := p.Store.TaskRecords()[name]

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"sync"
@@ -318,8 +317,7 @@ func scrub(err error) error {
 // backoff is the delay after the attempt-th failed attempt: the
 // exponential step, ±20% jitter.
 func backoff(base time.Duration, attempt int) time.Duration {
-	d := expbackoff.Exp(base, maxBackoff, attempt-1)
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+	return expbackoff.Policy{Base: base, Max: maxBackoff, Jitter: expbackoff.Around20}.Delay(attempt)
 }
 
 // queue is a bounded FIFO that drops its oldest item when full.

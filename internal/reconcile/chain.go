@@ -59,8 +59,8 @@ func (c *Controller) upstreamHold(ctx context.Context, s *task.Spec) string {
 			c.mu.Lock()
 			c.dropDriverLocked(u)
 			u.force = true
-			if u.trigger == "" {
-				u.trigger = "outputs wanted by task " + s.Name
+			if u.trigger.IsZero() {
+				u.trigger = Trigger{Kind: TriggerOutputs, Detail: s.Name}
 			}
 			c.stepLocked(u, evQueue, wake{})
 			c.mu.Unlock()
@@ -81,7 +81,7 @@ func (c *Controller) upstreamHold(ctx context.Context, s *task.Spec) string {
 			// It has a change to apply; its own notification may still
 			// be on its way: make sure it is due.
 			c.mu.Lock()
-			c.markDirtyLocked(u, "change")
+			c.markDirtyLocked(u, Due(TriggerChange))
 			c.mu.Unlock()
 			return fmt.Sprintf("waiting for upstream task %q to apply the change", name)
 		}
@@ -120,8 +120,8 @@ func (c *Controller) wakeDependentsLocked(name string) {
 		if !e.spec.Enabled || !e.spec.IsDynamic() || e.doomed || !slices.Contains(e.spec.Upstreams(), name) {
 			continue
 		}
-		if e.trigger == "" {
-			e.trigger = "upstream task " + name
+		if e.trigger.IsZero() {
+			e.trigger = Trigger{Kind: TriggerUpstream, Detail: name}
 		}
 		c.stepLocked(e, evQueue, wake{})
 	}

@@ -1,7 +1,6 @@
 package reconcile
 
 import (
-	"math/rand/v2"
 	"time"
 
 	"github.com/ctsync/ctsync/internal/backoff"
@@ -24,13 +23,17 @@ const (
 	DefaultRetryMax = 5 * time.Minute
 )
 
-// retryDelay is the delay before retry number attempt (from 1) of a failed
-// run: base doubled at each attempt, capped at maxDelay, minus up to a
-// quarter at random (jitter in [0,1)), so tasks that failed together do not
-// retry in lock-step while the delay still grows with every failure.
-func retryDelay(attempt int, base, maxDelay time.Duration, jitter float64) time.Duration {
-	d := backoff.Exp(base, maxDelay, max(attempt, 1)-1)
-	return d - time.Duration(jitter*float64(d)/4)
+// retryPolicy is the delay before each retry of a failed run: base doubled
+// at each attempt, capped at maxDelay, minus up to a quarter at random, so
+// tasks that failed together do not retry in lock-step while the delay
+// still grows with every failure.
+func retryPolicy(base, maxDelay time.Duration) backoff.Policy {
+	return backoff.Policy{Base: base, Max: maxDelay, Jitter: backoff.Shorter}
 }
 
-func jitterNow() float64 { return rand.Float64() }
+// lockPolicy is the delay before each retry of a run that found its
+// Terraform state locked: doubled up to LockRetryCap, plus up to a quarter
+// at random (see LockRetryCap).
+func lockPolicy(base time.Duration) backoff.Policy {
+	return backoff.Policy{Base: base, Max: LockRetryCap, Jitter: backoff.Longer}
+}

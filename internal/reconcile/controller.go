@@ -39,9 +39,9 @@ type Options struct {
 	// CPUs, as max_parallel_runs).
 	MaxParallel int
 	// MaxRetries bounds how many times a failed run is retried with
-	// backoff before the task waits for its desired state to change; 0 (the
-	// default) retries until a run succeeds or the task is disabled, and a
-	// negative value never retries. A run
+	// backoff before the task waits for its desired state to change:
+	// RetryForever (0, the default) retries until a run succeeds or the
+	// task is disabled, and RetryNever (any negative value) never retries. A run
 	// that failed with a terminal error (driver.ErrTerminal) is not retried:
 	// running the same desired state again would fail the same way. A run
 	// that failed because the state is locked is retried until the lock is
@@ -73,6 +73,24 @@ type Options struct {
 	// Standby starts the controller as a follower: it watches and keeps
 	// track of what is due, but starts no run until SetActive(true).
 	Standby bool
+}
+
+// The two special values of Options.MaxRetries.
+const (
+	RetryForever = 0
+	RetryNever   = -1
+)
+
+// mayRetry reports whether a failed run may be retried after done
+// consecutive retries of the same desired state.
+func (o *Options) mayRetry(done int) bool {
+	switch {
+	case o.MaxRetries == RetryForever:
+		return true
+	case o.MaxRetries <= RetryNever:
+		return false
+	}
+	return done < o.MaxRetries
 }
 
 // Metrics is notified of what the controller does.
@@ -198,8 +216,8 @@ type entry struct {
 	lastNames []string               // catalog-services trigger state
 	nameSeen  bool
 
-	ranOnce bool   // a run has started with complete data (buffering applies after it)
-	trigger string // what first marked the task dirty since its last run
+	ranOnce bool    // a run has started with complete data (buffering applies after it)
+	trigger Trigger // what first marked the task dirty since its last run
 	// phase is where the task is in its lifecycle (see transition): it
 	// changes only through stepLocked.
 	phase    phase
@@ -344,7 +362,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	var names []string
 	for name, e := range c.tasks {
 		names = append(names, name)
-		c.dueLocked(e, "start")
+		c.dueLocked(e, Due(TriggerStart))
 	}
 	c.mu.Unlock()
 	var wg sync.WaitGroup
@@ -423,10 +441,10 @@ func (c *Controller) SetActive(active bool) {
 		}
 		if c.opts.Store.Run(e.spec.Name).InFlight != "" {
 			e.force = true
-			e.trigger = "failover"
+			e.trigger = Due(TriggerFailover)
 		}
 		e.ranOnce = false // the first run as leader is not buffered
-		c.dueLocked(e, "leader")
+		c.dueLocked(e, Due(TriggerLeader))
 	}
 	signal(c.kick)
 	signal(c.driftKick)

@@ -2,11 +2,11 @@ package reconcile
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/ctsync/ctsync/internal/backoff"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/store"
 )
@@ -55,7 +55,7 @@ func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
 // jitter spreads drift checks by ±10% so tasks with the same interval do
 // not all plan at once.
 func jitter(d time.Duration) time.Duration {
-	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
+	return backoff.Around10.Spread(d)
 }
 
 // checkDrift plans one reserved task and records what it found.
@@ -81,7 +81,7 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 		return // shutting down
 	}
 	start := time.Now()
-	res, err := c.drive(ctx, e, &s, driver.Run{ID: uuid.NewString()}, &in, true)
+	res, err := c.drive(ctx, e, &s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
 	release()
 	drifted := err == nil && res.Changes
 	c.mu.Lock()
@@ -110,7 +110,7 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	if remediate {
 		c.mu.Lock()
 		e.force = true
-		e.trigger = "drift"
+		e.trigger = Due(TriggerDrift)
 		c.stepLocked(e, evQueue, wake{}) // running: queued again when released
 		c.mu.Unlock()
 	}

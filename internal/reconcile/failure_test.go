@@ -106,10 +106,11 @@ func TestRetryDelay(t *testing.T) {
 	base, capD := 2*time.Second, 5*time.Minute
 	for attempt, want := range map[int]time.Duration{1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second,
 		8: 256 * time.Second, 9: capD, 40: capD, 100: capD} {
-		if got := retryDelay(attempt, base, capD, 0); got != want {
+		p := retryPolicy(base, capD)
+		if got := p.Step(attempt); got != want {
 			t.Errorf("attempt %d: %s, want %s", attempt, got, want)
 		}
-		if got := retryDelay(attempt, base, capD, 0.999); got < want*3/4 || got > want {
+		if got := p.Delay(attempt); got < want*3/4 || got > want {
 			t.Errorf("attempt %d with jitter: %s, want within [%s, %s]", attempt, got, want*3/4, want)
 		}
 	}

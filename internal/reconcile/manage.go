@@ -168,11 +168,11 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 			}
 		}
 		c.mu.Lock()
-		c.markDirtyLocked(e, "api")
+		c.markDirtyLocked(e, Due(TriggerAPI))
 		c.mu.Unlock()
 		return nil
 	}
-	_, err := c.runReserved(ctx, e, "api", false)
+	_, err := c.runReserved(ctx, e, Request{Name: spec.Name, Trigger: Due(TriggerAPI)})
 	if err != nil {
 		c.remove(spec.Name)
 		return err
@@ -215,17 +215,16 @@ func (c *Controller) plan(ctx context.Context, e *entry, s *task.Spec) (PlanResu
 	}
 	defer release()
 	in, _ := BuildInputs(s, c.get)
-	res, err := c.drive(ctx, e, s, driver.Run{ID: uuid.NewString()}, &in, true)
+	res, err := c.drive(ctx, e, s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
 	if err != nil {
 		return PlanResult{}, err
 	}
 	return PlanResult{Plan: res.Output, ChangesPresent: res.Changes, TFCRunURL: res.RunURL}, nil
 }
 
-// SetEnabled enables or disables a task. mode "" only changes the flag;
-// "now" also applies (recording an event); "inspect" plans as if enabled
-// and changes nothing.
-func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, mode string) (PlanResult, error) {
+// SetEnabled enables or disables a task; mode says what it does besides
+// changing the flag (EnableMode).
+func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, mode EnableMode) (PlanResult, error) {
 	c.mu.Lock()
 	e := c.tasks[name]
 	if e == nil || e.doomed || e.phase == phaseDeleting {
@@ -235,12 +234,12 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	// A follower (standby, high availability) queues tasks but runs none,
 	// so there a queued task is not active: a new leader applies the
 	// cluster's enabled flags to it before becoming active.
-	standbyFlag := c.standby && mode == ""
+	standbyFlag := c.standby && mode == EnableFlag
 	if e.phase == phaseRunning || (e.phase == phaseQueued && !standbyFlag) {
 		c.mu.Unlock()
 		return PlanResult{}, fmt.Errorf("%w: task '%s' is active and cannot be updated at this time", ErrActive, name)
 	}
-	if mode == "inspect" {
+	if mode == EnableInspect {
 		c.stepLocked(e, evReserve, wake{})
 		spec := e.spec
 		c.mu.Unlock()
@@ -257,15 +256,15 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 		c.mu.Unlock()
 		return PlanResult{}, nil
 	}
-	if mode != "now" {
+	if mode != EnableRun {
 		// Re-enabled: run if the inputs moved while it was off.
-		c.markDirtyLocked(e, "enable")
+		c.markDirtyLocked(e, Due(TriggerEnable))
 		c.mu.Unlock()
 		return PlanResult{}, nil
 	}
 	c.stepLocked(e, evReserve, wake{})
 	c.mu.Unlock()
-	_, err := c.runReserved(ctx, e, "api", true)
+	_, err := c.runReserved(ctx, e, Request{Name: name, Trigger: Due(TriggerAPI), Force: true})
 	return PlanResult{}, err
 }
 
@@ -282,12 +281,12 @@ func (c *Controller) RunNow(ctx context.Context, name string) error {
 		return fmt.Errorf("%w: task '%s' is active and cannot be run at this time", ErrActive, name)
 	}
 	c.mu.Unlock()
-	_, err := c.runReserved(ctx, e, "api", true)
+	_, err := c.runReserved(ctx, e, Request{Name: name, Trigger: Due(TriggerAPI), Force: true})
 	return err
 }
 
 // runReserved runs a task the caller has marked running, then releases it.
-func (c *Controller) runReserved(ctx context.Context, e *entry, trigger string, force bool) (outcome, error) {
+func (c *Controller) runReserved(ctx context.Context, e *entry, req Request) (outcome, error) {
 	defer c.release(e)
 	ctx, done, err := c.apiRun(ctx)
 	if err != nil {
@@ -302,7 +301,7 @@ func (c *Controller) runReserved(ctx context.Context, e *entry, trigger string, 
 	if err != nil {
 		return outcome{}, err
 	}
-	res := c.reconcile(ctx, e, &s, trigger, force, false)
+	res := c.reconcile(ctx, e, &s, req)
 	release()
 	if res.held != "" {
 		return res, fmt.Errorf("%w: task '%s' cannot run now: %s", ErrActive, s.Name, res.held)
@@ -349,7 +348,7 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 			}
 			e.doomed = false // the deletion is abandoned: the task stays as it was
 			e.spec.Enabled = enabled
-			c.markDirtyLocked(e, "change") // a change its timer waited for is not lost
+			c.markDirtyLocked(e, Due(TriggerChange)) // a change its timer waited for is not lost
 			c.mu.Unlock()
 			return ctx.Err()
 		case <-changed:
@@ -403,7 +402,7 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 		if !errors.Is(err, driver.ErrStateLocked) || ctx.Err() != nil {
 			break
 		}
-		delay := backoff.Exp(c.opts.RetryBase, LockRetryCap, attempt-1)
+		delay := lockPolicy(c.opts.RetryBase).Step(attempt)
 		c.log.Info("destroy waits: the task's Terraform state is locked by another process", "task_name", s.Name,
 			"attempt", attempt, "retry_in", delay)
 		backoff.Sleep(ctx, delay)
@@ -413,7 +412,7 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 	// The destroy is an event of the task: a failed one stays in its
 	// history (the task is kept), where task delete -destroy reads it.
 	ev := store.Event{ID: id, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: time.Now(),
-		Kind: store.KindDestroy, Trigger: "api", Config: eventConfig(s), LogPath: res.LogPath,
+		Kind: store.KindDestroy, Trigger: Due(TriggerAPI).String(), Config: eventConfig(s), LogPath: res.LogPath,
 		LogTail: c.redact(tail(res.LogPath, 4096)), Plan: &store.PlanSummary{Destroy: res.Destroy}}
 	if err != nil {
 		ev.Error = &store.EventError{Message: c.redact(err.Error())}

@@ -154,7 +154,7 @@ func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
 		c.mu.Lock()
 		ran := e.ranOnce
 		if !ran {
-			c.markDirtyLocked(e, key)
+			c.markDirtyLocked(e, Trigger{Kind: TriggerChange, Detail: key})
 		}
 		c.mu.Unlock()
 		if ran {
@@ -164,7 +164,7 @@ func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
 		return
 	}
 	c.mu.Lock()
-	c.markDirtyLocked(e, key)
+	c.markDirtyLocked(e, Trigger{Kind: TriggerChange, Detail: key})
 	c.mu.Unlock()
 	signal(e.changed)
 }

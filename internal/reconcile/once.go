@@ -68,7 +68,11 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 			}
 			if err == nil {
 				t0 := time.Now()
-				res = c.reconcile(ctx, e, &s, triggerOnce, true, inspect)
+				req := Request{Name: s.Name, Trigger: Due(TriggerOnce), Force: true}
+				if inspect {
+					req.Mode = ModePlan
+				}
+				res = c.reconcile(ctx, e, &s, req)
 				results[i].dur = time.Since(t0)
 				release()
 				err = res.err

@@ -54,10 +54,10 @@ func (c *Controller) SetOwned(owns func(task string) bool) {
 		}
 		e.force = c.opts.Store.Run(name).InFlight != ""
 		if e.force {
-			e.trigger = "failover"
+			e.trigger = Due(TriggerFailover)
 		}
 		e.ranOnce = false // the first run of a new owner is not buffered
-		c.dueLocked(e, "owner")
+		c.dueLocked(e, Due(TriggerOwner))
 	}
 	signal(c.kick)
 	signal(c.driftKick)
@@ -82,7 +82,7 @@ func (c *Controller) runnableLocked() bool {
 		}
 		for _, e := range drop {
 			c.stepLocked(e, evStop, wake{})
-			e.force, e.trigger = false, ""
+			e.force, e.trigger = false, Trigger{}
 		}
 	}
 	return len(c.queue) > 0

@@ -3,17 +3,15 @@ package reconcile
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"time"
 
-	"github.com/ctsync/ctsync/internal/backoff"
 	"github.com/ctsync/ctsync/internal/driver"
 )
 
 // markDirtyLocked records that a task's inputs may have changed and
 // schedules its run through the buffer period. c.mu is held.
-func (c *Controller) markDirtyLocked(e *entry, trigger string) {
+func (c *Controller) markDirtyLocked(e *entry, trigger Trigger) {
 	if !e.spec.Enabled || !c.started {
 		return
 	}
@@ -21,11 +19,11 @@ func (c *Controller) markDirtyLocked(e *entry, trigger string) {
 		// Schedule tasks run on their cron ticks; data only matters for
 		// their start-up run, which waits until the data is there.
 		if !e.ranOnce {
-			c.dueLocked(e, "start")
+			c.dueLocked(e, Due(TriggerStart))
 		}
 		return
 	}
-	if e.trigger == "" {
+	if e.trigger.IsZero() {
 		e.trigger = trigger
 		e.seen = time.Now()
 	}
@@ -57,7 +55,7 @@ func (c *Controller) markDirtyLocked(e *entry, trigger string) {
 // start-up: a dynamic task through markDirtyLocked (unbuffered before its
 // first run), a schedule task directly — CTS also runs schedule tasks in
 // its start-up pass. The inputs hash still skips a task already up to date.
-func (c *Controller) dueLocked(e *entry, trigger string) {
+func (c *Controller) dueLocked(e *entry, trigger Trigger) {
 	if !e.spec.Enabled {
 		return
 	}
@@ -65,7 +63,7 @@ func (c *Controller) dueLocked(e *entry, trigger string) {
 		c.markDirtyLocked(e, trigger)
 		return
 	}
-	if e.trigger == "" {
+	if e.trigger.IsZero() {
 		e.trigger = trigger
 	}
 	c.enqueueLocked(e)
@@ -121,7 +119,7 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			continue
 		}
 		trigger := e.trigger
-		e.trigger = ""
+		e.trigger = Trigger{}
 		e.runSeen, e.seen = e.seen, time.Time{}
 		force := e.force
 		e.force = false
@@ -139,7 +137,7 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			c.mu.Unlock()
 			continue
 		}
-		res := c.reconcile(runCtx, e, &spec, trigger, force, false)
+		res := c.reconcile(runCtx, e, &spec, Request{Name: name, Trigger: trigger, Force: force})
 		release()
 
 		c.mu.Lock()
@@ -155,11 +153,10 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			// leave the task behind the catalog until its next change.
 			// The delay doubles up to LockRetryCap.
 			e.lockWaits++
-			delay := backoff.Exp(c.opts.RetryBase, LockRetryCap, e.lockWaits-1)
-			delay += time.Duration(rand.Int64N(int64(delay)/4 + 1))
+			delay := lockPolicy(c.opts.RetryBase).Delay(e.lockWaits)
 			c.log.Info("retrying task: its Terraform state is locked by another process", "task_name", name,
 				"attempt", e.lockWaits, "delay", delay.Round(time.Millisecond))
-			e.trigger = "retry"
+			e.trigger = Due(TriggerRetry)
 			e.rerun = false // a change does not free the lock: the retry reads it
 			e.retryAttempt, e.lastErr = e.lockWaits, c.redact(driver.ErrorSummary(res.err))
 			c.stepLocked(e, evRetry, wake{d: delay})
@@ -167,17 +164,17 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			c.log.Warn("task failed with a terminal error: it runs again when its desired state changes",
 				"task_name", name, "error", res.err)
 			c.stepLocked(e, evDone, wake{}) // a change that came during the run runs now
-		case res.failed && e.spec.Enabled && !e.doomed && (c.opts.MaxRetries == 0 || e.retries < c.opts.MaxRetries) && c.opts.MaxRetries >= 0:
+		case res.failed && e.spec.Enabled && !e.doomed && c.opts.mayRetry(e.retries):
 			e.retries++
-			delay := retryDelay(e.retries, c.opts.RetryBase, c.opts.RetryMax, jitterNow())
+			delay := retryPolicy(c.opts.RetryBase, c.opts.RetryMax).Delay(e.retries)
 			if !res.waiting {
 				c.log.Info("retrying task after failure", "task_name", name, "attempt", e.retries, "delay", delay.Round(time.Millisecond))
 			}
 			e.retryAttempt, e.lastErr = e.retries, c.redact(driver.ErrorSummary(res.err))
 			// A change that came during the run runs now.
 			c.stepLocked(e, evRetry, wake{d: delay, before: func() {
-				if e.trigger == "" {
-					e.trigger = "retry"
+				if e.trigger.IsZero() {
+					e.trigger = Due(TriggerRetry)
 				}
 			}})
 		default:
@@ -193,7 +190,7 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 func (c *Controller) undeferLocked(e *entry) {
 	if e.deferred {
 		e.deferred = false
-		c.markDirtyLocked(e, "change")
+		c.markDirtyLocked(e, Due(TriggerChange))
 	}
 }
 

@@ -28,10 +28,6 @@ type outcome struct {
 	held     string // not run: an upstream task has something left to do (chain.go)
 }
 
-// triggerOnce is the trigger of RunOnce's runs, which order chained tasks
-// themselves.
-const triggerOnce = "once"
-
 // unreadable is recorded as the failed fingerprint when a task's desired
 // state could not be read: the task stays dirty, and no fingerprint can
 // match it.
@@ -41,10 +37,12 @@ const unreadable = "unreadable"
 // it must run, drive Terraform, and record the outcome. A task runs when
 // its desired state differs from the one last applied successfully, or
 // when its last run failed (unless that failure was terminal and the
-// desired state is still the same), or when force is set. With inspect set
-// it plans instead of applying and records nothing.
-func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trigger string, force, inspect bool) outcome {
+// desired state is still the same), or when req.Force is set. A plan
+// (ModePlan) records nothing.
+func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req Request) outcome {
 	log := c.log.With("task_name", s.Name)
+	inspect := req.Mode == ModePlan
+	trigger := req.Trigger.String()
 	// The desired state is taken before the inputs are built: if the data
 	// changes in between, the inputs are newer than the fingerprint stored
 	// as applied, and the next notification runs the task once more. The
@@ -77,9 +75,9 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 		return c.unreadableState(ctx, s, trigger, derr, inspect)
 	}
 	st := c.opts.Store.Run(s.Name)
-	if !inspect && !force {
+	if !inspect && !req.Force {
 		var run bool
-		if trigger, run = c.mustRun(log, s.Name, st, want, trigger); !run {
+		if trigger, run = c.mustRun(log, s.Name, st, want, req.Trigger); !run {
 			return outcome{}
 		}
 	}
@@ -90,7 +88,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	// Chained tasks: the upstream tasks are looked at after the inputs are
 	// read, so that an upstream found up to date has applied data at least
 	// as new as the inputs (chain.go).
-	if !inspect && trigger != triggerOnce {
+	if !inspect && req.Trigger.Kind != TriggerOnce {
 		if why := c.upstreamHold(ctx, s); why != "" {
 			c.mu.Lock()
 			first := e.waiting != why
@@ -109,7 +107,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	}
 	c.mu.Unlock()
 
-	r := &runRecord{id: uuid.NewString(), trigger: trigger, kind: store.KindApply, want: want, before: st,
+	r := &runRecord{id: uuid.NewString(), trigger: trigger, once: req.Trigger.Kind == TriggerOnce, kind: store.KindApply, want: want, before: st,
 		actor: actorFrom(ctx), inputs: digest(&in)}
 	c.mu.Lock()
 	r.seen, e.runSeen = e.runSeen, time.Time{}
@@ -129,7 +127,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 	}
 	log.Info("executing task", "run_id", r.id, "trigger", trigger, "mode", r.kind, "instances", len(in.Services))
 	r.start = time.Now()
-	r.res, r.err = c.drive(ctx, e, s, driver.Run{ID: r.id}, &in, inspect)
+	r.res, r.err = c.drive(ctx, e, s, driver.Run{ID: r.id}, &in, req.Mode)
 	r.end = time.Now()
 	r.phases = eventPhases(e.initStart, e.initEnd, r.res.Phases, r.kind, r.start, r.end)
 	e.initStart, e.initEnd = time.Time{}, time.Time{}
@@ -145,16 +143,18 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, trig
 // mustRun decides whether a task runs, from its desired state and the run
 // state in the store, and returns the run's trigger: what changed since
 // its last success (the watched key, or the parts of the desired state).
-func (c *Controller) mustRun(log *slog.Logger, name string, st store.RunState, want Desired, trigger string) (string, bool) {
+func (c *Controller) mustRun(log *slog.Logger, name string, st store.RunState, want Desired, due Trigger) (string, bool) {
+	trigger := due.String()
 	switch {
 	case st.Dirty() && st.Terminal && st.Failed == want.Fingerprint:
 		log.Debug("last run failed with a terminal error and the desired state has not changed since: not running")
 		c.skipped(name)
 		return trigger, false
 	case st.Dirty():
-		if trigger != "retry" {
-			trigger = changeTrigger(trigger, changedParts(st.Parts, want.Parts))
-			if trigger == "start" || trigger == "leader" {
+		if due.Kind != TriggerRetry {
+			changed := changedParts(st.Parts, want.Parts)
+			trigger = changeTrigger(trigger, changed)
+			if (due.Kind == TriggerStart || due.Kind == TriggerLeader) && trigger == due.String() {
 				trigger = "previous run failed"
 			}
 		}
@@ -188,6 +188,7 @@ func (c *Controller) inputs(s *task.Spec) (task.Inputs, bool) {
 // record in the store.
 type runRecord struct {
 	id, trigger string
+	once        bool // a run of -once, which logs its tasks in order itself
 	kind        string
 	want        Desired
 	before      store.RunState // the run state when it started
@@ -249,7 +250,7 @@ func (c *Controller) recordRun(ctx context.Context, log *slog.Logger, e *entry, 
 	if err != nil {
 		return outcome{failed: true, terminal: terminal, err: err}
 	}
-	if r.trigger != triggerOnce { // -once logs its tasks in order (RunOnce)
+	if !r.once { // -once logs its tasks in order (RunOnce)
 		log.Info("task completed", "run_id", r.id, "added", res.Add, "changed", res.Change,
 			"destroyed", res.Destroy, "duration", r.end.Sub(r.start).Round(time.Millisecond))
 	}
@@ -322,7 +323,7 @@ func (c *Controller) finish(ctx context.Context, name string, st store.RunState,
 			c.log.Error("run outcome not recorded in the store", "task_name", name, "attempts", attempt, "error", err)
 			return err
 		}
-		delay := retryDelay(attempt, finishRetryBase, finishRetryMax, jitterNow())
+		delay := retryPolicy(finishRetryBase, finishRetryMax).Delay(attempt)
 		c.log.Warn("recording the run outcome failed; retrying", "task_name", name, "attempt", attempt,
 			"delay", delay.Round(time.Millisecond), "error", err)
 		backoff.Sleep(ctx, delay)
@@ -331,7 +332,7 @@ func (c *Controller) finish(ctx context.Context, name string, st store.RunState,
 
 // drive creates and initialises the task's driver when needed, then plans
 // or applies.
-func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs, inspect bool) (driver.Result, error) {
+func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs, mode Mode) (driver.Result, error) {
 	if e.drv == nil {
 		spec := *s
 		c.mu.Lock()
@@ -352,7 +353,7 @@ func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driv
 		}
 		e.drv, e.exports = d, spec.ExportOutputs
 	}
-	if inspect {
+	if mode == ModePlan {
 		return e.drv.Plan(ctx, run, in)
 	}
 	return e.drv.Apply(ctx, run, in)

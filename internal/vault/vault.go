@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -330,7 +329,7 @@ func (m *Manager) waitLease(ctx context.Context, e *entry, raw *api.Secret) bool
 	}
 	// Read again at 85-95% of the lease, as consul-template does, so a
 	// new value is there before the old one expires.
-	d = time.Duration(float64(d) * (0.85 + 0.1*rand.Float64()))
+	d = backoff.Jitter{Lo: -0.15, Hi: -0.05}.Spread(d)
 	return backoff.Sleep(ctx, d)
 }
 
