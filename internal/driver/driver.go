@@ -191,25 +191,6 @@ var terminalSummaries = []string{
 	"Unsupported Terraform Core version",
 }
 
-// TerminalDiagnostic reports whether the error diagnostics of a failed
-// command (stderr) include one that comes from the configuration itself
-// (see ErrTerminal).
-func TerminalDiagnostic(stderr string) bool {
-	for _, raw := range strings.Split(stderr, "\n") {
-		line := strings.TrimSpace(unbox(raw))
-		sum, ok := strings.CutPrefix(line, "Error: ")
-		if !ok {
-			continue
-		}
-		for _, t := range terminalSummaries {
-			if sum == t || strings.HasPrefix(sum, t+":") || strings.HasPrefix(sum, t+" ") {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // maxHeadline bounds the length of ErrorSummary's line.
 const maxHeadline = 200
 
@@ -226,68 +207,147 @@ func ErrorSummary(err error) string {
 	} else {
 		s = firstLine(err.Error())
 	}
-	if len(s) > maxHeadline {
-		cut := maxHeadline
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "..."
-	}
-	return s
+	return cutUTF8(s, maxHeadline)
 }
 
-// Headline returns the summaries of Terraform's error diagnostics in
-// stderr ("Error: <summary>", boxed or plain layout, each once, joined by
-// "; "), or "" when there is none.
-func Headline(stderr string) string {
-	var out []string
-	for _, raw := range strings.Split(strings.ReplaceAll(stderr, "\r\n", "\n"), "\n") {
-		line := unbox(raw)
-		if !strings.HasPrefix(line, "Error: ") {
-			continue
+// Diagnostic is one of Terraform's diagnostics. The Terraform driver reads
+// them from Terraform's machine-readable output (-json) where the binary has
+// it, from its text output otherwise (ParseDiagnostics).
+type Diagnostic struct {
+	Severity string // "error" or "warning"
+	Summary  string
+	Detail   string
+}
+
+// Diagnostics are the diagnostics of one command.
+type Diagnostics []Diagnostic
+
+// Errors returns the error diagnostics only.
+func (ds Diagnostics) Errors() Diagnostics {
+	var out Diagnostics
+	for _, d := range ds {
+		if d.Severity == "error" {
+			out = append(out, d)
 		}
-		if line = strings.TrimSpace(line); !slices.Contains(out, line) {
-			out = append(out, line)
+	}
+	return out
+}
+
+// Summary is the one-line report of the error diagnostics: each becomes
+// "Error: <summary>: <first paragraph of the detail>" (cut at 300 bytes),
+// a repeated one is kept once, and they are joined with "; ".
+func (ds Diagnostics) Summary() string {
+	var out []string
+	for _, d := range ds.Errors() {
+		t := "Error: " + d.Summary
+		if detail := firstParagraph(d.Detail); detail != "" {
+			t += ": " + cutUTF8(detail, maxDetail)
+		}
+		if !slices.Contains(out, t) {
+			out = append(out, t)
 		}
 	}
 	return strings.Join(out, "; ")
 }
 
-// Summarize extracts Terraform's error diagnostics from the standard error
-// of a failed command: each becomes "Error: <summary>: <first paragraph of
-// the detail>" (the source snippet between them is left out), and they are
-// joined with "; ". Both the plain and the boxed diagnostic layouts are read,
-// and a diagnostic that repeats is kept once. When there is no "Error:" line,
-// the first non-empty line is returned instead, so the caller always has
-// something to show.
-func Summarize(stderr string) string {
-	var (
-		out   []string
-		seen  = map[string]bool{}
-		first string
-		cur   *diagnostic
-	)
-	flush := func() {
-		if cur == nil {
-			return
-		}
-		t := cur.text()
-		if !seen[t] {
-			seen[t] = true
+// Headline is the summaries of the error diagnostics ("Error: <summary>",
+// each once, joined by "; "), or "" when there is none.
+func (ds Diagnostics) Headline() string {
+	var out []string
+	for _, d := range ds.Errors() {
+		if t := "Error: " + d.Summary; !slices.Contains(out, t) {
 			out = append(out, t)
 		}
-		cur = nil
 	}
-	for _, raw := range strings.Split(strings.ReplaceAll(stderr, "\r\n", "\n"), "\n") {
+	return strings.Join(out, "; ")
+}
+
+// Terminal reports whether an error diagnostic comes from the
+// configuration itself (see ErrTerminal).
+func (ds Diagnostics) Terminal() bool {
+	for _, d := range ds.Errors() {
+		for _, t := range terminalSummaries {
+			if d.Summary == t || strings.HasPrefix(d.Summary, t+":") || strings.HasPrefix(d.Summary, t+" ") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// firstParagraph joins the lines of text's first paragraph with spaces.
+func firstParagraph(text string) string {
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(strings.ReplaceAll(text, "\r\n", "\n")), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			break
+		}
+		lines = append(lines, l)
+	}
+	return strings.Join(lines, " ")
+}
+
+// cutUTF8 cuts s at n bytes (on a rune boundary), marking the cut with "...".
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "..."
+}
+
+// TerminalDiagnostic reports whether the error diagnostics in a failed
+// command's text output (stderr) include one that comes from the
+// configuration itself (see ErrTerminal).
+func TerminalDiagnostic(stderr string) bool { return ParseDiagnostics(stderr).Terminal() }
+
+// Headline returns the summaries of Terraform's error diagnostics in
+// stderr ("Error: <summary>", boxed or plain layout, each once, joined by
+// "; "), or "" when there is none.
+func Headline(stderr string) string { return ParseDiagnostics(stderr).Headline() }
+
+// Summarize is Diagnostics.Summary of the error diagnostics in the text
+// output of a failed command. When there is no "Error:" line, the first
+// non-empty line is returned instead, so the caller always has something to
+// show.
+func Summarize(stderr string) string {
+	if s := ParseDiagnostics(stderr).Summary(); s != "" {
+		return s
+	}
+	for _, raw := range strings.Split(stderr, "\n") {
+		if t := strings.TrimSpace(unbox(raw)); t != "" && t != "╷" && t != "╵" {
+			return t
+		}
+	}
+	return ""
+}
+
+// ParseDiagnostics reads the error diagnostics from Terraform's text
+// output, the only form a binary older than 0.15.3 (no -json) or a remote
+// run's log gives: each "Error: <summary>" line, plain or boxed, and the
+// first paragraph of its detail (the source snippet between them is left
+// out).
+func ParseDiagnostics(text string) Diagnostics {
+	var (
+		out Diagnostics
+		cur *diagnostic
+	)
+	flush := func() {
+		if cur != nil {
+			out = append(out, Diagnostic{Severity: "error", Summary: cur.summary, Detail: strings.Join(cur.detail, " ")})
+			cur = nil
+		}
+	}
+	for _, raw := range strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n") {
 		line := unbox(raw)
 		trimmed := strings.TrimSpace(line)
-		if first == "" && trimmed != "" && trimmed != "╷" && trimmed != "╵" {
-			first = trimmed
-		}
 		switch {
 		case strings.HasPrefix(line, "Error: "):
 			flush()
-			cur = &diagnostic{summary: strings.TrimSpace(line)}
+			cur = &diagnostic{summary: strings.TrimSpace(strings.TrimPrefix(line, "Error: "))}
 		case strings.HasPrefix(line, "Warning: "), trimmed == "╷", trimmed == "╵":
 			flush()
 		case cur != nil:
@@ -295,10 +355,7 @@ func Summarize(stderr string) string {
 		}
 	}
 	flush()
-	if len(out) == 0 {
-		return first
-	}
-	return strings.Join(out, "; ")
+	return out
 }
 
 // maxDetail bounds the detail kept per diagnostic.
@@ -329,21 +386,6 @@ func (d *diagnostic) add(line string) {
 		}
 		d.detail = append(d.detail, strings.TrimSpace(line))
 	}
-}
-
-func (d *diagnostic) text() string {
-	if len(d.detail) == 0 {
-		return d.summary
-	}
-	detail := strings.Join(d.detail, " ")
-	if len(detail) > maxDetail {
-		cut := maxDetail
-		for cut > 0 && !utf8.RuneStart(detail[cut]) {
-			cut--
-		}
-		detail = detail[:cut] + "..."
-	}
-	return d.summary + ": " + detail
 }
 
 // unbox removes the "│ " prefix of Terraform's boxed diagnostics, keeping the

@@ -12,17 +12,17 @@ import (
 )
 
 // stubTerraform is a terraform that does nothing, quickly: version, init
-// and workspace succeed; apply succeeds, or fails with a diagnostic when
-// the inputs hold the word "fail".
+// and workspace succeed; apply (with -json, its machine-readable UI)
+// succeeds, or fails with a diagnostic when the inputs hold the word "fail".
 const stubTerraform = `#!/bin/sh
 case "$1" in
 version) echo '{"terraform_version":"1.11.4","platform":"linux_amd64","provider_selections":{}}' ;;
 apply)
   if grep -q fail terraform.tfvars; then
-    printf 'Error: boom\n\nthe stub failed\n' >&2
+    echo '{"@level":"error","@message":"Error: boom","type":"diagnostic","diagnostic":{"severity":"error","summary":"boom","detail":"the stub failed"}}'
     exit 1
   fi
-  echo 'Apply complete! Resources: 1 added, 0 changed, 0 destroyed.' ;;
+  echo '{"@level":"info","@message":"Apply complete! Resources: 1 added, 0 changed, 0 destroyed.","type":"change_summary","changes":{"add":1,"change":0,"remove":0,"operation":"apply"}}' ;;
 esac
 exit 0
 `

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/redact"
 )
 
@@ -46,6 +47,13 @@ type sink struct {
 	// (begin), while the command runs.
 	started func()
 	quiet   bool // the current command has written nothing yet
+	// ui says the current command's stdout is Terraform's machine-readable
+	// UI (-json): each line is decoded (uiLine), what it says is kept in
+	// diags and changes, and its message goes on as text.
+	ui      bool
+	uiBuf   []byte // a line of the machine-readable UI not yet ended
+	diags   driver.Diagnostics
+	changes map[string]changeSummary // by operation: plan, apply, destroy
 }
 
 var (
@@ -70,7 +78,29 @@ func (w streamWriter) Write(p []byte) (int, error) {
 			s.started()
 		}
 	}
-	if w.stream == "stderr" {
+	if w.stream == "stdout" && s.ui {
+		s.uiBuf = append(s.uiBuf, p...)
+		for {
+			i := bytes.IndexByte(s.uiBuf, '\n')
+			if i < 0 {
+				break
+			}
+			s.text(w.stream, s.uiLine(s.uiBuf[:i]))
+			s.uiBuf = s.uiBuf[i+1:]
+		}
+		if len(s.uiBuf) == 0 {
+			s.uiBuf = nil
+		}
+		return len(p), nil
+	}
+	s.text(w.stream, p)
+	return len(p), nil
+}
+
+// text takes a command's output as text: into the command's buffers, the
+// run log and the logger.
+func (s *sink) text(stream string, p []byte) {
+	if stream == "stderr" {
 		s.stderr.Write(p)
 	} else {
 		s.stdout.Write(p)
@@ -78,7 +108,7 @@ func (w streamWriter) Write(p []byte) (int, error) {
 			s.planned = time.Now()
 		}
 		if s.mute {
-			return len(p), nil // machine-readable output: neither logged nor forwarded
+			return // machine-readable output: neither logged nor forwarded
 		}
 	}
 	if s.out != nil {
@@ -86,9 +116,8 @@ func (w streamWriter) Write(p []byte) (int, error) {
 		_, _ = s.out.Write(p)
 	}
 	if s.logger != nil {
-		s.forward(w.stream, p)
+		s.forward(stream, p)
 	}
-	return len(p), nil
 }
 
 // forward logs complete lines; a partial line waits for its end.
@@ -119,15 +148,25 @@ func (s *sink) logLine(stream string, line []byte) {
 
 // begin starts a command: clears the per-command buffers and writes a marker
 // line into the log file.
-func (s *sink) begin(cmd string, mute bool) {
+func (s *sink) begin(cmd string, mute bool) { s.start(cmd, mute, false) }
+
+// beginUI starts a command whose stdout is Terraform's machine-readable UI
+// (-json).
+func (s *sink) beginUI(cmd string) { s.start(cmd, false, true) }
+
+func (s *sink) start(cmd string, mute, ui bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.flushPartial()
+	s.flushUI()
 	s.stdout.Reset()
 	s.stderr.Reset()
 	s.planned = time.Time{}
 	s.mute = mute
 	s.quiet = true
+	s.ui = ui
+	s.diags = nil
+	s.changes = nil
 	if s.out != nil {
 		fmt.Fprintf(s.out, "==> %s terraform %s\n", time.Now().UTC().Format(time.RFC3339), cmd)
 	}
@@ -145,11 +184,32 @@ func (s *sink) flushPartial() {
 	}
 }
 
-// output returns the current command's stdout and stderr.
+// output returns the current command's stdout (as text, the machine-readable
+// UI's messages) and stderr.
 func (s *sink) output() (stdout, stderr string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.flushUI()
 	return s.stdout.String(), s.stderr.String()
+}
+
+// report returns what the current command's machine-readable UI said: its
+// diagnostics and its change summaries (ok is false for a command without
+// that UI).
+func (s *sink) report() (diags driver.Diagnostics, changes map[string]changeSummary, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushUI()
+	return s.diags, s.changes, s.ui
+}
+
+// flushUI takes a last UI line that did not end with a newline.
+func (s *sink) flushUI() {
+	if len(s.uiBuf) > 0 {
+		line := s.uiBuf
+		s.uiBuf = nil
+		s.text("stdout", s.uiLine(line))
+	}
 }
 
 // plannedAt returns when the current command printed its plan's summary
@@ -187,6 +247,7 @@ func (s *sink) attach(f *os.File) {
 func (s *sink) detach() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.flushUI()
 	s.flushPartial()
 	f, out := s.file, s.out
 	s.file, s.out = nil, nil

@@ -101,6 +101,9 @@ type Driver struct {
 	inVerb   bool  // running has set up the current verb
 
 	initDone bool
+	// ui: the binary has the machine-readable UI (-json) for plan, apply
+	// and destroy (Terraform >= 0.15.3, OpenTofu); known after Init.
+	ui bool
 }
 
 var _ driver.Driver = (*Driver)(nil)
@@ -624,6 +627,7 @@ func (d *Driver) fingerprint(ctx context.Context, moduleHash []byte) (string, er
 	if err != nil {
 		return "", fmt.Errorf("terraform version: %w", err)
 	}
+	d.ui = !ver.Core().LessThan(machineUIVersion)
 	h := sha256.New()
 	h.Write(moduleHash)
 	fmt.Fprintf(h, "binary\x00%s\x00%s", d.opts.Binary, ver.String())
@@ -662,11 +666,14 @@ func (d *Driver) endRun() {
 	}
 }
 
-// fail builds a *driver.Error from the failed command's stderr.
+// fail builds a *driver.Error from the failed command's diagnostics.
 func (d *Driver) fail(op string, err error) error {
 	err = usableErr(err)
-	_, stderr := d.sink.output()
-	sum := driver.Summarize(stderr)
+	diags, text, stderr := d.diagnostics()
+	sum := diags.Summary()
+	if sum == "" {
+		sum = driver.Summarize(stderr)
+	}
 	if sum == "" && err != nil {
 		sum = driver.Summarize(err.Error())
 	}
@@ -687,14 +694,14 @@ func (d *Driver) fail(op string, err error) error {
 			sum = msg
 		}
 	}
-	if holder, ok := stateLockHolder(stderr); ok {
+	if holder, ok := stateLockHolder(text); ok {
 		sum = "the Terraform state is locked by another process" + holder + "; " +
 			strings.TrimSuffix(strings.TrimSpace(sum), ": Lock Info:")
 		err = fmt.Errorf("%w: %w", driver.ErrStateLocked, err)
 	}
 	d.sink.note("%s failed: %s", op, sum)
-	terminal := ctxErr(err) == nil && driver.TerminalDiagnostic(stderr)
-	return &driver.Error{Op: op, Summary: sum, Headline: driver.Headline(stderr), Err: err, Terminal: terminal}
+	terminal := ctxErr(err) == nil && diags.Terminal()
+	return &driver.Error{Op: op, Summary: sum, Headline: diags.Headline(), Err: err, Terminal: terminal}
 }
 
 // writeInputs writes terraform.tfvars atomically.
@@ -774,12 +781,7 @@ func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (dri
 	}
 	planPath := filepath.Join(planDir, planFile)
 	defer os.Remove(planPath)
-	opts := []tfexec.PlanOption{tfexec.Out(planPath)}
-	if p := d.opts.Spec.Parallelism; p > 0 {
-		opts = append(opts, tfexec.Parallelism(p))
-	}
-	d.sink.begin("plan", false)
-	changes, err := d.tf.Plan(ctx, opts...)
+	changes, err := d.runPlan(ctx, planPath)
 	planText, _ := d.sink.output()
 	if err != nil {
 		res.Output = planText
@@ -812,72 +814,92 @@ func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (dri
 
 // Apply writes the inputs and runs `terraform apply`.
 func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	return d.change(ctx, "apply", run, in)
+}
+
+// Destroy runs `terraform destroy` with the current inputs file (an empty
+// one if the task never ran).
+func (d *Driver) Destroy(ctx context.Context, run driver.Run) (driver.Result, error) {
+	return d.change(ctx, "destroy", run, nil)
+}
+
+// change runs an apply or a destroy (op): with the machine-readable UI
+// when the binary has it, read from its text otherwise.
+func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task.Inputs) (driver.Result, error) {
 	defer d.running(ctx)()
 	start := time.Now()
-	logPath, err := d.prepare(ctx, "apply", run, in)
+	logPath, err := d.prepare(ctx, op, run, in)
 	if err != nil {
 		return driver.Result{Duration: time.Since(start)}, err
 	}
 	defer d.endRun()
-	release, err := d.gate(ctx, "apply")
+	release, err := d.gate(ctx, op)
 	if err != nil {
 		return driver.Result{LogPath: logPath, Duration: time.Since(start)}, err
 	}
 	defer release()
-	var opts []tfexec.ApplyOption
-	if p := d.opts.Spec.Parallelism; p > 0 {
-		opts = append(opts, tfexec.Parallelism(p))
-	}
-	d.sink.begin("apply", false)
 	began := time.Now()
-	err = d.tf.Apply(ctx, opts...)
+	err = d.runChange(ctx, op)
 	out, _ := d.sink.output()
-	res := driver.Result{LogPath: logPath, Output: out, Phases: applyPhases(began, d.sink.plannedAt(), time.Now())}
-	res.Add, res.Change, res.Destroy = parseApplyCounts(out)
-	res.Changes = res.Add+res.Change+res.Destroy > 0
+	res := driver.Result{LogPath: logPath, Output: out}
+	res.Add, res.Change, res.Destroy = d.counts(op, err != nil)
+	if op == "apply" {
+		res.Phases = applyPhases(began, d.sink.plannedAt(), time.Now())
+		res.Changes = res.Add+res.Change+res.Destroy > 0
+	} else {
+		res.Changes = res.Destroy > 0
+	}
 	if err != nil {
-		// A failed apply reports what its plan had.
-		if res.Add+res.Change+res.Destroy == 0 {
-			res.Add, res.Change, res.Destroy = parsePlanCounts(out)
-		}
-		err = d.fail("apply", err)
-	} else if d.opts.Spec.ExportOutputs {
+		err = d.fail(op, err)
+	} else if op == "apply" && d.opts.Spec.ExportOutputs {
 		res.Outputs, err = d.readOutputs(ctx)
 	}
 	res.Duration = time.Since(start)
 	return res, err
 }
 
-// Destroy runs `terraform destroy` with the current inputs file (an empty
-// one if the task never ran).
-func (d *Driver) Destroy(ctx context.Context, run driver.Run) (driver.Result, error) {
-	defer d.running(ctx)()
-	start := time.Now()
-	logPath, err := d.prepare(ctx, "destroy", run, nil)
-	if err != nil {
-		return driver.Result{Duration: time.Since(start)}, err
+// runChange runs the command of an apply or a destroy.
+func (d *Driver) runChange(ctx context.Context, op string) error {
+	stdout := d.sink.writer("stdout")
+	defer d.tf.SetStdout(stdout) // the -json commands of terraform-exec replace it
+	p := d.opts.Spec.Parallelism
+	switch {
+	case op == "destroy" && d.ui:
+		d.sink.beginUI(op)
+		return d.tf.DestroyJSON(ctx, stdout, parallelism[tfexec.DestroyOption](p)...)
+	case op == "destroy":
+		d.sink.begin(op, false)
+		return d.tf.Destroy(ctx, parallelism[tfexec.DestroyOption](p)...)
+	case d.ui:
+		d.sink.beginUI(op)
+		return d.tf.ApplyJSON(ctx, stdout, parallelism[tfexec.ApplyOption](p)...)
+	default:
+		d.sink.begin(op, false)
+		return d.tf.Apply(ctx, parallelism[tfexec.ApplyOption](p)...)
 	}
-	defer d.endRun()
-	release, err := d.gate(ctx, "destroy")
-	if err != nil {
-		return driver.Result{LogPath: logPath, Duration: time.Since(start)}, err
+}
+
+// parallelism is the task's -parallelism as the options of a command (none
+// when it is not set).
+func parallelism[O any](p int) []O {
+	if p <= 0 {
+		return nil
 	}
-	defer release()
-	var opts []tfexec.DestroyOption
-	if p := d.opts.Spec.Parallelism; p > 0 {
-		opts = append(opts, tfexec.Parallelism(p))
+	o, _ := any(tfexec.Parallelism(p)).(O)
+	return []O{o}
+}
+
+// runPlan runs `terraform plan -out planPath`.
+func (d *Driver) runPlan(ctx context.Context, planPath string) (bool, error) {
+	opts := append([]tfexec.PlanOption{tfexec.Out(planPath)}, parallelism[tfexec.PlanOption](d.opts.Spec.Parallelism)...)
+	if !d.ui {
+		d.sink.begin("plan", false)
+		return d.tf.Plan(ctx, opts...)
 	}
-	d.sink.begin("destroy", false)
-	err = d.tf.Destroy(ctx, opts...)
-	out, _ := d.sink.output()
-	res := driver.Result{LogPath: logPath, Output: out}
-	res.Add, res.Change, res.Destroy = parseApplyCounts(out)
-	res.Changes = res.Destroy > 0
-	if err != nil {
-		err = d.fail("destroy", err)
-	}
-	res.Duration = time.Since(start)
-	return res, err
+	stdout := d.sink.writer("stdout")
+	defer d.tf.SetStdout(stdout)
+	d.sink.beginUI("plan")
+	return d.tf.PlanJSON(ctx, stdout, opts...)
 }
 
 // --- output parsing ---------------------------------------------------------
@@ -1007,14 +1029,14 @@ func isDir(p string) bool {
 // stateLockHolder reports whether a command failed because the state is
 // locked ("Error acquiring the state lock", or the consul backend's "failed
 // to lock state" while loading it) and describes the holder from the "Lock
-// Info:" block Terraform prints: " (held by WHO, operation OP, since
+// Info:" block of the diagnostics' text: " (held by WHO, operation OP, since
 // CREATED, lock ID ID)", or "" when there is none.
-func stateLockHolder(stderr string) (string, bool) {
-	if !strings.Contains(stderr, "Error acquiring the state lock") && !strings.Contains(stderr, "failed to lock state") {
+func stateLockHolder(text string) (string, bool) {
+	if !strings.Contains(text, "Error acquiring the state lock") && !strings.Contains(text, "failed to lock state") {
 		return "", false
 	}
 	info := map[string]string{}
-	_, block, ok := strings.Cut(stderr, "Lock Info:")
+	_, block, ok := strings.Cut(text, "Lock Info:")
 	if ok {
 		for _, line := range strings.Split(block, "\n") {
 			k, v, found := strings.Cut(unboxed(line), ":")
