@@ -292,7 +292,7 @@ func (g *guard) corsHeaders(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if allowed {
 		h.Set("Access-Control-Allow-Methods", "GET, POST, PATCH, DELETE")
-		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type")
+		h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, X-Ctsync-Client")
 		h.Set("Access-Control-Max-Age", "600")
 	}
 	w.WriteHeader(http.StatusOK) // as CTS: OPTIONS is answered with 200

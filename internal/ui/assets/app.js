@@ -72,6 +72,8 @@ async function request(method, url, body) {
   }
   const t = token();
   if (t) opts.headers.Authorization = 'Bearer ' + t;
+  // Names the approver of a held plan when the API has no tokens.
+  if (method !== 'GET') opts.headers['X-Ctsync-Client'] = 'dashboard';
   const resp = await fetch(url, opts);
   const text = await resp.text();
   let data = text;
@@ -139,7 +141,7 @@ function badge(text, kind, title) {
   return el('span', { class: 'badge ' + kind, title }, text);
 }
 
-const statusKinds = { successful: 'ok', errored: 'warn', critical: 'bad', unknown: 'muted' };
+const statusKinds = { successful: 'ok', errored: 'warn', critical: 'bad', unknown: 'muted', waiting: 'warn' };
 
 function statusBadge(status) {
   return badge(status || 'unknown', statusKinds[status] || 'muted');
@@ -291,7 +293,8 @@ async function renderList(seq) {
         spec.description ? el('div', { class: 'desc' }, spec.description) : null,
         el('div', { class: 'cond muted' }, conditionText(spec))),
       spread ? el('td', { class: 'owner' }, ownerCell(st.owner)) : null,
-      el('td', { class: 'status' }, statusBadge(st.status), st.active ? [' ', badge('running', 'info')] : null),
+      el('td', { class: 'status' }, statusBadge(st.status), st.active ? [' ', badge('running', 'info')] : null,
+        st.held ? el('div', { class: 'held-reason' }, el('a', { href: taskHref(name) }, st.held.reason)) : null),
       el('td', { class: 'enabled' }, st.enabled ? badge('yes', 'ok') : badge('no', 'muted')),
       el('td', { class: 'last-run' }, ev ? timeCell(ev.end_time) : el('span', { class: 'muted' }, 'never')),
       el('td', { class: 'result' }, ev ? [resultBadge(ev), ' ', planCell(ev.plan)] : null, errorLine(st)),
@@ -323,6 +326,7 @@ function errorLine(st) {
 // nextRunCell: running, a pending retry, a schedule tick, or on change.
 function nextRunCell(st) {
   if (st.active) return badge('running', 'info');
+  if (st.held) return badge('awaiting approval', 'warn', st.held.reason);
   if (st.retry) return retryBadge(st.retry);
   if (st.next_run) return timeCell(st.next_run);
   return el('span', { class: 'muted', title: 'runs when its Consul data or configuration changes' }, st.enabled ? 'on change' : '—');
@@ -359,6 +363,16 @@ async function renderTask(name, seq) {
   const t = spec.task;
   const st = statuses[name] || {};
   const evs = events.events || [];
+  // A plan a safety gate holds: the whole of it, to approve or reject.
+  let held = null;
+  if (st.held) {
+    try {
+      held = (await api('GET', taskPath(name) + '/plan')).plan;
+    } catch (e) {
+      if (e.status !== 404) throw e; // decided meanwhile: gone
+    }
+    if (seq !== state.seq) return;
+  }
 
   const actions = el('div', { class: 'actions' },
     el('button', { id: 'run-now', type: 'button', disabled: state.busy || !t.enabled, onclick: () => { state.confirmRun = name; render(); },
@@ -369,7 +383,8 @@ async function renderTask(name, seq) {
 
   const dd = t.drift_detection;
   const details = el('dl', { class: 'details' },
-    detail('Status', [statusBadge(st.status), st.active ? [' ', badge('running', 'info')] : null]),
+    detail('Status', [statusBadge(st.status), st.active ? [' ', badge('running', 'info')] : null,
+      st.waiting ? [' ', el('span', { id: 'waiting-reason', class: 'muted' }, st.waiting)] : null]),
     typeof st.owner === 'string' ? detail('Owner', ownerCell(st.owner)) : null,
     detail('Enabled', t.enabled ? badge('yes', 'ok') : badge('no', 'muted')),
     detail('Module', el('code', null, t.module + (t.version ? ' @ ' + t.version : ''))),
@@ -392,6 +407,7 @@ async function renderTask(name, seq) {
     actions,
   ];
   if (state.message) nodes.push(el('p', { id: 'message', class: 'message ' + state.message.kind, role: 'status' }, state.message.text));
+  if (held && held.state === 'pending') nodes.push(heldPanel(name, held));
   if (state.plan && state.plan.task === name) nodes.push(planPanel(name));
   if (state.confirmRun === name) nodes.push(runConfirmPanel(name));
   nodes.push(details,
@@ -400,12 +416,16 @@ async function renderTask(name, seq) {
       chartFigure('chart-latency', 'Reaction latency (s): change seen → run ended')),
     el('h2', null, 'History'), historyControls(events.total || 0), historyTable(name, evs));
   if (state.log && state.log.task === name) nodes.push(logPanel());
-  // A refresh must not move the log the user is reading.
+  // A refresh must not move the log or the held plan the user is reading.
   const oldLog = document.getElementById('log');
   const kept = oldLog ? { event: oldLog.dataset.event, top: oldLog.scrollTop } : null;
+  const oldHeld = document.getElementById('held-plan-text');
+  const keptHeld = oldHeld ? { plan: oldHeld.dataset.plan, top: oldHeld.scrollTop } : null;
   setMain(...nodes);
   const newLog = document.getElementById('log');
   if (kept && newLog && newLog.dataset.event === kept.event) newLog.scrollTop = kept.top;
+  const newHeld = document.getElementById('held-plan-text');
+  if (keptHeld && newHeld && newHeld.dataset.plan === keptHeld.plan) newHeld.scrollTop = keptHeld.top;
   drawTaskCharts(recent.runs);
 }
 
@@ -479,6 +499,30 @@ function planPanel(name) {
     el('p', null, p.changes ? 'Enabling applies these changes now:' : 'No changes: enabling applies nothing until the inputs change.'),
     el('pre', { class: 'plan-text' }, p.text || '(empty plan)'),
     el('div', { class: 'actions' }, buttons));
+}
+
+// heldPanel shows the plan a safety gate holds (GET /v1/tasks/<name>/plan):
+// why, its counts, what changed in Consul since the last apply and the
+// plan itself, with Approve (apply exactly this plan) and Reject.
+function heldPanel(name, p) {
+  return el('section', { class: 'panel held', id: 'held-plan', 'aria-label': 'plan held for approval', dataset: { plan: p.id } },
+    el('h2', null, 'Plan held for approval'),
+    el('p', { id: 'held-reason', class: 'held-why' }, p.reason),
+    el('dl', { class: 'details' },
+      detail('Plan', [el('code', { id: 'held-id' }, p.id), ' ', el('span', { id: 'held-counts' }, planCell(p)),
+        p.in_state ? el('span', { class: 'muted' }, ' of ' + p.in_state + ' resources in the state') : null]),
+      detail('Made', timeCell(p.created)),
+      detail('Expires', p.expires ? timeCell(p.expires) : 'never')),
+    el('h3', null, 'Changed in Consul since the last apply'),
+    p.consul_changes && p.consul_changes.length
+      ? el('ul', { id: 'held-changes' }, p.consul_changes.map((c) => el('li', null, c)))
+      : el('p', { class: 'muted', id: 'held-changes' }, 'Nothing recorded.'),
+    el('pre', { class: 'plan-text', id: 'held-plan-text', dataset: { plan: p.id } }, p.plan || '(empty plan)'),
+    el('div', { class: 'actions' },
+      el('button', { id: 'approve-plan', type: 'button', class: 'primary', disabled: state.busy, onclick: () => decidePlan(name, p.id, true),
+        title: 'apply exactly this plan' }, 'Approve'),
+      el('button', { id: 'reject-plan', type: 'button', disabled: state.busy, onclick: () => decidePlan(name, p.id, false),
+        title: 'drop this plan: nothing is applied; the task waits for a change' }, 'Reject')));
 }
 
 function logPanel() {
@@ -559,6 +603,19 @@ function enable(name, apply) {
     await api('PATCH', taskPath(name) + (apply ? '?run=now' : ''), { enabled: true });
     state.plan = null;
     state.message = { text: apply ? 'Task enabled and applied.' : 'Task enabled.', kind: 'ok' };
+  });
+}
+
+// decidePlan approves or rejects a held plan by its id: a plan replaced
+// meanwhile (superseded, expired) is refused with 409 and its reason.
+function decidePlan(name, id, approve) {
+  state.message = { text: approve ? 'Approving…' : 'Rejecting…', kind: 'info' };
+  act(async () => {
+    const r = await api('POST', taskPath(name) + '/plan/' + encodeURIComponent(id) + (approve ? '/approve' : '/reject'));
+    const by = r.plan && r.plan.decided_by ? ' by ' + r.plan.decided_by : '';
+    state.message = approve
+      ? { text: 'Plan ' + id + ' approved' + by + ': ctsync applies it now.', kind: 'ok' }
+      : { text: 'Plan ' + id + ' rejected' + by + ': nothing is applied.', kind: 'ok' };
   });
 }
 
