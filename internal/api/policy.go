@@ -85,6 +85,9 @@ func CheckStoredTask(key string, spec task.Spec, rules config.APITasks, validate
 	if spec.WorkingDir != "" || len(spec.VariableFiles) > 0 {
 		return fmt.Errorf("a task created through the API cannot set working_dir or variable_files")
 	}
+	if spec.Policy != nil {
+		return fmt.Errorf("a task created through the API cannot set policy: policy files are named by the configuration only")
+	}
 	if err := validateTask(&spec); err != nil {
 		return err
 	}

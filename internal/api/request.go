@@ -164,7 +164,11 @@ type taskPresence struct {
 	Enabled       *bool           `json:"enabled"`
 	WorkingDir    json.RawMessage `json:"working_dir"`
 	VariableFiles json.RawMessage `json:"variable_files"`
-	BufferPeriod  *struct {
+	Policy        json.RawMessage `json:"policy"`
+	Approval      *struct {
+		Expire json.RawMessage `json:"expire"`
+	} `json:"approval"`
+	BufferPeriod *struct {
 		Enabled *bool           `json:"enabled"`
 		Min     json.RawMessage `json:"min"`
 		Max     json.RawMessage `json:"max"`
@@ -204,7 +208,16 @@ func (s *Server) decodeTask(raw json.RawMessage) (task.Spec, error) {
 	if p.VariableFiles != nil {
 		return task.Spec{}, badRequest("task.variable_files cannot be set through the API: send the values in task.variables")
 	}
+	if p.Policy != nil && string(p.Policy) != "null" {
+		return task.Spec{}, badRequest("task.policy cannot be set through the API: policy files are read from ctsync's disk, so only its configuration files may name them")
+	}
 	// Durations first, so a bad one is reported with its field.
+	if a := p.Approval; a != nil && a.Expire != nil && string(a.Expire) != "null" {
+		var d task.Duration
+		if err := d.UnmarshalJSON(a.Expire); err != nil {
+			return task.Spec{}, badRequest("invalid value for task.approval.expire: %v", err)
+		}
+	}
 	var minSet, maxSet bool
 	if bp := p.BufferPeriod; bp != nil {
 		for _, f := range []struct {

@@ -50,6 +50,7 @@ var taskKeys = []key{
 	{name: "source_input", kind: kBlock, labels: 1, label: "type"},
 	{name: "drift_detection", kind: kBlock},
 	{name: "terraform_version"}, {name: "terraform_cloud_workspace", kind: kBlock}, // tfc.go
+	{name: "approval", kind: kBlock}, {name: "policy", kind: kBlock}, // gates.go
 }
 
 var taskRejects = map[string]string{}
@@ -240,6 +241,7 @@ func (d *decoder) task(b *hcl.Block) *rawTask {
 	}
 	d.driftDetection(c, p, t)
 	d.tfcWorkspace(c, p, t) // tfc.go
+	d.gates(c, p, t)        // gates.go
 
 	t.failed = len(d.errs) > errsBefore
 	return t

@@ -362,6 +362,9 @@ func (s *Spec) Validate() error {
 	if err := s.validateChain(); err != nil {
 		return err
 	}
+	if err := s.validateGates(); err != nil { // gates.go
+		return err
+	}
 	if d := s.DriftDetection; d != nil && d.Interval.D() < MinDriftInterval {
 		return fieldErr("drift_detection.interval", "must be at least %s", MinDriftInterval)
 	}

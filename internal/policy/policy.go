@@ -1,0 +1,335 @@
+// Package policy evaluates a task's Open Policy Agent policies (Rego v1) on
+// the plan of a run: every string in data.ctsync.deny blocks it.
+//
+// A Set is compiled once, when the configuration is loaded (Load, Check): a
+// file that does not parse or compile is an *Error with its file, line and
+// column. Eval then evaluates the compiled policies on one plan. The input
+// document the policies see is Input (docs/safety.md):
+//
+//	input.plan     the plan as `terraform show -json` prints it
+//	input.task     {name, description, module, version, providers, variables, condition}
+//	input.trigger  what started the run (the run event's trigger)
+//
+// Policies run in-process, so the builtins that reach the network or the
+// process's environment (http.send, net.lookup_ip_addr, opa.runtime) are
+// not available: a policy decides from its input alone.
+package policy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// Query is what a plan is checked against: the messages of the deny rules
+// of package ctsync.
+const Query = "data.ctsync.deny"
+
+// withheld are the builtins a policy may not call: they reach the network
+// or the process's environment, which would make a verdict depend on more
+// than the plan and leak what ctsync's process holds (opa.runtime returns
+// its environment variables).
+var withheld = map[string]bool{"http.send": true, "net.lookup_ip_addr": true, "opa.runtime": true}
+
+// Error is a policy file that cannot be read, parsed or compiled.
+type Error struct {
+	File      string
+	Line, Col int // 0 when unknown
+	Msg       string
+}
+
+func (e *Error) Error() string {
+	switch {
+	case e.Line > 0 && e.Col > 0:
+		return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Line, e.Col, e.Msg)
+	case e.Line > 0:
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.File, e.Msg)
+}
+
+// Errors are all the problems found in a set of policy files.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap lets errors.As find each *Error.
+func (es Errors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// Set is a task's compiled policy files, ready to evaluate plans. It is
+// safe for concurrent use.
+type Set struct {
+	files []string
+	query rego.PreparedEvalQuery
+	// denyAt names where data.ctsync.deny is defined ("fw.rego:7"), for
+	// the error about a value that is not a message.
+	denyAt []string
+}
+
+// Files returns the files the set was compiled from.
+func (s *Set) Files() []string { return slices.Clone(s.files) }
+
+// Check reads and compiles the files without keeping the result: the check
+// made when the configuration is loaded. The error is Errors.
+func Check(files []string) error {
+	_, err := Load(context.Background(), files)
+	return err
+}
+
+// Load reads the Rego v1 files and compiles them together. They must
+// define data.ctsync.deny (package ctsync, deny rules): a set without it
+// would let every plan through, which is never what a policy block means.
+// The error is Errors, one per problem, each with its file and, for
+// syntax and compile errors, its line and column.
+func Load(ctx context.Context, files []string) (*Set, error) {
+	if len(files) == 0 {
+		return nil, Errors{{Msg: "no policy files"}}
+	}
+	var errs Errors
+	modules := make(map[string]*ast.Module, len(files))
+	caps := capabilities()
+	for _, f := range files {
+		if _, dup := modules[f]; dup {
+			errs = append(errs, &Error{File: f, Msg: "listed twice"})
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, &Error{File: f, Msg: "cannot read policy file: " + pathErr(err)})
+			continue
+		}
+		m, err := ast.ParseModuleWithOpts(f, string(src), ast.ParserOptions{RegoVersion: ast.RegoV1, Capabilities: caps})
+		if err != nil {
+			errs = append(errs, astErrors(f, err)...)
+			continue
+		}
+		if m == nil {
+			errs = append(errs, &Error{File: f, Msg: "holds no Rego module (it needs a package declaration: package ctsync)"})
+			continue
+		}
+		modules[f] = m
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	c := ast.NewCompiler().WithCapabilities(caps)
+	c.Compile(modules)
+	if c.Failed() {
+		return nil, astErrors("", c.Errors)
+	}
+	denyAt := denyRules(c, files)
+	if len(denyAt) == 0 {
+		return nil, Errors{{File: strings.Join(files, ", "),
+			Msg: "no rule defines data.ctsync.deny: a policy file must declare `package ctsync` and `deny contains msg if { ... }` rules"}}
+	}
+	pq, err := rego.New(rego.Query(Query), rego.Compiler(c), rego.Capabilities(caps)).PrepareForEval(ctx)
+	if err != nil {
+		return nil, astErrors(files[0], err)
+	}
+	return &Set{files: slices.Clone(files), query: pq, denyAt: denyAt}, nil
+}
+
+// capabilities are OPA's builtins less the withheld ones.
+func capabilities() *ast.Capabilities {
+	c := ast.CapabilitiesForThisVersion()
+	c.Builtins = slices.DeleteFunc(c.Builtins, func(b *ast.Builtin) bool { return withheld[b.Name] })
+	return c
+}
+
+// denyRules returns where the rules of data.ctsync.deny are, in file order.
+func denyRules(c *ast.Compiler, files []string) []string {
+	want := ast.MustParseRef(Query)
+	var at []string
+	for _, f := range files {
+		m := c.Modules[f]
+		if m == nil {
+			continue
+		}
+		for _, r := range m.Rules {
+			if m.Package.Path.Extend(r.Head.Ref()).HasPrefix(want) {
+				at = append(at, fmt.Sprintf("%s:%d", f, r.Location.Row))
+			}
+		}
+	}
+	return at
+}
+
+// astErrors converts OPA's errors into Errors, with file (when the error
+// has none), line and column.
+func astErrors(file string, err error) Errors {
+	var aes ast.Errors
+	if !errors.As(err, &aes) {
+		var ae *ast.Error
+		if !errors.As(err, &ae) {
+			return Errors{{File: file, Msg: err.Error()}}
+		}
+		aes = ast.Errors{ae}
+	}
+	out := make(Errors, 0, len(aes))
+	for _, e := range aes {
+		pe := &Error{File: file, Msg: e.Message}
+		if l := e.Location; l != nil {
+			if l.File != "" {
+				pe.File = l.File
+			}
+			pe.Line, pe.Col = l.Row, l.Col
+		}
+		out = append(out, pe)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].File != out[j].File {
+			return out[i].File < out[j].File
+		}
+		return out[i].Line < out[j].Line
+	})
+	return out
+}
+
+func pathErr(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+// Input is the document the policies see besides the plan: input.task and
+// input.trigger.
+type Input struct {
+	Task Task `json:"task"`
+	// Trigger is what started the run, as its event records it: a watched
+	// query key ("health/service/web"), "schedule", "module changed"...
+	Trigger string `json:"trigger"`
+}
+
+// Task is input.task: the parts of the task's spec a policy may need.
+type Task struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description"`
+	Module      string   `json:"module"`
+	Version     string   `json:"version"`
+	Providers   []string `json:"providers"`
+	// Variables are the task's variables as HCL expression text
+	// (`"a"`, `5`, `["x"]`), as in task.Spec.
+	Variables map[string]string `json:"variables"`
+	// Condition is the condition's type: "services", "consul-kv",
+	// "schedule"...
+	Condition string `json:"condition"`
+}
+
+// TaskInput is input.task for a task's spec.
+func TaskInput(s task.Spec) Task {
+	t := Task{Name: s.Name, Description: s.Description, Module: s.Module, Version: s.Version,
+		Providers: s.Providers, Variables: s.Variables, Condition: strings.ReplaceAll(s.Condition.Type(), "_", "-")}
+	if t.Providers == nil {
+		t.Providers = []string{}
+	}
+	if t.Variables == nil {
+		t.Variables = map[string]string{}
+	}
+	return t
+}
+
+// Eval evaluates the policies on a plan (the JSON of `terraform show
+// -json`) and returns the deny messages, sorted; none: the plan may be
+// applied. An error (a plan that is not JSON, a deny value that is not a
+// string, a policy that fails at run time) means the verdict is unknown:
+// the caller must not apply.
+func (s *Set) Eval(ctx context.Context, plan []byte, in Input) ([]string, error) {
+	pv, err := ast.ValueFromReader(bytes.NewReader(plan))
+	if err != nil {
+		return nil, fmt.Errorf("policy: the plan is not valid JSON: %w", err)
+	}
+	tv, err := ast.InterfaceToValue(in.Task)
+	if err != nil {
+		return nil, fmt.Errorf("policy: task input: %w", err)
+	}
+	input := ast.NewObject(
+		ast.Item(ast.InternedTerm("plan"), ast.NewTerm(pv)),
+		ast.Item(ast.InternedTerm("task"), ast.NewTerm(tv)),
+		ast.Item(ast.InternedTerm("trigger"), ast.StringTerm(in.Trigger)),
+	)
+	rs, err := s.query.Eval(ctx, rego.EvalParsedInput(input))
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", strings.Join(s.files, ", "), err)
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return nil, nil // no deny rule matched (a complete rule left undefined)
+	}
+	return s.messages(rs[0].Expressions[0].Value)
+}
+
+// messages reads data.ctsync.deny's value: a set (a JSON array once
+// evaluated) or an array of strings.
+func (s *Set) messages(v any) ([]string, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("policy: data.ctsync.deny (%s) is a %s: it must be a set or an array of strings", strings.Join(s.denyAt, ", "), typeName(v))
+	}
+	out := make([]string, 0, len(list))
+	for _, e := range list {
+		m, ok := e.(string)
+		if !ok {
+			return nil, fmt.Errorf("policy: data.ctsync.deny (%s) holds a %s: every entry must be a string message", strings.Join(s.denyAt, ", "), typeName(e))
+		}
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return slices.Compact(out), nil
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case string:
+		return "string"
+	case []any:
+		return "array"
+	case map[string]any:
+		return "object"
+	}
+	return "number"
+}
+
+// Hash is a content hash of the policy files, in order, with their names:
+// the part of a task's desired state that its policies are. An error names
+// the file that cannot be read.
+func Hash(files []string) (string, error) {
+	h := sha256.New()
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", fmt.Errorf("policy file %s: %s", f, pathErr(err))
+		}
+		fmt.Fprintf(h, "%d:%s%d:", len(f), f, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
