@@ -27,11 +27,16 @@ const (
 	// NotifyDrift is a drift check that found changes made outside
 	// Terraform.
 	NotifyDrift = "drift"
+	// NotifyApproval is what happened to a plan a safety gate holds:
+	// held, approved, rejected, expired or superseded.
+	NotifyApproval = "approval"
+	// NotifyPolicy is a run denied by the task's policy.
+	NotifyPolicy = "policy"
 )
 
 // NotificationEvents are the kinds a notification block may list; a block
 // without events gets them all.
-var NotificationEvents = []string{NotifyFailed, NotifyRecovered, NotifyDrift}
+var NotificationEvents = []string{NotifyFailed, NotifyRecovered, NotifyDrift, NotifyApproval, NotifyPolicy}
 
 // Notification defaults and bounds.
 const (

@@ -1,9 +1,11 @@
 // Package notify sends notifications about task runs to webhooks: a run
-// that failed, a successful run after a failed one (recovered), and drift
-// found by a drift check.
+// that failed, a successful run after a failed one (recovered), drift
+// found by a drift check, and what the safety gates did: a plan held for
+// approval, approved, rejected, expired or superseded (approval), a run
+// denied by policy (policy).
 //
-// The controller hands every event to Dispatcher.OnEvent, which never
-// blocks: each notifier has a bounded queue and its own goroutine, so a
+// The controller hands every event to Dispatcher.OnEvent, and every gate
+// decision to Dispatcher.OnGate (gate.go); neither ever blocks: each notifier has a bounded queue and its own goroutine, so a
 // webhook that hangs or fails delays nothing but its own later
 // notifications. When a queue is full the oldest notification is dropped
 // (logged and counted). Delivery retries with exponential backoff; each
@@ -67,7 +69,7 @@ type Options struct {
 
 // Payload is the JSON body POSTed to a webhook.
 type Payload struct {
-	// Type is "failed", "recovered" or "drift".
+	// Type is "failed", "recovered", "drift", "approval" or "policy".
 	Type string `json:"type"`
 	Task string `json:"task"`
 	// Time is when the notification was made.
@@ -75,8 +77,13 @@ type Payload struct {
 	// Text is a one-line summary, so that chat webhooks that show a "text"
 	// field (Slack, Mattermost) need no adapter.
 	Text string `json:"text"`
-	// Event is the run (or drift check) as the API shows it.
-	Event store.Event `json:"event"`
+	// Event is the run (or drift check) as the API shows it; absent for
+	// approval and policy.
+	Event store.Event `json:"event,omitzero"`
+	// Approval is set for type approval (gate.go).
+	Approval *ApprovalNote `json:"approval,omitempty"`
+	// Policy is set for type policy (gate.go).
+	Policy *PolicyNote `json:"policy,omitempty"`
 }
 
 // Dispatcher routes events to the notifiers that want them.
@@ -121,12 +128,21 @@ func (d *Dispatcher) OnEvent(ev store.Event) {
 		if !s.mayWant(ev) {
 			continue
 		}
-		if dropped, ok := s.q.push(ev); ok {
-			s.log.Warn("notification queue full: dropped the oldest notification",
-				"task_name", dropped.TaskName, "event_id", dropped.ID, "queue_size", d.opts.QueueSize)
-			if d.opts.Metrics != nil {
-				d.opts.Metrics.NotificationDropped(s.n.Name)
-			}
+		s.push(item{ev: ev})
+	}
+}
+
+// push queues a notification, dropping the oldest when the queue is full.
+func (s *sender) push(it item) {
+	if dropped, ok := s.q.push(it); ok {
+		task, id := dropped.ev.TaskName, dropped.ev.ID
+		if g := dropped.gate; g != nil {
+			task, id = g.Task, g.PlanID
+		}
+		s.log.Warn("notification queue full: dropped the oldest notification",
+			"task_name", task, "event_id", id, "queue_size", s.d.opts.QueueSize)
+		if s.d.opts.Metrics != nil {
+			s.d.opts.Metrics.NotificationDropped(s.n.Name)
 		}
 	}
 }
@@ -192,11 +208,15 @@ func (s *sender) mayWant(ev store.Event) bool { return s.n.Wants(candidate(ev)) 
 
 func (s *sender) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		ev, ok := s.q.pop(ctx, &s.busy)
+		it, ok := s.q.pop(ctx, &s.busy)
 		if !ok {
 			return
 		}
-		s.handle(ctx, ev)
+		if it.gate != nil {
+			s.deliver(ctx, s.gatePayload(*it.gate)) // gate.go
+		} else {
+			s.handle(ctx, it.ev)
+		}
 		s.busy.Store(false)
 	}
 }
@@ -241,7 +261,11 @@ func (s *sender) deliver(ctx context.Context, p Payload) {
 		s.log.Error("encoding notification", "error", err)
 		return
 	}
-	log := s.log.With("type", p.Type, "task_name", p.Task, "event_id", p.Event.ID)
+	id := p.Event.ID
+	if p.Approval != nil {
+		id = p.Approval.Plan.ID
+	}
+	log := s.log.With("type", p.Type, "task_name", p.Task, "event_id", id)
 	attempts := 1 + s.n.Retries
 	for i := 1; ; i++ {
 		retry, err := s.attempt(ctx, body)
@@ -320,25 +344,31 @@ func backoff(base time.Duration, attempt int) time.Duration {
 	return expbackoff.Policy{Base: base, Max: maxBackoff, Jitter: expbackoff.Around20}.Delay(attempt)
 }
 
+// item is one queued notification: a stored event, or a gate's decision.
+type item struct {
+	ev   store.Event
+	gate *GateEvent
+}
+
 // queue is a bounded FIFO that drops its oldest item when full.
 type queue struct {
 	mu    sync.Mutex
-	items []store.Event
+	items []item
 	max   int
 	wake  chan struct{}
 }
 
 func newQueue(n int) *queue { return &queue{max: n, wake: make(chan struct{}, 1)} }
 
-// push appends ev; when the queue was full it returns the dropped oldest
+// push appends it; when the queue was full it returns the dropped oldest
 // item and true.
-func (q *queue) push(ev store.Event) (dropped store.Event, ok bool) {
+func (q *queue) push(it item) (dropped item, ok bool) {
 	q.mu.Lock()
 	if len(q.items) >= q.max {
 		dropped, ok = q.items[0], true
 		q.items = q.items[1:]
 	}
-	q.items = append(q.items, ev)
+	q.items = append(q.items, it)
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -350,21 +380,21 @@ func (q *queue) push(ev store.Event) (dropped store.Event, ok bool) {
 // pop waits for an item; false when ctx is done. busy is set under the
 // queue's lock when an item is taken, so that an empty queue with busy
 // unset means nothing is pending.
-func (q *queue) pop(ctx context.Context, busy *atomic.Bool) (store.Event, bool) {
+func (q *queue) pop(ctx context.Context, busy *atomic.Bool) (item, bool) {
 	for {
 		q.mu.Lock()
 		if len(q.items) > 0 {
 			busy.Store(true)
-			ev := q.items[0]
-			q.items[0] = store.Event{}
+			it := q.items[0]
+			q.items[0] = item{}
 			q.items = q.items[1:]
 			q.mu.Unlock()
-			return ev, true
+			return it, true
 		}
 		q.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return store.Event{}, false
+			return item{}, false
 		case <-q.wake:
 		}
 	}
