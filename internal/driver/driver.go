@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -32,6 +33,61 @@ type Driver interface {
 	// is destroyed (task delete with destroy): its state and working
 	// files. A driver with nothing to remove does nothing.
 	Forget(ctx context.Context) error
+}
+
+// PlanHolder is implemented by the drivers that can hold a plan for the
+// safety gates: make a plan and keep it, apply exactly that plan later, or
+// discard it. The terraform, terraform-cloud and development drivers
+// implement it; a caller finds it with a type assertion on the Driver (a
+// wrapper that adds side effects, such as the HA fence, must implement it
+// too, fencing ApplyPlan as it fences Apply). Its calls are never
+// concurrent with the Driver's other verbs.
+type PlanHolder interface {
+	// PlanHeld writes the inputs and makes a plan that is kept until
+	// ApplyPlan or DiscardPlan: a saved plan file in the task's working
+	// directory (terraform), or a run that waits for its confirmation
+	// (terraform-cloud). A plan without changes is held too.
+	PlanHeld(ctx context.Context, run Run, in *task.Inputs) (HeldPlan, error)
+	// ApplyPlan applies exactly the held plan p, never a new one, under
+	// the run id run. When p can no longer be applied (the state changed
+	// since it was made, or it was discarded) it fails with an error
+	// that matches ErrPlanStale and applies nothing. A plan is applied
+	// once: afterwards it is no longer held, whatever the outcome.
+	ApplyPlan(ctx context.Context, run Run, p HeldPlan) (Result, error)
+	// DiscardPlan drops the held plan p; discarding a plan that is no
+	// longer held does nothing.
+	DiscardPlan(ctx context.Context, p HeldPlan) error
+}
+
+// ErrPlanStale matches (errors.Is) the error of ApplyPlan when the held
+// plan can no longer be applied: the task's state changed since the plan
+// was made, or the plan was discarded. Nothing was applied; the caller
+// supersedes it with a new plan.
+var ErrPlanStale = errors.New("the held plan can no longer be applied (stale or discarded)")
+
+// HeldPlan is a plan kept for a later ApplyPlan. It can be stored as JSON
+// (to carry a held plan over a restart of the same instance); Ref is only
+// meaningful to the driver that made it.
+type HeldPlan struct {
+	// ID is the run id of the plan that made it.
+	ID string `json:"id"`
+	// Ref is where the driver keeps the plan: the saved plan file's path
+	// (terraform), the remote run's id (terraform-cloud).
+	Ref string `json:"ref"`
+	// Counts are the plan's resource changes and the number of managed
+	// resources (instances) in the task's state before the plan.
+	Counts gate.Counts `json:"counts"`
+	// Changes reports that the plan has changes.
+	Changes bool `json:"changes"`
+	// Text is the readable plan (`terraform show <planfile>`, or the
+	// remote plan's log).
+	Text string `json:"text"`
+	// JSON is the plan in Terraform's JSON format (`terraform show -json
+	// <planfile>`), for policy checks; nil when the driver cannot read it
+	// (see the driver's documentation).
+	JSON json.RawMessage `json:"json,omitempty"`
+	// Result is the plan run's result: its log, duration and remote URL.
+	Result Result `json:"-"`
 }
 
 // The parts of a task's desired state. A run's result is determined by all

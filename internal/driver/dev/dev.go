@@ -19,13 +19,22 @@ import (
 	"github.com/ctsync/ctsync/internal/task"
 )
 
-// Driver is the development driver of one task. It implements driver.Driver.
+// Driver is the development driver of one task. It implements driver.Driver
+// and driver.PlanHolder.
 type Driver struct {
 	spec task.Spec
 	log  *slog.Logger
+	held map[string]bool // the ids of the plans held
 }
 
-var _ driver.Driver = (*Driver)(nil)
+var (
+	_ driver.Driver     = (*Driver)(nil)
+	_ driver.PlanHolder = (*Driver)(nil)
+)
+
+// emptyPlanJSON is the JSON of a plan that changes nothing, what a policy
+// reads for a development client's plan.
+const emptyPlanJSON = `{"format_version":"1.2","resource_changes":[]}`
 
 // New returns the development driver of a task, logging to log.
 func New(spec task.Spec, log *slog.Logger) *Driver {
@@ -58,6 +67,34 @@ func (d *Driver) Forget(context.Context) error { return nil }
 func (d *Driver) Destroy(_ context.Context, run driver.Run) (driver.Result, error) {
 	d.log.Info("development client: would run terraform destroy", "run_id", run.ID)
 	return driver.Result{Output: "development client: nothing destroyed"}, nil
+}
+
+// PlanHeld logs the inputs a plan would receive and holds a plan without
+// changes.
+func (d *Driver) PlanHeld(_ context.Context, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
+	res := d.would("plan", run, in)
+	if d.held == nil {
+		d.held = map[string]bool{}
+	}
+	d.held[run.ID] = true
+	return driver.HeldPlan{ID: run.ID, Ref: run.ID, Text: res.Output, JSON: json.RawMessage(emptyPlanJSON), Result: res}, nil
+}
+
+// ApplyPlan logs that the held plan would be applied; a plan that is not
+// held (applied or discarded already) is refused as driver.ErrPlanStale.
+func (d *Driver) ApplyPlan(_ context.Context, run driver.Run, p driver.HeldPlan) (driver.Result, error) {
+	if !d.held[p.Ref] {
+		return driver.Result{}, &driver.Error{Op: "apply", Summary: "plan " + p.ID + " is not held", Err: driver.ErrPlanStale}
+	}
+	delete(d.held, p.Ref)
+	d.log.Info("development client: would run terraform apply of the held plan", "run_id", run.ID, "plan_id", p.ID)
+	return driver.Result{Output: "development client: terraform apply of plan " + p.ID + " not run"}, nil
+}
+
+// DiscardPlan forgets a held plan.
+func (d *Driver) DiscardPlan(_ context.Context, p driver.HeldPlan) error {
+	delete(d.held, p.Ref)
+	return nil
 }
 
 func (d *Driver) would(op string, run driver.Run, in *task.Inputs) driver.Result {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -37,5 +38,29 @@ func TestDevelopmentDriverLogsAndChangesNothing(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// A held plan changes nothing and is applied once; a discarded one is
+// stale.
+func TestDevelopmentDriverHeldPlan(t *testing.T) {
+	d := New(task.Spec{Name: "web"}, nil)
+	ctx := context.Background()
+	p, err := d.PlanHeld(ctx, driver.Run{ID: "p1"}, &task.Inputs{})
+	if err != nil || p.Changes || p.ID != "p1" || !json.Valid(p.JSON) {
+		t.Fatalf("held: %+v %v", p, err)
+	}
+	if res, err := d.ApplyPlan(ctx, driver.Run{ID: "a1"}, p); err != nil || res.Changes {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	if _, err := d.ApplyPlan(ctx, driver.Run{ID: "a2"}, p); !errors.Is(err, driver.ErrPlanStale) {
+		t.Fatalf("applied twice: %v", err)
+	}
+	p, _ = d.PlanHeld(ctx, driver.Run{ID: "p2"}, &task.Inputs{})
+	if err := d.DiscardPlan(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ApplyPlan(ctx, driver.Run{ID: "a3"}, p); !errors.Is(err, driver.ErrPlanStale) {
+		t.Fatalf("a discarded plan: %v", err)
 	}
 }

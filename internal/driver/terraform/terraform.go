@@ -699,6 +699,9 @@ func (d *Driver) fail(op string, err error) error {
 			strings.TrimSuffix(strings.TrimSpace(sum), ": Lock Info:")
 		err = fmt.Errorf("%w: %w", driver.ErrStateLocked, err)
 	}
+	if stalePlan(diags) {
+		err = errStale(err)
+	}
 	d.sink.note("%s failed: %s", op, sum)
 	terminal := ctxErr(err) == nil && diags.Terminal()
 	return &driver.Error{Op: op, Summary: sum, Headline: diags.Headline(), Err: err, Terminal: terminal}
@@ -752,80 +755,21 @@ func (d *Driver) gate(ctx context.Context, op string) (release func(), err error
 	return r.release, nil
 }
 
-// Plan writes the inputs and runs `terraform plan`. Result.Output is the
-// readable plan.
-func (d *Driver) Plan(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
-	defer d.running(ctx)()
-	start := time.Now()
-	logPath, err := d.prepare(ctx, "plan", run, in)
-	if err != nil {
-		return driver.Result{Duration: time.Since(start)}, err
-	}
-	defer d.endRun()
-	res := driver.Result{LogPath: logPath}
-	release, err := d.gate(ctx, "plan")
-	if err != nil {
-		res.Duration = time.Since(start)
-		return res, err
-	}
-	defer release()
-
-	// The plan file holds every value of the run, provider secrets
-	// included: it lives in a folder only the daemon's user can enter.
-	planDir := filepath.Join(d.workDir, planDirName)
-	if err := os.MkdirAll(planDir, 0o700); err != nil {
-		return res, &driver.Error{Op: "plan", Err: err}
-	}
-	if err := os.Chmod(planDir, 0o700); err != nil {
-		return res, &driver.Error{Op: "plan", Err: err}
-	}
-	planPath := filepath.Join(planDir, planFile)
-	defer os.Remove(planPath)
-	changes, err := d.runPlan(ctx, planPath)
-	planText, _ := d.sink.output()
-	if err != nil {
-		res.Output = planText
-		res.Duration = time.Since(start)
-		return res, d.fail("plan", err)
-	}
-	res.Changes = changes
-
-	// The plan command already logged the plan: keep the show output out of
-	// the log file.
-	d.sink.begin("show (readable plan)", true)
-	text, err := d.tf.ShowPlanFileRaw(ctx, planPath)
-	if err != nil {
-		res.Output = planText
-		res.Duration = time.Since(start)
-		return res, d.fail("plan", err)
-	}
-	res.Output = text
-
-	d.sink.begin("show -json (plan summary)", true)
-	if plan, err := d.tf.ShowPlanFile(ctx, planPath); err == nil {
-		res.Add, res.Change, res.Destroy = countPlan(plan)
-	} else {
-		d.sink.note("cannot read the plan as JSON (%v); counting from the text", err)
-		res.Add, res.Change, res.Destroy = parsePlanCounts(text)
-	}
-	res.Duration = time.Since(start)
-	return res, nil
-}
-
 // Apply writes the inputs and runs `terraform apply`.
 func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (driver.Result, error) {
-	return d.change(ctx, "apply", run, in)
+	return d.change(ctx, "apply", run, in, "")
 }
 
 // Destroy runs `terraform destroy` with the current inputs file (an empty
 // one if the task never ran).
 func (d *Driver) Destroy(ctx context.Context, run driver.Run) (driver.Result, error) {
-	return d.change(ctx, "destroy", run, nil)
+	return d.change(ctx, "destroy", run, nil, "")
 }
 
-// change runs an apply or a destroy (op): with the machine-readable UI
-// when the binary has it, read from its text otherwise.
-func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task.Inputs) (driver.Result, error) {
+// change runs an apply (of planPath, a saved plan, when set) or a destroy
+// (op): with the machine-readable UI when the binary has it, read from its
+// text otherwise.
+func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task.Inputs, planPath string) (driver.Result, error) {
 	defer d.running(ctx)()
 	start := time.Now()
 	logPath, err := d.prepare(ctx, op, run, in)
@@ -839,7 +783,7 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 	}
 	defer release()
 	began := time.Now()
-	err = d.runChange(ctx, op)
+	err = d.runChange(ctx, op, planPath)
 	out, _ := d.sink.output()
 	res := driver.Result{LogPath: logPath, Output: out}
 	res.Add, res.Change, res.Destroy = d.counts(op, err != nil)
@@ -858,11 +802,16 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 	return res, err
 }
 
-// runChange runs the command of an apply or a destroy.
-func (d *Driver) runChange(ctx context.Context, op string) error {
+// runChange runs the command of an apply (of planPath when set) or a
+// destroy.
+func (d *Driver) runChange(ctx context.Context, op, planPath string) error {
 	stdout := d.sink.writer("stdout")
 	defer d.tf.SetStdout(stdout) // the -json commands of terraform-exec replace it
 	p := d.opts.Spec.Parallelism
+	applyOpts := parallelism[tfexec.ApplyOption](p)
+	if planPath != "" {
+		applyOpts = append(applyOpts, tfexec.DirOrPlan(planPath))
+	}
 	switch {
 	case op == "destroy" && d.ui:
 		d.sink.beginUI(op)
@@ -872,10 +821,10 @@ func (d *Driver) runChange(ctx context.Context, op string) error {
 		return d.tf.Destroy(ctx, parallelism[tfexec.DestroyOption](p)...)
 	case d.ui:
 		d.sink.beginUI(op)
-		return d.tf.ApplyJSON(ctx, stdout, parallelism[tfexec.ApplyOption](p)...)
+		return d.tf.ApplyJSON(ctx, stdout, applyOpts...)
 	default:
 		d.sink.begin(op, false)
-		return d.tf.Apply(ctx, parallelism[tfexec.ApplyOption](p)...)
+		return d.tf.Apply(ctx, applyOpts...)
 	}
 }
 
@@ -887,19 +836,6 @@ func parallelism[O any](p int) []O {
 	}
 	o, _ := any(tfexec.Parallelism(p)).(O)
 	return []O{o}
-}
-
-// runPlan runs `terraform plan -out planPath`.
-func (d *Driver) runPlan(ctx context.Context, planPath string) (bool, error) {
-	opts := append([]tfexec.PlanOption{tfexec.Out(planPath)}, parallelism[tfexec.PlanOption](d.opts.Spec.Parallelism)...)
-	if !d.ui {
-		d.sink.begin("plan", false)
-		return d.tf.Plan(ctx, opts...)
-	}
-	stdout := d.sink.writer("stdout")
-	defer d.tf.SetStdout(stdout)
-	d.sink.beginUI("plan")
-	return d.tf.PlanJSON(ctx, stdout, opts...)
 }
 
 // --- output parsing ---------------------------------------------------------
