@@ -35,7 +35,7 @@ func (c *Controller) upstreamHold(ctx context.Context, s *task.Spec) string {
 			us task.Spec
 		)
 		if u != nil {
-			ph, us = u.phase, u.spec
+			ph, us = u.lc.phase, u.spec
 		}
 		c.mu.Unlock()
 		if u == nil {
@@ -58,11 +58,7 @@ func (c *Controller) upstreamHold(ctx context.Context, s *task.Spec) string {
 			// run it once more, exposing them.
 			c.mu.Lock()
 			c.dropDriverLocked(u)
-			u.force = true
-			if u.trigger.IsZero() {
-				u.trigger = Trigger{Kind: TriggerOutputs, Detail: s.Name}
-			}
-			c.stepLocked(u, evQueue, wake{})
+			c.forceLocked(u, Trigger{Kind: TriggerOutputs, Detail: s.Name}, false)
 			c.mu.Unlock()
 			return fmt.Sprintf("waiting for the outputs of upstream task %q", name)
 		}
@@ -93,7 +89,7 @@ func (c *Controller) upstreamHold(ctx context.Context, s *task.Spec) string {
 // spec's ExportOutputs may have changed). c.mu is held; a running task
 // keeps its driver.
 func (c *Controller) dropDriverLocked(e *entry) {
-	if e.phase != phaseRunning {
+	if e.lc.phase != phaseRunning {
 		e.drv = nil
 	}
 }
@@ -117,13 +113,10 @@ func (c *Controller) wakeDependentsLocked(name string) {
 		return
 	}
 	for _, e := range c.tasks {
-		if !e.spec.Enabled || !e.spec.IsDynamic() || e.doomed || !slices.Contains(e.spec.Upstreams(), name) {
+		if !e.spec.Enabled || !e.spec.IsDynamic() || e.lc.doomed || !slices.Contains(e.spec.Upstreams(), name) {
 			continue
 		}
-		if e.trigger.IsZero() {
-			e.trigger = Trigger{Kind: TriggerUpstream, Detail: name}
-		}
-		c.stepLocked(e, evQueue, wake{})
+		c.enqueueLocked(e, Trigger{Kind: TriggerUpstream, Detail: name})
 	}
 }
 

@@ -216,29 +216,10 @@ type entry struct {
 	lastNames []string               // catalog-services trigger state
 	nameSeen  bool
 
-	ranOnce bool    // a run has started with complete data (buffering applies after it)
-	trigger Trigger // what first marked the task dirty since its last run
-	// phase is where the task is in its lifecycle (see transition): it
-	// changes only through stepLocked.
-	phase    phase
-	rerun    bool      // running: became due during the run, runs again afterwards
-	doomed   bool      // running: marked for deletion, deleted when the run ends
-	deferred bool      // notified during the first run: settle when it ends
-	force    bool      // next run applies even when the hash is unchanged
-	deadline time.Time // buffer period hard deadline
-	timer    Timer
-	// timerPhase is what the armed timer waits for (phaseBuffering or
-	// phaseRetryWait): the phase a task returns to when a run it did not
-	// take from the queue ends.
-	timerPhase phase
-	gen        int // invalidates stale timers
-	retries    int // consecutive failed runs of the current desired state
-	failHash   string
-	// lockWaits counts consecutive runs that failed on a locked state
-	// (driver.ErrStateLocked); they are retried without a limit.
-	lockWaits int
-	nextCron  time.Time
-	waiting   string // why the task cannot run yet (ErrWaiting), "" otherwise
+	// lc is where the task is in its lifecycle and everything that decides
+	// what happens to it next (lifecycle.go); only lifecycle.go writes it.
+	lc       lifecycle
+	nextCron time.Time
 	// drift detection state
 	nextDrift      time.Time
 	drifted        bool
@@ -246,12 +227,7 @@ type entry struct {
 	changed        chan struct{} // signalled on every notification (once mode)
 	exports        bool          // drv was built with ExportOutputs (chain.go)
 	// what the operator sees of runs (runinfo.go)
-	seen         time.Time     // when the change behind trigger was seen
-	runSeen      time.Time     // seen, taken by the worker for the run it starts
-	prevInputs   *inputsDigest // the Consul data of the last recorded run
-	timerAt      time.Time     // when the armed timer fires
-	retryAttempt int           // the number of the retry that waits
-	lastErr      string        // the one-line error of the run it retries
+	prevInputs *inputsDigest // the Consul data of the last recorded run
 	// the init of the run in progress (only the worker running the task
 	// touches them, as drv)
 	initStart, initEnd time.Time
@@ -403,9 +379,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.apiRuns.Wait() // a graceful hand-over waits for these too
 	c.mu.Lock()
 	for _, e := range c.tasks {
-		if e.timer != nil {
-			e.timer.Stop()
-		}
+		c.stopTimerLocked(e)
 	}
 	c.mu.Unlock()
 	if interrupted.Load() {
@@ -436,15 +410,11 @@ func (c *Controller) SetActive(active bool) {
 	close(c.active)
 	c.log.Info("active: reconciling every task")
 	for _, e := range c.tasks {
-		if e.doomed || e.phase == phaseDeleting {
+		if e.deletingLocked() {
 			continue
 		}
-		if c.opts.Store.Run(e.spec.Name).InFlight != "" {
-			e.force = true
-			e.trigger = Due(TriggerFailover)
-		}
-		e.ranOnce = false // the first run as leader is not buffered
-		c.dueLocked(e, Due(TriggerLeader))
+		// The first run as leader is not buffered.
+		c.adoptLocked(e, Due(TriggerLeader), c.opts.Store.Run(e.spec.Name).InFlight != "")
 	}
 	signal(c.kick)
 	signal(c.driftKick)

@@ -25,7 +25,7 @@ func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
 		c.mu.Lock()
 		for _, e := range c.tasks {
 			dd := e.spec.DriftDetection
-			if dd == nil || !e.spec.Enabled || e.doomed || e.phase == phaseDeleting || c.standby || !c.ownsLocked(e.spec.Name) {
+			if dd == nil || !e.spec.Enabled || e.deletingLocked() || c.standby || !c.ownsLocked(e.spec.Name) {
 				e.nextDrift = time.Time{}
 				continue
 			}
@@ -109,9 +109,7 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	c.record(ev)
 	if remediate {
 		c.mu.Lock()
-		e.force = true
-		e.trigger = Due(TriggerDrift)
-		c.stepLocked(e, evQueue, wake{}) // running: queued again when released
+		c.forceLocked(e, Due(TriggerDrift), true) // running: queued again when released
 		c.mu.Unlock()
 	}
 }

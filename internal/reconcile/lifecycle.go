@@ -1,7 +1,10 @@
 package reconcile
 
 import (
+	"errors"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/driver"
 )
 
 // phase is where a task is in its lifecycle. Every change of phase goes
@@ -59,9 +62,15 @@ const (
 	evStop
 	// evDelete: the task is to be deleted.
 	evDelete
+	// evAbandon: the deletion was given up (its caller went away) before
+	// it began: the task stays as it was.
+	evAbandon
+	// evGone: the task was removed while a run held it: the run's end
+	// concerns nobody.
+	evGone
 )
 
-var eventNames = [...]string{"queue", "buffer", "fire", "take", "reserve", "retry", "done", "stop", "delete"}
+var eventNames = [...]string{"queue", "buffer", "fire", "take", "reserve", "retry", "done", "stop", "delete", "abandon", "gone"}
 
 func (e event) String() string {
 	if int(e) < len(eventNames) {
@@ -86,6 +95,7 @@ type step struct {
 	stop  bool // stop the timer: what it waited for is due now, or dropped
 	rerun bool // the running task runs again when its run ends
 	doom  bool // the running task is deleted when its run ends
+	spare bool // the running task is no longer to be deleted
 }
 
 // transition is the task lifecycle: the phase a task in phase p moves to on
@@ -171,8 +181,54 @@ func transition(p phase, ev event, f facts) step {
 		case phaseRunning: // the deletion waits for the run
 			return step{to: p, ok: true, stop: true, doom: true}
 		}
+	case evAbandon:
+		switch p {
+		case phaseRunning: // the run goes on and ends as any other
+			return step{to: p, ok: true, spare: true}
+		case phaseDeleting:
+			return step{to: phaseIdle, ok: true}
+		}
+	case evGone:
+		return step{to: phaseIdle, ok: true, stop: true}
 	}
 	return refused
+}
+
+// lifecycle is a task's state in the queue: its phase, and everything
+// besides the phase that decides what happens to the task next. Only the
+// code in this file writes it (TestLifecycleWritesStayInLifecycle); the
+// rest of the controller reads it under c.mu and moves it by events.
+type lifecycle struct {
+	// phase is where the task is in its lifecycle (see transition).
+	phase phase
+	// due is the run that is due: what first made the task due since its
+	// last run (Trigger, Seen), and whether it applies even when nothing
+	// changed (Force, which any event may add). A worker takes it with
+	// the task (takeLocked).
+	due Request
+	// The sub-state of phaseRunning: what the run's end leads to.
+	rerun    bool // became due during the run: runs again afterwards
+	doomed   bool // marked for deletion: deleted when the run ends
+	deferred bool // notified during the first run: settled when it ends
+	// ranOnce: a run has started with complete data; buffer periods apply
+	// from then on (a new leader or owner starts again without).
+	ranOnce bool
+	// The timer (a buffer period, or a retry delay) and what it waits for
+	// (phaseBuffering or phaseRetryWait: the phase a task returns to when a
+	// run it did not take from the queue ends).
+	timer      Timer
+	timerPhase phase
+	timerAt    time.Time // when it fires
+	gen        int       // invalidates stale timers
+	deadline   time.Time // the buffer period's hard deadline
+	// Failures of the current desired state (failHash).
+	retries   int // consecutive failed runs, retried with backoff
+	failHash  string
+	lockWaits int // consecutive runs that found the state locked (retried without a limit)
+	retry     Retry
+	// waiting says why the task cannot run yet (ErrWaiting, an upstream
+	// task), "" otherwise.
+	waiting string
 }
 
 // wake is the timer a step arms: after d, before runs (under c.mu) and the
@@ -186,29 +242,39 @@ type wake struct {
 // effects: the run queue, the timer, and waking whoever waits for a task
 // to change (StateChanged). It reports whether the event applied. c.mu is held.
 func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
-	f := facts{timer: e.timer != nil, timerPhase: e.timerPhase, rerun: e.rerun, doomed: e.doomed}
-	s := transition(e.phase, ev, f)
+	lc := &e.lc
+	f := facts{timer: lc.timer != nil, timerPhase: lc.timerPhase, rerun: lc.rerun, doomed: lc.doomed}
+	s := transition(lc.phase, ev, f)
 	if !s.ok {
 		return false
 	}
-	from := e.phase
-	e.phase = s.to
+	from := lc.phase
+	lc.phase = s.to
 	if s.stop {
 		c.stopTimerLocked(e)
 	}
 	if s.arm {
-		kind := phaseRetryWait
+		kind := s.to // the phase that waits for the timer
 		if ev == evBuffer {
-			kind = phaseBuffering
+			kind = phaseBuffering // a running task's buffer period
 		}
 		c.armLocked(e, kind, w)
 	}
 	if s.rerun {
-		e.rerun = true
+		lc.rerun = true
 	}
 	if s.doom {
-		e.doomed = true
+		lc.doomed = true
 		c.changedLocked()
+	}
+	if s.spare || (s.to != phaseRunning && s.to != phaseDeleting) {
+		if lc.doomed {
+			c.changedLocked()
+		}
+		lc.doomed = false
+	}
+	if ev == evStop || ev == evGone {
+		lc.due = Request{} // what was due is dropped
 	}
 	if from == s.to {
 		return true
@@ -228,9 +294,9 @@ func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 		signal(c.kick)
 	}
 	if from == phaseRunning || s.to == phaseRunning {
-		e.rerun = false // consumed: the task is queued, or starts a run that reads the current data
+		lc.rerun = false // consumed: the task is queued, or starts a run that reads the current data
 	}
-	if from == phaseRunning {
+	if from == phaseRunning && ev != evGone {
 		c.wakeDependentsLocked(e.spec.Name) // they look again (chain.go)
 	}
 	return true
@@ -239,20 +305,21 @@ func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 // armLocked (re)starts the task's timer; when it fires, w.before runs under
 // c.mu and the task moves on (evFire).
 func (c *Controller) armLocked(e *entry, kind phase, w wake) {
-	if e.timer != nil {
-		e.timer.Stop()
+	lc := &e.lc
+	if lc.timer != nil {
+		lc.timer.Stop()
 	}
-	e.gen++
-	gen := e.gen
-	e.timerPhase = kind
-	e.timerAt = c.opts.Clock.Now().Add(w.d)
-	e.timer = c.opts.Clock.AfterFunc(w.d, func() {
+	lc.gen++
+	gen := lc.gen
+	lc.timerPhase = kind
+	lc.timerAt = c.opts.Clock.Now().Add(w.d)
+	lc.timer = c.opts.Clock.AfterFunc(w.d, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if e.gen != gen {
+		if lc.gen != gen {
 			return
 		}
-		e.timer = nil
+		lc.timer = nil
 		if w.before != nil {
 			w.before()
 		}
@@ -262,10 +329,243 @@ func (c *Controller) armLocked(e *entry, kind phase, w wake) {
 
 // stopTimerLocked drops the task's timer and its buffer deadline.
 func (c *Controller) stopTimerLocked(e *entry) {
-	if e.timer != nil {
-		e.timer.Stop()
-		e.timer = nil
+	lc := &e.lc
+	if lc.timer != nil {
+		lc.timer.Stop()
+		lc.timer = nil
 	}
-	e.gen++
-	e.deadline = time.Time{}
+	lc.gen++
+	lc.deadline = time.Time{}
+}
+
+// forceLocked makes the task due now, applying even when its desired state
+// is unchanged (a schedule tick, drift remediation, outputs a downstream
+// task needs, a failover): queued, or, when it is running, queued again
+// when the run ends. t is the run's trigger unless another reason came
+// first; replace makes it the trigger anyway. c.mu is held.
+func (c *Controller) forceLocked(e *entry, t Trigger, replace bool) {
+	if replace || e.lc.due.Trigger.IsZero() {
+		e.lc.due.Trigger = t
+	}
+	e.lc.due.Force = true
+	c.enqueueLocked(e, t)
+}
+
+// markDirtyLocked records that a task's inputs may have changed and
+// schedules its run through the buffer period. c.mu is held.
+func (c *Controller) markDirtyLocked(e *entry, trigger Trigger) {
+	if !e.spec.Enabled || !c.started {
+		return
+	}
+	if !e.spec.IsDynamic() {
+		// Schedule tasks run on their cron ticks; data only matters for
+		// their start-up run, which waits until the data is there.
+		if !e.lc.ranOnce {
+			c.dueLocked(e, Due(TriggerStart))
+		}
+		return
+	}
+	if e.lc.due.Trigger.IsZero() {
+		e.lc.due.Trigger = trigger
+		e.lc.due.Seen = time.Now()
+	}
+	bp := e.spec.BufferPeriod
+	buffered := bp != nil && bp.Enabled && bp.Min > 0
+	if e.lc.phase == phaseRunning && !e.lc.ranOnce && buffered {
+		// The task's first run is under way, and whether it has read its
+		// data yet is not known here: decide when it ends (buffered if it
+		// ran, at once if it found its data incomplete).
+		e.lc.deferred = true
+		return
+	}
+	if !e.lc.ranOnce || !buffered {
+		c.stepLocked(e, evQueue, wake{})
+		return
+	}
+	now := c.opts.Clock.Now()
+	if e.lc.deadline.IsZero() {
+		e.lc.deadline = now.Add(bp.Max.D())
+	}
+	d := bp.Min.D()
+	if until := e.lc.deadline.Sub(now); d > until {
+		d = until
+	}
+	c.stepLocked(e, evBuffer, wake{d: d, before: func() { e.lc.deadline = time.Time{} }})
+}
+
+// dueLocked makes an enabled task run as soon as its data is there, as at
+// start-up: a dynamic task through markDirtyLocked (unbuffered before its
+// first run), a schedule task directly — CTS also runs schedule tasks in
+// its start-up pass. The inputs hash still skips a task already up to date.
+func (c *Controller) dueLocked(e *entry, trigger Trigger) {
+	if !e.spec.Enabled {
+		return
+	}
+	if e.spec.IsDynamic() {
+		c.markDirtyLocked(e, trigger)
+		return
+	}
+	c.enqueueLocked(e, trigger)
+}
+
+// enqueueLocked makes the task due now, for t unless another reason came
+// first: it is queued, or, when it is running, runs again once the run
+// ends. c.mu is held.
+func (c *Controller) enqueueLocked(e *entry, t Trigger) {
+	if e.lc.due.Trigger.IsZero() {
+		e.lc.due.Trigger = t
+	}
+	c.stepLocked(e, evQueue, wake{})
+}
+
+// undeferLocked settles a notification deferred while the task's first
+// run was under way (see markDirtyLocked).
+func (c *Controller) undeferLocked(e *entry) {
+	if e.lc.deferred {
+		e.lc.deferred = false
+		c.markDirtyLocked(e, Due(TriggerChange))
+	}
+}
+
+// adoptLocked reconciles a task this instance has just become responsible
+// for (it became the leader, or the task's owner): its first run here is
+// not buffered, and it applies even when nothing changed when the previous
+// holder stopped in the middle of a run (inFlight). c.mu is held.
+func (c *Controller) adoptLocked(e *entry, t Trigger, inFlight bool) {
+	e.lc.ranOnce = false
+	if inFlight {
+		e.lc.due.Trigger, e.lc.due.Force = Due(TriggerFailover), true
+	}
+	c.dueLocked(e, t)
+}
+
+// takeLocked moves a queued task to running for the worker that took it
+// off the queue, and returns the run that was due; false when the task is
+// not queued (any more). c.mu is held.
+func (c *Controller) takeLocked(e *entry) (Request, bool) {
+	if !c.stepLocked(e, evTake, wake{}) {
+		return Request{}, false
+	}
+	req := e.lc.due
+	req.Name = e.spec.Name
+	e.lc.due = Request{}
+	return req, true
+}
+
+// untakeLocked puts back a run the worker could not start (no run slot
+// before shutdown): the task stays due, as it was. c.mu is held.
+func (c *Controller) untakeLocked(e *entry, req Request) {
+	e.lc.due = req
+	c.stepLocked(e, evQueue, wake{}) // running: queued again by evDone
+	c.stepLocked(e, evDone, wake{})
+}
+
+// reserveLocked takes the task for a run its caller starts itself (an API
+// call, a drift check); false when it is queued, running or deleted.
+func (c *Controller) reserveLocked(e *entry) bool {
+	return c.stepLocked(e, evReserve, wake{})
+}
+
+// release ends a reservation; a change that came meanwhile runs now.
+func (c *Controller) release(e *entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.tasks[e.spec.Name] != e { // gone meanwhile
+		c.stepLocked(e, evGone, wake{})
+		return
+	}
+	c.stepLocked(e, evDone, wake{})
+	c.undeferLocked(e)
+}
+
+// startedLocked records that a run of the task has read complete data:
+// buffer periods apply from now on. c.mu is held.
+func (c *Controller) startedLocked(e *entry) {
+	e.lc.ranOnce = true
+}
+
+// waitLocked records why the task cannot run yet ("" when it can), and
+// reports whether the reason is new. c.mu is held.
+func (c *Controller) waitLocked(e *entry, why string) (changed bool) {
+	changed = e.lc.waiting != why
+	e.lc.waiting = why
+	return changed
+}
+
+// runsLocked records the fingerprint of the desired state a run applies:
+// the failures of an older one do not count against it. c.mu is held.
+func (c *Controller) runsLocked(e *entry, fingerprint string) {
+	if e.lc.failHash != fingerprint {
+		e.lc.retries = 0
+		e.lc.failHash = fingerprint
+	}
+}
+
+// succeededLocked records a successful run. c.mu is held.
+func (c *Controller) succeededLocked(e *entry) {
+	e.lc.retries = 0
+}
+
+// endRunLocked moves a task whose run (taken from the queue) has ended on:
+// retried after a delay when it failed and may be retried, else done; a
+// change that came during the run runs now. c.mu is held.
+func (c *Controller) endRunLocked(e *entry, res outcome) {
+	lc, name := &e.lc, e.spec.Name
+	locked := res.failed && errors.Is(res.err, driver.ErrStateLocked)
+	if !locked {
+		lc.lockWaits = 0
+	}
+	switch {
+	case locked && e.spec.Enabled:
+		// Someone else holds the task's state lock. Unlike other
+		// failures this is retried until the run gets the lock: a lock
+		// always ends (see driver.ErrStateLocked), and giving up would
+		// leave the task behind the catalog until its next change.
+		// The delay doubles up to LockRetryCap.
+		lc.lockWaits++
+		delay := lockPolicy(c.opts.RetryBase).Delay(lc.lockWaits)
+		c.log.Info("retrying task: its Terraform state is locked by another process", "task_name", name,
+			"attempt", lc.lockWaits, "delay", delay.Round(time.Millisecond))
+		lc.due.Trigger = Due(TriggerRetry)
+		lc.rerun = false // a change does not free the lock: the retry reads it
+		lc.retry = Retry{Attempt: lc.lockWaits, LastError: c.redact(driver.ErrorSummary(res.err))}
+		c.stepLocked(e, evRetry, wake{d: delay})
+	case res.failed && res.terminal:
+		c.log.Warn("task failed with a terminal error: it runs again when its desired state changes",
+			"task_name", name, "error", res.err)
+		c.stepLocked(e, evDone, wake{}) // a change that came during the run runs now
+	case res.failed && e.spec.Enabled && !lc.doomed && c.opts.mayRetry(lc.retries):
+		lc.retries++
+		delay := retryPolicy(c.opts.RetryBase, c.opts.RetryMax).Delay(lc.retries)
+		if !res.waiting {
+			c.log.Info("retrying task after failure", "task_name", name, "attempt", lc.retries, "delay", delay.Round(time.Millisecond))
+		}
+		lc.retry = Retry{Attempt: lc.retries, LastError: c.redact(driver.ErrorSummary(res.err))}
+		// A change that came during the run runs now.
+		c.stepLocked(e, evRetry, wake{d: delay, before: func() {
+			if lc.due.Trigger.IsZero() {
+				lc.due.Trigger = Due(TriggerRetry)
+			}
+		}})
+	default:
+		c.stepLocked(e, evDone, wake{})
+	}
+	c.undeferLocked(e)
+}
+
+// retryLocked is the task's pending retry (runinfo.go), if one waits.
+func (e *entry) retryLocked() *Retry {
+	lc := &e.lc
+	if lc.phase != phaseRetryWait || lc.timer == nil || lc.timerPhase != phaseRetryWait {
+		return nil
+	}
+	r := lc.retry
+	r.NextAt = lc.timerAt
+	return &r
+}
+
+// deletingLocked reports whether the task is being deleted (marked, or
+// its deletion under way). c.mu is held.
+func (e *entry) deletingLocked() bool {
+	return e.lc.doomed || e.lc.phase == phaseDeleting
 }

@@ -94,6 +94,14 @@ func TestTransitionTable(t *testing.T) {
 		{W, evDelete, retrying, withStop(ok(D))},
 		{R, evDelete, no, step{to: R, ok: true, stop: true, doom: true}},
 		{D, evDelete, no, refused(D)},
+		// A deletion given up before it began.
+		{R, evAbandon, doomed, step{to: R, ok: true, spare: true}}, // the run ends as any other
+		{D, evAbandon, no, ok(I)},
+		{I, evAbandon, no, refused(I)},
+		{Q, evAbandon, no, refused(Q)},
+		// The task was removed while a run held it.
+		{R, evGone, rerun, withStop(ok(I))},
+		{I, evGone, no, withStop(ok(I))},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s+%s", tc.from, tc.ev), func(t *testing.T) {
@@ -109,10 +117,10 @@ func TestTransitionTable(t *testing.T) {
 // with its timer and flags untouched.
 func TestTransitionRefusalsChangeNothing(t *testing.T) {
 	for p := phaseIdle; p <= phaseDeleting; p++ {
-		for ev := evQueue; ev <= evDelete; ev++ {
+		for ev := evQueue; ev <= evGone; ev++ {
 			for _, f := range []facts{{}, {rerun: true}, {doomed: true}, {timer: true, timerPhase: phaseBuffering}} {
 				s := transition(p, ev, f)
-				if !s.ok && (s.to != p || s.arm || s.stop || s.rerun || s.doom) {
+				if !s.ok && (s.to != p || s.arm || s.stop || s.rerun || s.doom || s.spare) {
 					t.Errorf("transition(%s, %s, %+v) refused but changes something: %+v", p, ev, f, s)
 				}
 				if s.ok && s.arm && s.stop {
@@ -136,22 +144,22 @@ func TestStepLockedQueue(t *testing.T) {
 	defer c.mu.Unlock()
 	c.stepLocked(e, evQueue, wake{})
 	c.stepLocked(e, evQueue, wake{})
-	if len(c.queue) != 1 || e.phase != phaseQueued {
-		t.Fatalf("queued twice: queue %v, phase %s", c.queue, e.phase)
+	if len(c.queue) != 1 || e.lc.phase != phaseQueued {
+		t.Fatalf("queued twice: queue %v, phase %s", c.queue, e.lc.phase)
 	}
 	c.stepLocked(e, evStop, wake{})
-	if len(c.queue) != 0 || e.phase != phaseIdle {
-		t.Fatalf("disabled: queue %v, phase %s", c.queue, e.phase)
+	if len(c.queue) != 0 || e.lc.phase != phaseIdle {
+		t.Fatalf("disabled: queue %v, phase %s", c.queue, e.lc.phase)
 	}
 	c.stepLocked(e, evReserve, wake{})
 	c.stepLocked(e, evQueue, wake{}) // a change during the run
-	if len(c.queue) != 0 || !e.rerun {
-		t.Fatalf("change while running: queue %v, rerun %v", c.queue, e.rerun)
+	if len(c.queue) != 0 || !e.lc.rerun {
+		t.Fatalf("change while running: queue %v, rerun %v", c.queue, e.lc.rerun)
 	}
 	idle := c.changed
 	c.stepLocked(e, evDone, wake{})
-	if len(c.queue) != 1 || e.phase != phaseQueued || e.rerun {
-		t.Fatalf("run ended with a rerun due: queue %v, phase %s, rerun %v", c.queue, e.phase, e.rerun)
+	if len(c.queue) != 1 || e.lc.phase != phaseQueued || e.lc.rerun {
+		t.Fatalf("run ended with a rerun due: queue %v, phase %s, rerun %v", c.queue, e.lc.phase, e.lc.rerun)
 	}
 	select {
 	case <-idle:
@@ -159,7 +167,7 @@ func TestStepLockedQueue(t *testing.T) {
 		t.Fatal("the end of the run did not wake waiters")
 	}
 	c.stepLocked(e, evDelete, wake{})
-	if len(c.queue) != 0 || e.phase != phaseDeleting {
-		t.Fatalf("deleted: queue %v, phase %s", c.queue, e.phase)
+	if len(c.queue) != 0 || e.lc.phase != phaseDeleting {
+		t.Fatalf("deleted: queue %v, phase %s", c.queue, e.lc.phase)
 	}
 }

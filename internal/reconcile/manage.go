@@ -104,18 +104,10 @@ func (c *Controller) Task(name string) (TaskState, error) {
 
 func (c *Controller) stateLocked(e *entry) TaskState {
 	rs := c.opts.Store.Run(e.spec.Name)
-	return TaskState{Spec: e.spec, Active: e.phase == phaseRunning || e.phase == phaseQueued,
-		Deleting: e.doomed || e.phase == phaseDeleting, NextRun: e.nextCron,
+	return TaskState{Spec: e.spec, Active: e.lc.phase == phaseRunning || e.lc.phase == phaseQueued,
+		Deleting: e.deletingLocked(), NextRun: e.nextCron,
 		Drifted: e.drifted, LastDriftCheck: e.lastDriftCheck, Dirty: rs.Dirty(), Terminal: rs.Dirty() && rs.Terminal,
-		Waiting: e.waiting, Retry: e.retryLocked()}
-}
-
-// retryLocked is the task's pending retry (runinfo.go), if one waits.
-func (e *entry) retryLocked() *Retry {
-	if e.phase != phaseRetryWait || e.timer == nil || e.timerPhase != phaseRetryWait {
-		return nil
-	}
-	return &Retry{Attempt: e.retryAttempt, NextAt: e.timerAt, LastError: e.lastErr}
+		Waiting: e.lc.waiting, Retry: e.retryLocked()}
 }
 
 // PlanResult is the outcome of an inspect (plan-only) run.
@@ -132,14 +124,14 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 	c.mu.Lock()
 	if e := c.tasks[spec.Name]; e != nil {
 		c.mu.Unlock()
-		if e.doomed || e.phase == phaseDeleting {
+		if e.deletingLocked() {
 			return fmt.Errorf("%w: task '%s' is being deleted: create it again once it is gone", ErrDeleting, spec.Name)
 		}
 		return fmt.Errorf("%w: a task named %q already exists", ErrExists, spec.Name)
 	}
 	others := make([]task.Spec, 0, len(c.tasks))
 	for _, o := range c.tasks {
-		if !o.doomed && o.phase != phaseDeleting {
+		if !o.deletingLocked() {
 			others = append(others, o.spec)
 		}
 	}
@@ -227,7 +219,7 @@ func (c *Controller) plan(ctx context.Context, e *entry, s *task.Spec) (PlanResu
 func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, mode EnableMode) (PlanResult, error) {
 	c.mu.Lock()
 	e := c.tasks[name]
-	if e == nil || e.doomed || e.phase == phaseDeleting {
+	if e == nil || e.deletingLocked() {
 		c.mu.Unlock()
 		return PlanResult{}, fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
@@ -235,7 +227,7 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	// so there a queued task is not active: a new leader applies the
 	// cluster's enabled flags to it before becoming active.
 	standbyFlag := c.standby && mode == EnableFlag
-	if e.phase == phaseRunning || (e.phase == phaseQueued && !standbyFlag) {
+	if e.lc.phase == phaseRunning || (e.lc.phase == phaseQueued && !standbyFlag) {
 		c.mu.Unlock()
 		return PlanResult{}, fmt.Errorf("%w: task '%s' is active and cannot be updated at this time", ErrActive, name)
 	}
@@ -272,7 +264,7 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 func (c *Controller) RunNow(ctx context.Context, name string) error {
 	c.mu.Lock()
 	e := c.tasks[name]
-	if e == nil || e.doomed || e.phase == phaseDeleting {
+	if e == nil || e.deletingLocked() {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
@@ -309,26 +301,13 @@ func (c *Controller) runReserved(ctx context.Context, e *entry, req Request) (ou
 	return res, res.err
 }
 
-// release ends a reservation; a change that came meanwhile runs now.
-func (c *Controller) release(e *entry) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.tasks[e.spec.Name] != e { // gone meanwhile
-		e.phase = phaseIdle
-		c.changedLocked()
-		return
-	}
-	c.stepLocked(e, evDone, wake{})
-	c.undeferLocked(e)
-}
-
 // Delete removes a task. It is marked at once and removed when it is not
 // running; with destroy, `terraform destroy` runs first and its state and
 // working directory are removed. It returns when the task is gone.
 func (c *Controller) Delete(ctx context.Context, name string, destroy bool) error {
 	c.mu.Lock()
 	e := c.tasks[name]
-	if e == nil || e.doomed || e.phase == phaseDeleting {
+	if e == nil || e.deletingLocked() {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
@@ -337,16 +316,13 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 	c.stepLocked(e, evDelete, wake{}) // deleting now, or once the run in progress ends
 	// Wait until the run in progress (if any) has finished and recorded
 	// its outcome, as CTS does.
-	for e.phase != phaseDeleting {
+	for e.lc.phase != phaseDeleting {
 		changed := c.changed
 		c.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			c.mu.Lock()
-			if e.phase == phaseDeleting {
-				c.stepLocked(e, evDone, wake{})
-			}
-			e.doomed = false // the deletion is abandoned: the task stays as it was
+			c.stepLocked(e, evAbandon, wake{}) // the task stays as it was
 			e.spec.Enabled = enabled
 			c.markDirtyLocked(e, Due(TriggerChange)) // a change its timer waited for is not lost
 			c.mu.Unlock()
@@ -360,7 +336,6 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 		s := e.spec
 		if err := c.destroy(ctx, e, &s); err != nil {
 			c.mu.Lock()
-			e.doomed = false
 			c.stepLocked(e, evDone, wake{}) // the task stays, disabled
 			c.mu.Unlock()
 			return fmt.Errorf("destroying the infrastructure of task %q: %w", name, err)
@@ -428,8 +403,8 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 func (c *Controller) remove(name string) {
 	c.opts.Watcher.UnsubscribeAll(name)
 	c.mu.Lock()
-	if e := c.tasks[name]; e != nil && e.timer != nil {
-		e.timer.Stop()
+	if e := c.tasks[name]; e != nil {
+		c.stopTimerLocked(e)
 	}
 	delete(c.tasks, name)
 	c.mu.Unlock()

@@ -93,7 +93,7 @@ func (c *Controller) Settled() bool {
 		return false
 	}
 	for _, e := range c.tasks {
-		if e.phase == phaseRunning || e.phase == phaseDeleting || (e.phase == phaseQueued && !c.standby) || e.timer != nil {
+		if e.lc.phase == phaseRunning || e.lc.phase == phaseDeleting || (e.lc.phase == phaseQueued && !c.standby) || e.lc.timer != nil {
 			return false
 		}
 	}
@@ -152,7 +152,7 @@ func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
 		// Until the task has run with complete data, every notification
 		// counts (one may be the data it waited for).
 		c.mu.Lock()
-		ran := e.ranOnce
+		ran := e.lc.ranOnce
 		if !ran {
 			c.markDirtyLocked(e, Trigger{Kind: TriggerChange, Detail: key})
 		}

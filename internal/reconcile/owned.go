@@ -49,15 +49,11 @@ func (c *Controller) SetOwned(owns func(task string) bool) {
 		if prev != nil && prev.was[name] {
 			continue
 		}
-		if c.standby || e.doomed || e.phase == phaseDeleting {
+		if c.standby || e.deletingLocked() {
 			continue // SetActive reconciles it when the controller becomes active
 		}
-		e.force = c.opts.Store.Run(name).InFlight != ""
-		if e.force {
-			e.trigger = Due(TriggerFailover)
-		}
-		e.ranOnce = false // the first run of a new owner is not buffered
-		c.dueLocked(e, Due(TriggerOwner))
+		// The first run of a new owner is not buffered.
+		c.adoptLocked(e, Due(TriggerOwner), c.opts.Store.Run(name).InFlight != "")
 	}
 	signal(c.kick)
 	signal(c.driftKick)
@@ -81,8 +77,7 @@ func (c *Controller) runnableLocked() bool {
 			}
 		}
 		for _, e := range drop {
-			c.stepLocked(e, evStop, wake{})
-			e.force, e.trigger = false, Trigger{}
+			c.stepLocked(e, evStop, wake{}) // what was due is dropped
 		}
 	}
 	return len(c.queue) > 0
@@ -94,7 +89,7 @@ func (c *Controller) TaskNames() []string {
 	c.mu.Lock()
 	out := make([]string, 0, len(c.tasks))
 	for name, e := range c.tasks {
-		if !e.doomed && e.phase != phaseDeleting {
+		if !e.deletingLocked() {
 			out = append(out, name)
 		}
 	}
@@ -110,5 +105,5 @@ func (c *Controller) Busy(name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.tasks[name]
-	return e != nil && (e.phase == phaseRunning || e.phase == phaseDeleting)
+	return e != nil && (e.lc.phase == phaseRunning || e.lc.phase == phaseDeleting)
 }

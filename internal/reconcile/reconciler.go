@@ -56,12 +56,12 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req 
 	// From here on the task has run as far as buffering is concerned: a
 	// change that arrives during this run waits out the buffer period.
 	c.mu.Lock()
-	e.ranOnce = true
+	c.startedLocked(e)
 	c.mu.Unlock()
 	if derr != nil && errors.Is(derr, ErrWaiting) && !inspect {
 		c.mu.Lock()
-		first := e.waiting == ""
-		e.waiting = derr.Error()
+		first := e.lc.waiting == ""
+		c.waitLocked(e, derr.Error())
 		c.mu.Unlock()
 		if first {
 			log.Warn("task waits before it can run", "reason", derr.Error())
@@ -69,7 +69,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req 
 		return outcome{failed: true, waiting: true, err: derr}
 	}
 	c.mu.Lock()
-	e.waiting = ""
+	c.waitLocked(e, "")
 	c.mu.Unlock()
 	if derr != nil {
 		return c.unreadableState(ctx, s, trigger, derr, inspect)
@@ -91,8 +91,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req 
 	if !inspect && req.Trigger.Kind != TriggerOnce {
 		if why := c.upstreamHold(ctx, s); why != "" {
 			c.mu.Lock()
-			first := e.waiting != why
-			e.waiting = why
+			first := c.waitLocked(e, why)
 			c.mu.Unlock()
 			if first {
 				log.Info("task held: it runs after the tasks it depends on", "reason", why)
@@ -101,16 +100,13 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req 
 		}
 	}
 	c.mu.Lock()
-	if e.failHash != want.Fingerprint {
-		e.retries = 0
-		e.failHash = want.Fingerprint
-	}
+	c.runsLocked(e, want.Fingerprint)
 	c.mu.Unlock()
 
 	r := &runRecord{id: uuid.NewString(), trigger: trigger, once: req.Trigger.Kind == TriggerOnce, kind: store.KindApply, want: want, before: st,
 		actor: actorFrom(ctx), inputs: digest(&in)}
 	c.mu.Lock()
-	r.seen, e.runSeen = e.runSeen, time.Time{}
+	r.seen = req.Seen
 	r.prev = e.prevInputs
 	c.mu.Unlock()
 	if inspect {
@@ -256,7 +252,7 @@ func (c *Controller) recordRun(ctx context.Context, log *slog.Logger, e *entry, 
 	}
 	c.mu.Lock()
 	e.drifted = false // just applied: matches the configuration again
-	e.retries = 0
+	c.succeededLocked(e)
 	c.mu.Unlock()
 	return outcome{}
 }

@@ -1,5 +1,7 @@
 package reconcile
 
+import "time"
+
 // Request is one run of a task, as the queue hands it to the reconciler
 // (Controller.reconcile): which task, why, and what to do.
 type Request struct {
@@ -9,6 +11,8 @@ type Request struct {
 	// Force applies even when the desired state equals the one last
 	// applied (a schedule tick, run-now, drift remediation, a failover).
 	Force bool
+	// Seen is when the change behind Trigger was seen (zero: not a change).
+	Seen time.Time
 }
 
 // Mode is what a run does with a task's infrastructure.

@@ -29,14 +29,10 @@ func (c *Controller) scheduleLoop(ctx context.Context) {
 				// and waits for the next one: it must not spin on a
 				// tick in the past.
 				if !c.standby {
-					if e.trigger.IsZero() {
-						e.trigger = Due(TriggerSchedule)
-					}
 					// A tick runs the task even when its desired state
 					// is unchanged, as CTS does: a schedule is a
 					// promise to run.
-					e.force = true
-					c.enqueueLocked(e)
+					c.forceLocked(e, Due(TriggerSchedule), false)
 				}
 				e.nextCron = time.Time{}
 			}

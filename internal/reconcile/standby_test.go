@@ -68,7 +68,7 @@ func TestLiveness(t *testing.T) {
 	// Running, but with no workers: what a wedged worker pool looks like.
 	c.mu.Lock()
 	c.running, c.started = true, true
-	c.enqueueLocked(c.tasks["a"])
+	c.enqueueLocked(c.tasks["a"], Due(TriggerChange))
 	c.mu.Unlock()
 	if err := c.Live(); err != nil {
 		t.Fatalf("live at once: %v", err)

@@ -1,0 +1,73 @@
+package reconcile
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLifecycleWritesStayInLifecycle checks that a task's lifecycle state
+// (entry.lc: its phase, what is due, its timer, its failures) is written in
+// lifecycle.go only: everything else moves a task by events (stepLocked)
+// and the functions next to it, so that the table of transition is the
+// whole story.
+func TestLifecycleWritesStayInLifecycle(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if name == "lifecycle.go" || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := func(x ast.Expr, what string) {
+			if touchesLC(x) {
+				t.Errorf("%s: %s of a task's lifecycle state outside lifecycle.go", fset.Position(x.Pos()), what)
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.AssignStmt:
+				for _, x := range n.Lhs {
+					bad(x, "assignment")
+				}
+			case *ast.IncDecStmt:
+				bad(n.X, "increment")
+			case *ast.UnaryExpr:
+				if n.Op == token.AND {
+					bad(n.X, "address")
+				}
+			}
+			return true
+		})
+	}
+}
+
+// touchesLC reports whether x selects through a field named lc.
+func touchesLC(x ast.Expr) bool {
+	for {
+		switch y := x.(type) {
+		case *ast.SelectorExpr:
+			if y.Sel.Name == "lc" {
+				return true
+			}
+			x = y.X
+		case *ast.IndexExpr:
+			x = y.X
+		case *ast.StarExpr:
+			x = y.X
+		case *ast.ParenExpr:
+			x = y.X
+		default:
+			return false
+		}
+	}
+}
