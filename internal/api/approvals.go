@@ -128,25 +128,34 @@ func noPlan(name string) error {
 // getPlan serves GET /v1/tasks/{name}/plan (ctsync): the task's newest
 // held plan, with its state.
 func (s *Server) getPlan(w http.ResponseWriter, r *http.Request) {
+	if p, ok := s.planOf(w, r, ""); ok {
+		writeJSON(w, http.StatusOK, PlanResponse{Plan: s.redactPlan(p), RequestID: requestID(r)})
+	}
+}
+
+// planOf checks the request's query and task and returns the task's held
+// plan; on an error it answers and returns ok false. id is the plan the
+// request names ("" none).
+func (s *Server) planOf(w http.ResponseWriter, r *http.Request, id string) (gate.Plan, bool) {
 	name := r.PathValue("name")
 	if _, err := queryParams(r); err != nil {
 		s.fail(w, r, err)
-		return
+		return gate.Plan{}, false
 	}
 	if _, err := s.lookup(name); err != nil {
 		s.fail(w, r, err)
-		return
+		return gate.Plan{}, false
 	}
 	if s.opts.Approvals == nil {
 		s.fail(w, r, noPlan(name))
-		return
+		return gate.Plan{}, false
 	}
 	p, err := s.opts.Approvals.HeldPlan(name)
 	if err != nil {
-		s.fail(w, r, planError(name, "", err))
-		return
+		s.fail(w, r, planError(name, id, err))
+		return gate.Plan{}, false
 	}
-	writeJSON(w, http.StatusOK, PlanResponse{Plan: s.redactPlan(p), RequestID: requestID(r)})
+	return p, true
 }
 
 func (s *Server) approvePlan(w http.ResponseWriter, r *http.Request) { s.decidePlan(w, r, true) }
@@ -157,21 +166,8 @@ func (s *Server) rejectPlan(w http.ResponseWriter, r *http.Request)  { s.decideP
 // name; the answer is the plan as it stands after the decision.
 func (s *Server) decidePlan(w http.ResponseWriter, r *http.Request, approve bool) {
 	name, id := r.PathValue("name"), r.PathValue("id")
-	if _, err := queryParams(r); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if _, err := s.lookup(name); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if s.opts.Approvals == nil {
-		s.fail(w, r, noPlan(name))
-		return
-	}
-	before, err := s.opts.Approvals.HeldPlan(name)
-	if err != nil {
-		s.fail(w, r, planError(name, id, err))
+	before, ok := s.planOf(w, r, id)
+	if !ok {
 		return
 	}
 	who := approver(r)

@@ -15,14 +15,7 @@ import (
 // serveGates runs the API with the fake controller and the fake gates.
 func serveGates(t *testing.T, f *fakeCtrl, fa *gatetest.Approvals) *httptest.Server {
 	t.Helper()
-	srv, err := api.New(api.Options{Controller: f, Approvals: fa})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	t.Setenv("CTS_ADDRESS", ts.URL)
-	return ts
+	return serveWith(t, api.Options{Controller: f, Approvals: fa})
 }
 
 // planCreated is local: the CLI prints local times.

@@ -171,7 +171,13 @@ func specNamed(name string) task.Spec {
 // points CTS_ADDRESS at it.
 func serve(t *testing.T, f *fakeCtrl) *httptest.Server {
 	t.Helper()
-	srv, err := api.New(api.Options{Controller: f})
+	return serveWith(t, api.Options{Controller: f})
+}
+
+// serveWith is serve with the API's options.
+func serveWith(t *testing.T, opts api.Options) *httptest.Server {
+	t.Helper()
+	srv, err := api.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
