@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -77,7 +78,7 @@ func statusHarness(t *testing.T) *harness {
 	})
 	add := func(evs ...store.Event) { // oldest first
 		for _, ev := range evs {
-			if err := h.st.AddEvent(ev); err != nil {
+			if err := h.st.AddEvent(context.Background(), ev); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -16,10 +17,10 @@ import (
 func TestStatusShowsLastRunAndRetry(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("web-task", "web")})
 	start := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
-	_ = h.st.AddEvent(store.Event{ID: "r1", TaskName: "web-task", Kind: store.KindApply, StartTime: start, EndTime: start.Add(time.Second),
+	_ = h.st.AddEvent(context.Background(), store.Event{ID: "r1", TaskName: "web-task", Kind: store.KindApply, StartTime: start, EndTime: start.Add(time.Second),
 		Error: &store.EventError{Message: "apply: Error: boom: detail"}, ErrorSummary: "Error: boom", Terminal: true,
 		Plan: &store.PlanSummary{Add: 1, Destroy: 1}})
-	_ = h.st.AddEvent(store.Event{ID: "d1", TaskName: "web-task", Kind: store.KindDrift, Success: true})
+	_ = h.st.AddEvent(context.Background(), store.Event{ID: "d1", TaskName: "web-task", Kind: store.KindDrift, Success: true})
 	spec := servicesTask("web-task", "web")
 	next := start.Add(time.Minute)
 	ts := h.srv.taskStatus(reconcile.TaskState{Spec: spec, Retry: &reconcile.Retry{Attempt: 4, NextAt: next, LastError: "Error: boom"}}, false)
@@ -47,7 +48,7 @@ func TestEventsFilterPageAndOne(t *testing.T) {
 			StartTime: detected.Add(time.Duration(i) * time.Minute), DetectedAt: &detected, Actor: "ops",
 			Phases:  []store.Phase{{Name: "apply", StartTime: detected, EndTime: detected.Add(time.Second)}},
 			Changes: &store.Changes{Services: &store.SetDiff{Added: []string{"web-3"}, AddedCount: 1}}}
-		_ = h.st.AddEvent(ev)
+		_ = h.st.AddEvent(context.Background(), ev)
 	}
 	var page EventsResponse
 	h.do("GET", "/v1/tasks/web-task/events?result=failure&limit=2&offset=1", "").expect(t, 200).json(t, &page)
@@ -72,7 +73,7 @@ func TestRunsCompact(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("a", "web"), servicesTask("b", "web")})
 	t0 := time.Date(2026, 3, 4, 5, 0, 0, 0, time.UTC)
 	for i, name := range []string{"a", "a", "b"} {
-		_ = h.st.AddEvent(store.Event{ID: fmt.Sprint(name, i), TaskName: name, Kind: store.KindApply, Success: i != 1,
+		_ = h.st.AddEvent(context.Background(), store.Event{ID: fmt.Sprint(name, i), TaskName: name, Kind: store.KindApply, Success: i != 1,
 			StartTime: t0.Add(time.Duration(i) * time.Hour), EndTime: t0.Add(time.Duration(i)*time.Hour + time.Second), LogTail: "long output"})
 	}
 	var all RunsResponse

@@ -219,7 +219,7 @@ func TestEveryOperationLive(t *testing.T) {
 	h.do("POST", "/v1/tasks/web-task/run", "").expect(t, 500)
 	h.setFailing("web-task", false)
 
-	_ = h.st.AddEvent(store.Event{ID: "with-log", TaskName: "web-task", Success: true, Kind: store.KindApply,
+	_ = h.st.AddEvent(context.Background(), store.Event{ID: "with-log", TaskName: "web-task", Success: true, Kind: store.KindApply,
 		LogPath: writeLog(t, "terraform output\n")})
 	h.do("GET", "/v1/tasks/web-task/events/with-log/log", "").expect(t, 200)
 	h.do("GET", "/v1/tasks/web-task/events/nope/log", "").expect(t, 404)

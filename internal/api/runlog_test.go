@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,9 +39,9 @@ func TestEventLog(t *testing.T) {
 	ev := store.Event{ID: "run-1", TaskName: "web-task", Success: false, Kind: store.KindApply,
 		StartTime: time.Now(), EndTime: time.Now(), LogPath: writeLog(t, log),
 		LogTail: "token hunter22 failed", Error: &store.EventError{Message: "Error: bad hunter22"}}
-	_ = h.st.AddEvent(ev)
-	_ = h.st.AddEvent(store.Event{ID: "no-log", TaskName: "web-task", Success: true, Kind: store.KindNoop})
-	_ = h.st.AddEvent(store.Event{ID: "rotated", TaskName: "web-task", Success: true, Kind: store.KindApply,
+	_ = h.st.AddEvent(context.Background(), ev)
+	_ = h.st.AddEvent(context.Background(), store.Event{ID: "no-log", TaskName: "web-task", Success: true, Kind: store.KindNoop})
+	_ = h.st.AddEvent(context.Background(), store.Event{ID: "rotated", TaskName: "web-task", Success: true, Kind: store.KindApply,
 		LogPath: filepath.Join(t.TempDir(), "gone.log")})
 
 	r := h.do("GET", "/v1/tasks/web-task/events/run-1/log", "").expect(t, 200)
@@ -82,7 +83,7 @@ func TestEventLogTooLong(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("web-task", "web")})
 	line := strings.Repeat("x", 99) + "\n"
 	big := "FIRST LINE\n" + strings.Repeat(line, MaxLogBytes/100+10) + "LAST LINE\n"
-	_ = h.st.AddEvent(store.Event{ID: "big", TaskName: "web-task", Success: true, Kind: store.KindApply, LogPath: writeLog(t, big)})
+	_ = h.st.AddEvent(context.Background(), store.Event{ID: "big", TaskName: "web-task", Success: true, Kind: store.KindApply, LogPath: writeLog(t, big)})
 	body := string(h.do("GET", "/v1/tasks/web-task/events/big/log", "").expect(t, 200).body)
 	if len(body) > MaxLogBytes+100 || !strings.HasPrefix(body, "[the first ") || !strings.HasSuffix(body, "LAST LINE\n") ||
 		strings.Contains(body, "FIRST LINE") {

@@ -66,9 +66,6 @@ func (a *app) setupHA(factory reconcile.DriverFactory) (reconcile.DriverFactory,
 		w.configOn[s.Name] = s.Enabled
 	}
 	prefix := h.Prefix()
-	w.kv = store.NewConsulKV(a.client.Client, prefix+"/state", a.cfg.History)
-	w.kv.SetNamespace(h.Namespace)
-	w.kv.SetLogger(w.log)
 	el, err := ha.New(ha.Options{
 		Client:     a.client.Client,
 		Prefix:     prefix,
@@ -85,12 +82,14 @@ func (a *app) setupHA(factory reconcile.DriverFactory) (reconcile.DriverFactory,
 		return nil, err
 	}
 	w.el = el
-	a.store = w.kv
 	a.ha = w
+	kvOpts := store.ConsulKVOptions{Prefix: prefix + "/state", History: a.cfg.History, Namespace: h.Namespace, Logger: w.log}
 	if h.SpreadTasks {
-		return a.setupSpread(factory, prefix)
+		return a.setupSpread(factory, prefix, kvOpts)
 	}
-	w.kv.SetFence(el.LockSession)
+	kvOpts.Fence = func(string) (string, string, bool) { return el.LockSession() }
+	w.kv = store.NewConsulKV(a.client.Client, kvOpts)
+	a.store = w.kv
 	return func(spec task.Spec) (driver.Driver, error) {
 		d, err := factory(spec)
 		if err != nil {
@@ -104,7 +103,7 @@ func (a *app) setupHA(factory reconcile.DriverFactory) (reconcile.DriverFactory,
 // an elector leading, the store's writes of a task are fenced by the
 // task's owner key, and each task's driver runs only while this instance
 // owns the task.
-func (a *app) setupSpread(factory reconcile.DriverFactory, prefix string) (reconcile.DriverFactory, error) {
+func (a *app) setupSpread(factory reconcile.DriverFactory, prefix string, kvOpts store.ConsulKVOptions) (reconcile.DriverFactory, error) {
 	w, h := a.ha, a.cfg.HA
 	sp, err := ha.NewSpreader(ha.SpreadOptions{
 		Client:     a.client.Client,
@@ -124,14 +123,17 @@ func (a *app) setupSpread(factory reconcile.DriverFactory, prefix string) (recon
 		OnJoin:    a.haJoined,
 		SetActive: func(on bool) { a.ctrl.SetActive(on) },
 		SetOwned:  func(owns func(string) bool) { a.ctrl.SetOwned(owns) },
-		Claim:     w.kv.Claim,
-		Unclaim:   w.kv.Unclaim,
+		// The store is built below, before Run starts.
+		Claim:   func(ctx context.Context, task string) error { return w.kv.Claim(ctx, task) },
+		Unclaim: func(task string) { w.kv.Unclaim(task) },
 	})
 	if err != nil {
 		return nil, err
 	}
 	w.sp = sp
-	w.kv.SetTaskFence(sp.TaskFence)
+	kvOpts.Fence = sp.TaskFence
+	w.kv = store.NewConsulKV(a.client.Client, kvOpts)
+	a.store = w.kv
 	return func(spec task.Spec) (driver.Driver, error) {
 		d, err := factory(spec)
 		if err != nil {

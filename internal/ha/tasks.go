@@ -42,7 +42,7 @@ type Persisting struct {
 // step saves rec as the task's record and runs do, holding Mu until the
 // controller shows the change (applied) or do returned. It returns do's
 // error, or the save's (then do did not run).
-func (p *Persisting) step(name string, rec store.TaskRecord, applied func(reconcile.TaskState) bool, do func() error) error {
+func (p *Persisting) step(ctx context.Context, name string, rec store.TaskRecord, applied func(reconcile.TaskState) bool, do func() error) error {
 	if p.Mu != nil {
 		p.Mu.Lock()
 	}
@@ -51,7 +51,7 @@ func (p *Persisting) step(name string, rec store.TaskRecord, applied func(reconc
 			p.Mu.Unlock()
 		}
 	}
-	if err := p.saveRecord(name, rec); err != nil {
+	if err := p.saveRecord(ctx, name, rec); err != nil {
 		unlock()
 		return err
 	}
@@ -90,14 +90,14 @@ func (p *Persisting) Create(ctx context.Context, spec task.Spec, runNow bool) er
 	}
 	prev, had := p.Store.TaskRecords()[spec.Name]
 	saved := false
-	err := p.step(spec.Name, p.recordFor(spec), func(reconcile.TaskState) bool { return true }, func() error {
+	err := p.step(ctx, spec.Name, p.recordFor(spec), func(reconcile.TaskState) bool { return true }, func() error {
 		saved = true
 		return p.Controller.Create(ctx, spec, runNow)
 	})
 	if saved {
 		defer p.changed()
 		if err != nil {
-			p.restore(spec.Name, prev, had)
+			p.restore(ctx, spec.Name, prev, had)
 		}
 	}
 	return err
@@ -123,13 +123,13 @@ func (p *Persisting) SetEnabled(ctx context.Context, name string, enabled bool, 
 	spec := st.Spec
 	spec.Enabled = enabled
 	var res reconcile.PlanResult
-	err = p.step(name, p.recordFor(spec), func(st reconcile.TaskState) bool { return st.Spec.Enabled == enabled }, func() error {
+	err = p.step(ctx, name, p.recordFor(spec), func(st reconcile.TaskState) bool { return st.Spec.Enabled == enabled }, func() error {
 		var err error
 		res, err = p.Controller.SetEnabled(ctx, name, enabled, mode)
 		return err
 	})
 	if errors.Is(err, reconcile.ErrNotFound) || errors.Is(err, reconcile.ErrActive) {
-		p.restore(name, prev, had) // nothing changed
+		p.restore(ctx, name, prev, had) // nothing changed
 	}
 	return res, err
 }
@@ -145,13 +145,15 @@ func (p *Persisting) recordFor(spec task.Spec) store.TaskRecord {
 }
 
 // restore puts a task's record back as it was before a change that did
-// not happen: the previous record, or none.
-func (p *Persisting) restore(name string, prev store.TaskRecord, had bool) {
+// not happen: the previous record, or none. It is written even when ctx
+// (the request's) was cancelled.
+func (p *Persisting) restore(ctx context.Context, name string, prev store.TaskRecord, had bool) {
+	ctx = context.WithoutCancel(ctx)
 	var err error
 	if had {
-		err = p.Store.SaveTask(name, prev)
+		err = p.Store.SaveTask(ctx, name, prev)
 	} else {
-		err = p.Store.RemoveTaskRecord(name)
+		err = p.Store.RemoveTaskRecord(ctx, name)
 	}
 	if err != nil && p.Logger != nil {
 		p.Logger.Error("ha: a change that failed could not be undone in consul; the next leader may apply it", "task_name", name, "error", err)
@@ -173,25 +175,26 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 			rec.Spec = &spec // a new leader needs the task to finish the destroy
 		}
 	}
-	if err := p.Store.SaveTask(name, rec); err != nil {
+	if err := p.Store.SaveTask(ctx, name, rec); err != nil {
 		return fmt.Errorf("saving the deletion of task %q in consul: %w", name, err)
 	}
 	err := p.Controller.Delete(ctx, name, destroy)
 	defer p.changed()
+	ctx = context.WithoutCancel(ctx) // what is left to record is recorded whatever became of the request
 	switch {
 	case err != nil && !errors.Is(err, reconcile.ErrNotFound):
 		var rerr error
 		if had {
-			rerr = p.Store.SaveTask(name, prev)
+			rerr = p.Store.SaveTask(ctx, name, prev)
 		} else {
-			rerr = p.save(name)
+			rerr = p.save(ctx, name)
 		}
 		if rerr != nil && p.Logger != nil {
 			p.Logger.Error("ha: the failed deletion could not be undone in consul", "task_name", name, "error", rerr)
 		}
 	case destroy:
 		// Destroyed: what remains to record is the deletion alone.
-		if serr := p.Store.SaveTask(name, store.TaskRecord{Deleted: true}); serr != nil && p.Logger != nil {
+		if serr := p.Store.SaveTask(ctx, name, store.TaskRecord{Deleted: true}); serr != nil && p.Logger != nil {
 			p.Logger.Warn("ha: the finished destroy could not be recorded; the next leader will destroy the (empty) state again", "task_name", name, "error", serr)
 		}
 	}
@@ -200,13 +203,13 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 
 // save writes the record that describes the task as the controller has it
 // now.
-func (p *Persisting) save(name string) error {
-	return p.saveRecord(name, recordOf(p.Controller, name, p.Configured))
+func (p *Persisting) save(ctx context.Context, name string) error {
+	return p.saveRecord(ctx, name, recordOf(p.Controller, name, p.Configured))
 }
 
 // saveRecord writes a task's record.
-func (p *Persisting) saveRecord(name string, rec store.TaskRecord) error {
-	if err := p.Store.SaveTask(name, rec); err != nil {
+func (p *Persisting) saveRecord(ctx context.Context, name string, rec store.TaskRecord) error {
+	if err := p.Store.SaveTask(ctx, name, rec); err != nil {
 		if p.Logger != nil {
 			p.Logger.Error("ha: task record not saved in consul", "task_name", name, "error", err)
 		}

@@ -45,7 +45,7 @@ type memTasks struct {
 	fail bool
 }
 
-func (m *memTasks) SaveTask(name string, rec store.TaskRecord) error {
+func (m *memTasks) SaveTask(_ context.Context, name string, rec store.TaskRecord) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail {
@@ -55,7 +55,7 @@ func (m *memTasks) SaveTask(name string, rec store.TaskRecord) error {
 	return nil
 }
 
-func (m *memTasks) RemoveTaskRecord(name string) error {
+func (m *memTasks) RemoveTaskRecord(_ context.Context, name string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail {
@@ -356,9 +356,9 @@ type spyTasks struct {
 	saved *[]store.TaskRecord
 }
 
-func (s *spyTasks) SaveTask(name string, rec store.TaskRecord) error {
+func (s *spyTasks) SaveTask(ctx context.Context, name string, rec store.TaskRecord) error {
 	*s.saved = append(*s.saved, rec)
-	return s.memTasks.SaveTask(name, rec)
+	return s.memTasks.SaveTask(ctx, name, rec)
 }
 
 // With Mu held by whoever applies the stored records (as every member of

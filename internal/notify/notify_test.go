@@ -164,7 +164,7 @@ func TestDelivery(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(lockedWriter{&logMu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 
 	record := func(ev store.Event) {
-		_ = st.AddEvent(ev)
+		_ = st.AddEvent(context.Background(), ev)
 		d.OnEvent(ev)
 	}
 	ok0 := run("0", "web", true, 0)

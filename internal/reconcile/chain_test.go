@@ -185,7 +185,7 @@ func TestChainDisabledUpstreamHoldsNothing(t *testing.T) {
 	if _, err := h.ctrl.SetEnabled(context.Background(), "a", false, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.st.FinishRun("a", store.RunState{Failed: "x"}, nil); err != nil {
+	if err := h.st.FinishRun(context.Background(), "a", store.RunState{Failed: "x"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})

@@ -432,9 +432,9 @@ func TestStandbyRunsNothingUntilActive(t *testing.T) {
 		if !ready || err != nil {
 			t.Fatalf("desired state of %s: ready=%v err=%v", name, ready, err)
 		}
-		_ = h.st.FinishRun(name, store.RunState{Applied: want.Fingerprint, Parts: want.Parts}, nil)
+		_ = h.st.FinishRun(context.Background(), name, store.RunState{Applied: want.Fingerprint, Parts: want.Parts}, nil)
 	}
-	_ = h.st.StartRun("b", "run-that-died")
+	_ = h.st.StartRun(context.Background(), "b", "run-that-died")
 	h.ctrl.SetActive(true)
 	h.waitApplied(t, "b")
 	h.noApply(t) // "a" is up to date: not run

@@ -106,7 +106,7 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 		Kind: store.KindDrift, Trigger: "drift-check", InputsHash: hash,
 		Plan:    &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy},
 		LogPath: res.LogPath, LogTail: c.redact(tail(res.LogPath, 4096)), TFCRunURL: res.RunURL}
-	c.record(ev)
+	c.record(ctx, ev)
 	if remediate {
 		c.mu.Lock()
 		c.forceLocked(e, Due(TriggerDrift), true) // running: queued again when released
@@ -116,8 +116,8 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 
 // record stores an event that is not a run's outcome (a drift check) and
 // hands it to the event hook.
-func (c *Controller) record(ev store.Event) {
-	if err := c.opts.Store.AddEvent(ev); err != nil {
+func (c *Controller) record(ctx context.Context, ev store.Event) {
+	if err := c.opts.Store.AddEvent(context.WithoutCancel(ctx), ev); err != nil {
 		c.log.Warn("event not recorded in the store", "task_name", ev.TaskName, "kind", ev.Kind, "error", err)
 	}
 	if c.opts.OnEvent != nil {

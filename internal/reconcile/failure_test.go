@@ -341,11 +341,11 @@ type refusingStore struct {
 	refuse atomic.Bool
 }
 
-func (s *refusingStore) FinishRun(name string, st store.RunState, ev *store.Event) error {
+func (s *refusingStore) FinishRun(ctx context.Context, name string, st store.RunState, ev *store.Event) error {
 	if s.refuse.Load() {
 		return store.ErrNotLeader
 	}
-	return s.Memory.FinishRun(name, st, ev)
+	return s.Memory.FinishRun(ctx, name, st, ev)
 }
 
 // A task that waits (ErrWaiting: a provider waiting for Vault) is not a

@@ -155,7 +155,7 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 		// slow does not hold the request up for long.
 		if _, ok := c.opts.Watcher.(Refusals); ok {
 			if err := c.waitReady(ctx, e, &spec, createProbe); err != nil && errors.Is(err, ErrRefused) {
-				c.remove(spec.Name)
+				c.remove(ctx, spec.Name)
 				return err
 			}
 		}
@@ -166,7 +166,7 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 	}
 	_, err := c.runReserved(ctx, e, Request{Name: spec.Name, Trigger: Due(TriggerAPI)})
 	if err != nil {
-		c.remove(spec.Name)
+		c.remove(ctx, spec.Name)
 		return err
 	}
 	return nil
@@ -341,7 +341,7 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 			return fmt.Errorf("destroying the infrastructure of task %q: %w", name, err)
 		}
 	}
-	c.remove(name)
+	c.remove(ctx, name)
 	return nil
 }
 
@@ -392,7 +392,7 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 	if err != nil {
 		ev.Error = &store.EventError{Message: c.redact(err.Error())}
 	}
-	c.record(ev)
+	c.record(ctx, ev)
 	if err != nil {
 		return err
 	}
@@ -400,7 +400,7 @@ func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 }
 
 // remove forgets a task: its watches, events and state.
-func (c *Controller) remove(name string) {
+func (c *Controller) remove(ctx context.Context, name string) {
 	c.opts.Watcher.UnsubscribeAll(name)
 	c.mu.Lock()
 	if e := c.tasks[name]; e != nil {
@@ -408,7 +408,7 @@ func (c *Controller) remove(name string) {
 	}
 	delete(c.tasks, name)
 	c.mu.Unlock()
-	if err := c.opts.Store.DeleteTask(name); err != nil {
+	if err := c.opts.Store.DeleteTask(context.WithoutCancel(ctx), name); err != nil {
 		// The task is gone here; what the store keeps of it (events, run
 		// state) is orphaned until a task of that name is recorded again.
 		c.log.Warn("the deleted task's events and run state could not be removed from the store", "task_name", name, "error", err)

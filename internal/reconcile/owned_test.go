@@ -44,14 +44,14 @@ func TestSetOwned(t *testing.T) {
 	// fingerprint in the shared store): skipped. c moves here with its
 	// in-flight marker set: run although its fingerprint matches.
 	wantB := h.ctrl.desiredFor(t, "b")
-	if err := h.st.FinishRun("b", store.RunState{Applied: wantB.Fingerprint, Parts: wantB.Parts}, nil); err != nil {
+	if err := h.st.FinishRun(context.Background(), "b", store.RunState{Applied: wantB.Fingerprint, Parts: wantB.Parts}, nil); err != nil {
 		t.Fatal(err)
 	}
 	wantC := h.ctrl.desiredFor(t, "c")
-	if err := h.st.FinishRun("c", store.RunState{Applied: wantC.Fingerprint, Parts: wantC.Parts}, nil); err != nil {
+	if err := h.st.FinishRun(context.Background(), "c", store.RunState{Applied: wantC.Fingerprint, Parts: wantC.Parts}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.st.StartRun("c", "run-of-the-dead-owner"); err != nil {
+	if err := h.st.StartRun(context.Background(), "c", "run-of-the-dead-owner"); err != nil {
 		t.Fatal(err)
 	}
 	h.ctrl.SetOwned(ownedSet{"a": true, "b": true, "c": true}.owns)

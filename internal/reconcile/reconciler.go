@@ -111,7 +111,7 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req 
 	c.mu.Unlock()
 	if inspect {
 		r.kind = store.KindPlan
-	} else if err := c.opts.Store.StartRun(s.Name, r.id); err != nil {
+	} else if err := c.opts.Store.StartRun(ctx, s.Name, r.id); err != nil {
 		// The marker is in the store before Terraform starts: if this
 		// instance dies or loses the lead during the run, the next
 		// leader runs the task again.
@@ -303,7 +303,7 @@ const (
 // leader runs the task again, its in-flight marker still being set).
 func (c *Controller) finish(ctx context.Context, name string, st store.RunState, ev *store.Event) error {
 	for attempt := 1; ; attempt++ {
-		err := c.opts.Store.FinishRun(name, st, ev)
+		err := c.opts.Store.FinishRun(context.WithoutCancel(ctx), name, st, ev) // the outcome is recorded even when the run was cancelled
 		if err == nil {
 			if ev != nil && c.opts.OnEvent != nil {
 				c.opts.OnEvent(*ev)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -140,11 +141,11 @@ func (b *Bolt) load() error {
 // the cache. A failed write of the file (a full or read-only disk) is
 // logged and the event kept in memory only: the history is for people, and
 // must not make a run that succeeded count as failed.
-func (b *Bolt) AddEvent(ev Event) error {
+func (b *Bolt) AddEvent(ctx context.Context, ev Event) error {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	b.putOrWarn(ev)
-	return b.Memory.AddEvent(ev)
+	return b.Memory.AddEvent(ctx, ev)
 }
 
 func (b *Bolt) putOrWarn(ev Event) {
@@ -196,17 +197,17 @@ func (b *Bolt) put(ev Event) error {
 
 // FinishRun implements Store: the event (if any) is written to the file
 // (see AddEvent for a failed write), the run state to memory.
-func (b *Bolt) FinishRun(taskName string, st RunState, ev *Event) error {
+func (b *Bolt) FinishRun(ctx context.Context, taskName string, st RunState, ev *Event) error {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	if ev != nil {
 		b.putOrWarn(*ev)
 	}
-	return b.Memory.FinishRun(taskName, st, ev)
+	return b.Memory.FinishRun(ctx, taskName, st, ev)
 }
 
 // DeleteTask implements Store.
-func (b *Bolt) DeleteTask(taskName string) error {
+func (b *Bolt) DeleteTask(ctx context.Context, taskName string) error {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	err := b.db.Update(func(tx *bolt.Tx) error {
@@ -219,5 +220,5 @@ func (b *Bolt) DeleteTask(taskName string) error {
 	if err != nil {
 		b.log.Warn("a deleted task's run history could not be removed from disk", "task", taskName, "error", err)
 	}
-	return b.Memory.DeleteTask(taskName)
+	return b.Memory.DeleteTask(ctx, taskName)
 }

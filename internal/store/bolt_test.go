@@ -30,16 +30,16 @@ func TestBoltHistorySurvivesReopen(t *testing.T) {
 		ev := Event{ID: fmt.Sprint(i), TaskName: "web", Success: i%2 == 0, StartTime: start.Add(time.Duration(i) * time.Minute),
 			Plan: &PlanSummary{Add: i}, LogPath: logFile}
 		if i == 4 {
-			if err := b.FinishRun("web", RunState{Applied: "h"}, &ev); err != nil {
+			if err := b.FinishRun(t.Context(), "web", RunState{Applied: "h"}, &ev); err != nil {
 				t.Fatal(err)
 			}
 			continue
 		}
-		if err := b.AddEvent(ev); err != nil {
+		if err := b.AddEvent(t.Context(), ev); err != nil {
 			t.Fatal(err)
 		}
 	}
-	_ = b.AddEvent(Event{ID: "x", TaskName: "other/task"})
+	_ = b.AddEvent(t.Context(), Event{ID: "x", TaskName: "other/task"})
 	if got := b.Events("web"); len(got) != 3 || got[0].ID != "4" {
 		t.Fatalf("before reopen: %+v", got)
 	}
@@ -61,7 +61,7 @@ func TestBoltHistorySurvivesReopen(t *testing.T) {
 	if len(b.Events("other/task")) != 1 {
 		t.Fatal("a task name with a slash lost its event")
 	}
-	if err := b.DeleteTask("web"); err != nil {
+	if err := b.DeleteTask(t.Context(), "web"); err != nil {
 		t.Fatal(err)
 	}
 	_ = b.Close()
@@ -81,7 +81,7 @@ func TestBoltTrimsOnSmallerHistory(t *testing.T) {
 	path := filepath.Join(t.TempDir(), HistoryFile)
 	b := openTestBolt(t, path, 10)
 	for i := range 6 {
-		_ = b.AddEvent(Event{ID: fmt.Sprint(i), TaskName: "a"})
+		_ = b.AddEvent(t.Context(), Event{ID: fmt.Sprint(i), TaskName: "a"})
 	}
 	_ = b.Close()
 	b = openTestBolt(t, path, 2)
@@ -121,16 +121,16 @@ func TestBoltUnreadableFile(t *testing.T) {
 func TestBoltWriteFailureKeepsTheRunInMemory(t *testing.T) {
 	b := openTestBolt(t, filepath.Join(t.TempDir(), HistoryFile), 0)
 	_ = b.db.Close() // every write fails from now on
-	if err := b.FinishRun("a", RunState{Applied: "h"}, &Event{ID: "1", TaskName: "a", Success: true}); err != nil {
+	if err := b.FinishRun(t.Context(), "a", RunState{Applied: "h"}, &Event{ID: "1", TaskName: "a", Success: true}); err != nil {
 		t.Fatalf("FinishRun: %v", err)
 	}
 	if b.Run("a").Applied != "h" || len(b.Events("a")) != 1 {
 		t.Fatalf("state %+v, events %+v", b.Run("a"), b.Events("a"))
 	}
-	if err := b.AddEvent(Event{ID: "2", TaskName: "a"}); err != nil || len(b.Events("a")) != 2 {
+	if err := b.AddEvent(t.Context(), Event{ID: "2", TaskName: "a"}); err != nil || len(b.Events("a")) != 2 {
 		t.Fatalf("AddEvent: %v", err)
 	}
-	if err := b.DeleteTask("a"); err != nil || len(b.Events("a")) != 0 {
+	if err := b.DeleteTask(t.Context(), "a"); err != nil || len(b.Events("a")) != 0 {
 		t.Fatalf("DeleteTask: %v", err)
 	}
 }

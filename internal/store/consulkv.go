@@ -55,12 +55,12 @@ type TaskRecord struct {
 // Tasks keeps task records. ConsulKV implements it.
 type Tasks interface {
 	// SaveTask records what became of a task.
-	SaveTask(name string, rec TaskRecord) error
+	SaveTask(ctx context.Context, name string, rec TaskRecord) error
 	// TaskRecords returns every record, by task name.
 	TaskRecords() map[string]TaskRecord
 	// RemoveTaskRecord removes a task's record (undoing the SaveTask of
 	// a task whose creation failed: it leaves no trace).
-	RemoveTaskRecord(name string) error
+	RemoveTaskRecord(ctx context.Context, name string) error
 }
 
 // ConsulKV is the Store of high availability: the state lives in Consul KV
@@ -80,10 +80,11 @@ type Tasks interface {
 // costs four small writes (in-flight set and cleared, applied hash, event);
 // a write that changes nothing is skipped.
 //
-// With a fence (SetFence), every write is a transaction that starts with a
-// check-session on the leader lock key: a deposed leader, or one cut from
-// Consul whose lock was taken over, cannot overwrite what the new leader
-// wrote, whatever its clock says.
+// With a fence (ConsulKVOptions.Fence), every write is a transaction that
+// starts with a check-session on the leader lock key (or, in spread mode, on
+// the task's owner key): a deposed leader, or one cut from Consul whose lock
+// was taken over, cannot overwrite what the new leader wrote, whatever its
+// clock says.
 type ConsulKV struct {
 	kv      *api.KV
 	prefix  string
@@ -92,9 +93,7 @@ type ConsulKV struct {
 	timeout time.Duration
 	log     *slog.Logger
 
-	fmu       sync.RWMutex
-	fence     func() (key, session string, ok bool)
-	taskFence func(task string) (key, session string, ok bool)
+	fence Fence
 
 	wmu sync.Mutex // serialises writes, so the KV sees them in cache order
 
@@ -129,19 +128,48 @@ var (
 // kvTimeout bounds each Consul call of the store.
 const kvTimeout = 5 * time.Second
 
-// NewConsulKV returns a store keeping its state under prefix (no trailing
-// slash needed) and history events per task (DefaultHistory when <= 0). The
-// cache starts empty: call Load.
-func NewConsulKV(client *api.Client, prefix string, history int) *ConsulKV {
-	if history <= 0 {
-		history = DefaultHistory
+// Fence returns the key and session a write is conditional on: for a write
+// of a task's state (task != ""), and for a write that belongs to no task
+// (task records, Reset; task == ""). ok=false means this instance may not
+// write it now: the write fails with ErrNotLeader without reaching Consul.
+// With a leader lock the task does not matter (the lock key and this
+// instance's session); in spread mode it is the task's owner key, and the
+// member key for writes of no task.
+type Fence func(task string) (key, session string, ok bool)
+
+// ConsulKVOptions configure a ConsulKV.
+type ConsulKVOptions struct {
+	// Prefix is where the state is kept (no trailing slash needed).
+	Prefix string
+	// History is how many events are kept per task (DefaultHistory when
+	// <= 0).
+	History int
+	// Namespace is the Consul namespace of the keys (Consul Enterprise).
+	Namespace string
+	// Logger is where failed writes are reported (at debug level: the
+	// callers decide what a failure means) and unreadable entries.
+	Logger *slog.Logger
+	// Fence, when set, makes every write conditional on it (see Fence).
+	Fence Fence
+}
+
+// NewConsulKV returns a store of the state in client's Consul KV, as o
+// says. The cache starts empty: call Load.
+func NewConsulKV(client *api.Client, o ConsulKVOptions) *ConsulKV {
+	if o.History <= 0 {
+		o.History = DefaultHistory
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &ConsulKV{
 		kv:      client.KV(),
-		prefix:  strings.TrimRight(prefix, "/"),
-		history: history,
+		prefix:  strings.TrimRight(o.Prefix, "/"),
+		history: o.History,
+		ns:      o.Namespace,
 		timeout: kvTimeout,
-		log:     slog.New(slog.DiscardHandler),
+		log:     o.Logger,
+		fence:   o.Fence,
 		events:  map[string][]seqEvent{},
 		next:    map[string]uint64{},
 		run:     map[string]RunState{},
@@ -149,27 +177,6 @@ func NewConsulKV(client *api.Client, prefix string, history int) *ConsulKV {
 		remote:  map[string]RemoteRun{},
 		claimed: map[string]bool{},
 	}
-}
-
-// SetFence makes every write conditional on holding the leader lock: fence
-// returns the lock key and this instance's session, and ok=false when this
-// instance does not hold the lock (the write then fails with ErrNotLeader
-// without reaching Consul).
-func (s *ConsulKV) SetFence(fence func() (key, session string, ok bool)) {
-	s.fmu.Lock()
-	s.fence = fence
-	s.fmu.Unlock()
-}
-
-// SetTaskFence is the fence of spread mode, where each task has its own
-// owner: fence(task) returns the key and session a write of that task's
-// state is conditional on (the task's owner key), and fence("") those of
-// writes that belong to no task (task records, Reset). It replaces
-// SetFence's fence.
-func (s *ConsulKV) SetTaskFence(fence func(task string) (key, session string, ok bool)) {
-	s.fmu.Lock()
-	s.taskFence = fence
-	s.fmu.Unlock()
 }
 
 // Claim makes this instance the writer of a task's state (spread mode: it
@@ -267,17 +274,6 @@ func (s *ConsulKV) parseEvents(pairs api.KVPairs) ([]seqEvent, uint64) {
 		evs = evs[:s.history]
 	}
 	return evs, next
-}
-
-// SetNamespace sets the Consul namespace of the keys (Consul Enterprise).
-func (s *ConsulKV) SetNamespace(ns string) { s.ns = ns }
-
-// SetLogger sets where failed writes are reported (at debug level: the
-// callers decide what a failure means).
-func (s *ConsulKV) SetLogger(l *slog.Logger) {
-	if l != nil {
-		s.log = l
-	}
 }
 
 // Prefix returns the KV prefix of the state.
@@ -436,17 +432,11 @@ func (s *ConsulKV) write(ctx context.Context, ops api.KVTxnOps) error {
 }
 
 // writeTask is write for the state of one task ("": of no task), which
-// spread mode fences with the task's owner key (SetTaskFence).
+// spread mode fences with the task's owner key (see Fence).
 func (s *ConsulKV) writeTask(ctx context.Context, taskName string, ops api.KVTxnOps) error {
-	s.fmu.RLock()
-	fence := s.fence
-	if tf := s.taskFence; tf != nil {
-		fence = func() (string, string, bool) { return tf(taskName) }
-	}
-	s.fmu.RUnlock()
 	first := 0
-	if fence != nil {
-		key, session, ok := fence()
+	if s.fence != nil {
+		key, session, ok := s.fence(taskName)
 		if !ok {
 			return ErrNotLeader
 		}
@@ -455,9 +445,6 @@ func (s *ConsulKV) writeTask(ctx context.Context, taskName string, ops api.KVTxn
 	}
 	for _, op := range ops { // the fence check too: the lock key lives in the same namespace
 		op.Namespace = s.ns
-	}
-	if ctx == nil {
-		ctx = context.Background()
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -497,14 +484,14 @@ func (s *ConsulKV) logFailure(what, taskName string, err error) error {
 
 // AddEvent implements Store: one transaction writes the event and drops the
 // oldest beyond the history length.
-func (s *ConsulKV) AddEvent(ev Event) error {
+func (s *ConsulKV) AddEvent(ctx context.Context, ev Event) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	ops, evs, next, err := s.eventOps(ev)
 	if err != nil {
 		return err
 	}
-	if err := s.writeTask(context.Background(), ev.TaskName, ops); err != nil {
+	if err := s.writeTask(ctx, ev.TaskName, ops); err != nil {
 		return s.logFailure("event", ev.TaskName, err)
 	}
 	s.mu.Lock()
@@ -592,7 +579,7 @@ func (s *ConsulKV) Run(taskName string) RunState {
 }
 
 // StartRun implements Store: the marker is in Consul before it returns.
-func (s *ConsulKV) StartRun(taskName, runID string) error {
+func (s *ConsulKV) StartRun(ctx context.Context, taskName, runID string) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.RLock()
@@ -602,7 +589,7 @@ func (s *ConsulKV) StartRun(taskName, runID string) error {
 		return nil
 	}
 	rs.InFlight = runID
-	if err := s.writeTask(context.Background(), taskName, api.KVTxnOps{s.runOp(taskName, rs)}); err != nil {
+	if err := s.writeTask(ctx, taskName, api.KVTxnOps{s.runOp(taskName, rs)}); err != nil {
 		return s.logFailure("in-flight marker", taskName, err)
 	}
 	s.mu.Lock()
@@ -614,7 +601,7 @@ func (s *ConsulKV) StartRun(taskName, runID string) error {
 // FinishRun implements Store: one transaction (behind the fence) writes the
 // run state without the in-flight marker and the event; the cache changes
 // only once Consul has them.
-func (s *ConsulKV) FinishRun(taskName string, rs RunState, ev *Event) error {
+func (s *ConsulKV) FinishRun(ctx context.Context, taskName string, rs RunState, ev *Event) error {
 	rs = rs.clone()
 	rs.InFlight = ""
 	s.wmu.Lock()
@@ -637,7 +624,7 @@ func (s *ConsulKV) FinishRun(taskName string, rs RunState, ev *Event) error {
 		}
 		ops, evs, next = append(ops, evOps...), list, n
 	}
-	if err := s.writeTask(context.Background(), taskName, ops); err != nil {
+	if err := s.writeTask(ctx, taskName, ops); err != nil {
 		return s.logFailure("run outcome", taskName, err)
 	}
 	s.mu.Lock()
@@ -651,7 +638,7 @@ func (s *ConsulKV) FinishRun(taskName string, rs RunState, ev *Event) error {
 
 // DeleteTask implements Store: the task's events and run state go; its
 // task record (if any) is the business of SaveTask.
-func (s *ConsulKV) DeleteTask(taskName string) error {
+func (s *ConsulKV) DeleteTask(ctx context.Context, taskName string) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	s.mu.Lock()
@@ -664,11 +651,11 @@ func (s *ConsulKV) DeleteTask(taskName string) error {
 		{Verb: api.KVDelete, Key: s.key("run", esc(taskName))},
 		{Verb: api.KVDelete, Key: s.key("remote", esc(taskName))},
 	}
-	return s.logFailure("task deletion", taskName, s.writeTask(context.Background(), taskName, ops))
+	return s.logFailure("task deletion", taskName, s.writeTask(ctx, taskName, ops))
 }
 
 // SaveTask implements Tasks.
-func (s *ConsulKV) SaveTask(name string, rec TaskRecord) error {
+func (s *ConsulKV) SaveTask(ctx context.Context, name string, rec TaskRecord) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -678,7 +665,7 @@ func (s *ConsulKV) SaveTask(name string, rec TaskRecord) error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	err = s.write(context.Background(), api.KVTxnOps{{Verb: api.KVSet, Key: s.key("tasks", esc(name)), Value: b}})
+	err = s.write(ctx, api.KVTxnOps{{Verb: api.KVSet, Key: s.key("tasks", esc(name)), Value: b}})
 	if err != nil {
 		return s.logFailure("task record", name, err)
 	}
@@ -689,10 +676,10 @@ func (s *ConsulKV) SaveTask(name string, rec TaskRecord) error {
 }
 
 // RemoveTaskRecord implements Tasks.
-func (s *ConsulKV) RemoveTaskRecord(name string) error {
+func (s *ConsulKV) RemoveTaskRecord(ctx context.Context, name string) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if err := s.write(context.Background(), api.KVTxnOps{{Verb: api.KVDelete, Key: s.key("tasks", esc(name))}}); err != nil {
+	if err := s.write(ctx, api.KVTxnOps{{Verb: api.KVDelete, Key: s.key("tasks", esc(name))}}); err != nil {
 		return s.logFailure("task record removal", name, err)
 	}
 	s.mu.Lock()

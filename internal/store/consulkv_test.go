@@ -53,24 +53,24 @@ func keys(t *testing.T, c *api.Client, prefix string) []string {
 func TestConsulKVRoundTrip(t *testing.T) {
 	c := startConsul(t)
 	ctx := context.Background()
-	s := NewConsulKV(c.Client, "consul-terraform-sync/prod/state/", 3)
+	s := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "consul-terraform-sync/prod/state/", History: 3})
 	if err := s.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 5; i++ {
-		if err := s.AddEvent(ev("web/a", i, i != 4)); err != nil {
+		if err := s.AddEvent(t.Context(), ev("web/a", i, i != 4)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	must(t, s.AddEvent(ev("db", 9, true)))
-	must(t, s.FinishRun("web/a", RunState{Applied: "hash-5"}, nil))
-	must(t, s.StartRun("web/a", "run-6"))
-	must(t, s.FinishRun("db", RunState{Applied: "hash-9", Outputs: []byte(`{"zone":"dmz"}`)}, nil)) // outputs: chaining
-	must(t, s.SaveTask("api-made", TaskRecord{Spec: &task.Spec{Name: "api-made", Enabled: true, Module: "m",
+	must(t, s.AddEvent(t.Context(), ev("db", 9, true)))
+	must(t, s.FinishRun(t.Context(), "web/a", RunState{Applied: "hash-5"}, nil))
+	must(t, s.StartRun(t.Context(), "web/a", "run-6"))
+	must(t, s.FinishRun(t.Context(), "db", RunState{Applied: "hash-9", Outputs: []byte(`{"zone":"dmz"}`)}, nil)) // outputs: chaining
+	must(t, s.SaveTask(t.Context(), "api-made", TaskRecord{Spec: &task.Spec{Name: "api-made", Enabled: true, Module: "m",
 		Condition: task.Condition{Schedule: &task.ScheduleCondition{Cron: "* * * * *"}}}}))
 	off := false
-	must(t, s.SaveTask("web/a", TaskRecord{Enabled: &off}))
-	must(t, s.SaveTask("gone", TaskRecord{Deleted: true}))
+	must(t, s.SaveTask(t.Context(), "web/a", TaskRecord{Enabled: &off}))
+	must(t, s.SaveTask(t.Context(), "gone", TaskRecord{Deleted: true}))
 
 	if got := ids(s.Events("web/a")); got != "run-5,run-4,run-3" {
 		t.Fatalf("events (newest first, history 3) = %s", got)
@@ -82,7 +82,7 @@ func TestConsulKVRoundTrip(t *testing.T) {
 	}
 
 	// A new leader reads it all back.
-	s2 := NewConsulKV(c.Client, "consul-terraform-sync/prod/state", 3)
+	s2 := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "consul-terraform-sync/prod/state", History: 3})
 	must(t, s2.Load(ctx))
 	if got := ids(s2.Events("web/a")); got != "run-5,run-4,run-3" {
 		t.Fatalf("reloaded events = %s", got)
@@ -107,14 +107,14 @@ func TestConsulKVRoundTrip(t *testing.T) {
 		t.Fatalf("task records = %+v", recs)
 	}
 	// Sequence numbers continue after a reload.
-	must(t, s2.AddEvent(ev("web/a", 7, true)))
+	must(t, s2.AddEvent(t.Context(), ev("web/a", 7, true)))
 	if got := ids(s2.Events("web/a")); got != "run-7,run-5,run-4" {
 		t.Fatalf("events after reload + add = %s", got)
 	}
 
-	must(t, s2.FinishRun("web/a", s2.Run("web/a"), nil))
-	must(t, s2.DeleteTask("db"))
-	s3 := NewConsulKV(c.Client, "consul-terraform-sync/prod/state", 3)
+	must(t, s2.FinishRun(t.Context(), "web/a", s2.Run("web/a"), nil))
+	must(t, s2.DeleteTask(t.Context(), "db"))
+	s3 := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "consul-terraform-sync/prod/state", History: 3})
 	must(t, s3.Load(ctx))
 	if s3.Run("web/a").InFlight != "" || s3.Run("web/a").Applied != "hash-5" || len(s3.Events("db")) != 0 || s3.Run("db").Applied != "" {
 		t.Fatalf("after clear + delete: inflight=%q applied=%q db events=%d", s3.Run("web/a").InFlight, s3.Run("web/a").Applied, len(s3.Events("db")))
@@ -139,14 +139,14 @@ func TestConsulKVRoundTrip(t *testing.T) {
 // Writing what is already there costs no Consul write.
 func TestConsulKVSkipsNoopWrites(t *testing.T) {
 	c := startConsul(t)
-	s := NewConsulKV(c.Client, "p/state", 0)
+	s := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "p/state"})
 	must(t, s.Load(context.Background()))
-	must(t, s.FinishRun("a", RunState{Applied: "h1"}, nil))
+	must(t, s.FinishRun(t.Context(), "a", RunState{Applied: "h1"}, nil))
 	_, meta, err := c.Client.KV().Get("p/state/run/a", nil)
 	must(t, err)
 	before := meta.LastIndex
-	must(t, s.FinishRun("a", RunState{Applied: "h1"}, nil))
-	must(t, s.FinishRun("a", s.Run("a"), nil))
+	must(t, s.FinishRun(t.Context(), "a", RunState{Applied: "h1"}, nil))
+	must(t, s.FinishRun(t.Context(), "a", s.Run("a"), nil))
 	_, meta, err = c.Client.KV().Get("p/state/run/a", nil)
 	must(t, err)
 	if meta.LastIndex != before {
@@ -170,10 +170,9 @@ func TestConsulKVFence(t *testing.T) {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
 	holding := true
-	s := NewConsulKV(c.Client, "p/state", 0)
-	s.SetFence(func() (string, string, bool) { return lock, mine, holding })
+	s := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "p/state", Fence: func(string) (string, string, bool) { return lock, mine, holding }})
 	must(t, s.Load(ctx))
-	must(t, s.FinishRun("a", RunState{Applied: "h1"}, nil))
+	must(t, s.FinishRun(t.Context(), "a", RunState{Applied: "h1"}, nil))
 
 	// The lock moves to another session (a follower took over): the old
 	// leader's writes are refused by Consul and change nothing.
@@ -181,15 +180,15 @@ func TestConsulKVFence(t *testing.T) {
 	if ok, _, _, err := c.Client.KV().Txn(ops, nil); err != nil || !ok {
 		t.Fatalf("take over: %v %v", ok, err)
 	}
-	err = s.FinishRun("a", RunState{Applied: "h2"}, nil)
+	err = s.FinishRun(t.Context(), "a", RunState{Applied: "h2"}, nil)
 	if !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("write after losing the lock: %v, want ErrNotLeader", err)
 	}
-	err = s.AddEvent(ev("a", 1, true))
+	err = s.AddEvent(t.Context(), ev("a", 1, true))
 	if !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("event after losing the lock: %v, want ErrNotLeader", err)
 	}
-	fresh := NewConsulKV(c.Client, "p/state", 0)
+	fresh := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "p/state"})
 	must(t, fresh.Load(ctx))
 	if fresh.Run("a").Applied != "h1" || len(fresh.Events("a")) != 0 {
 		t.Fatalf("a deposed leader's writes landed: applied=%q events=%d", fresh.Run("a").Applied, len(fresh.Events("a")))
@@ -197,7 +196,7 @@ func TestConsulKVFence(t *testing.T) {
 
 	// Not holding the lock at all: refused before reaching Consul.
 	holding = false
-	if err := s.SaveTask("x", TaskRecord{Deleted: true}); !errors.Is(err, ErrNotLeader) {
+	if err := s.SaveTask(t.Context(), "x", TaskRecord{Deleted: true}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("SaveTask without the lock: %v", err)
 	}
 	if len(s.TaskRecords()) != 0 {
@@ -215,15 +214,15 @@ func must(t *testing.T, err error) {
 // The path of a run's log survives a reload only where the file is.
 func TestConsulKVKeepsLocalLogPaths(t *testing.T) {
 	c := startConsul(t)
-	s := NewConsulKV(c.Client, "p/state", 0)
+	s := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "p/state"})
 	must(t, s.Load(context.Background()))
 	here := t.TempDir() + "/run.log"
 	must(t, os.WriteFile(here, []byte("log"), 0o600))
 	e1, e2 := ev("a", 1, true), ev("a", 2, true)
 	e1.LogPath, e2.LogPath = here, "/nonexistent/other-instance/run.log"
-	must(t, s.AddEvent(e1))
-	must(t, s.AddEvent(e2))
-	s2 := NewConsulKV(c.Client, "p/state", 0)
+	must(t, s.AddEvent(t.Context(), e1))
+	must(t, s.AddEvent(t.Context(), e2))
+	s2 := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "p/state"})
 	must(t, s2.Load(context.Background()))
 	evs := s2.Events("a")
 	if len(evs) != 2 || evs[1].LogPath != here || evs[0].LogPath != "" {
@@ -244,14 +243,13 @@ func TestConsulKVFinishRunIsOneWrite(t *testing.T) {
 		t.Fatalf("acquire: %v %v", ok, err)
 	}
 	holder := id
-	s := NewConsulKV(c.Client, "p/state", 0)
-	s.SetFence(func() (string, string, bool) { return lock, holder, true })
+	s := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "p/state", Fence: func(string) (string, string, bool) { return lock, holder, true }})
 	must(t, s.Load(ctx))
-	must(t, s.StartRun("a", "run-1"))
+	must(t, s.StartRun(t.Context(), "a", "run-1"))
 	failed := ev("a", 1, false)
-	must(t, s.FinishRun("a", RunState{Applied: "old", Parts: map[string]string{"module": "m1"}, Failed: "new", Terminal: true}, &failed))
+	must(t, s.FinishRun(t.Context(), "a", RunState{Applied: "old", Parts: map[string]string{"module": "m1"}, Failed: "new", Terminal: true}, &failed))
 
-	fresh := NewConsulKV(c.Client, "p/state", 0)
+	fresh := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "p/state"})
 	must(t, fresh.Load(ctx))
 	got := fresh.Run("a")
 	if got.InFlight != "" || got.Applied != "old" || got.Failed != "new" || !got.Terminal || got.Parts["module"] != "m1" ||
@@ -263,7 +261,7 @@ func TestConsulKVFinishRunIsOneWrite(t *testing.T) {
 	// and the cache still says what Consul says.
 	holder = "00000000-0000-0000-0000-000000000000"
 	ok2 := ev("a", 2, true)
-	if err := s.FinishRun("a", RunState{Applied: "new"}, &ok2); !errors.Is(err, ErrNotLeader) {
+	if err := s.FinishRun(t.Context(), "a", RunState{Applied: "new"}, &ok2); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("fenced FinishRun: %v, want ErrNotLeader", err)
 	}
 	if s.Run("a").Applied != "old" || ids(s.Events("a")) != "run-1" {
@@ -280,18 +278,18 @@ func TestConsulKVFinishRunIsOneWrite(t *testing.T) {
 // record from Consul and from the copy.
 func TestConsulKVTaskRecordLimitAndRemove(t *testing.T) {
 	c := startConsul(t)
-	s := NewConsulKV(c.Client, "p/state", 0)
+	s := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "p/state"})
 	must(t, s.Load(context.Background()))
 	big := task.Spec{Name: "big", Description: strings.Repeat("d", MaxTaskRecordBytes)}
-	if err := s.SaveTask("big", TaskRecord{Spec: &big}); !errors.Is(err, ErrRecordTooLarge) {
+	if err := s.SaveTask(t.Context(), "big", TaskRecord{Spec: &big}); !errors.Is(err, ErrRecordTooLarge) {
 		t.Fatalf("SaveTask of a large record: %v", err)
 	}
 	if len(keys(t, c.Client, "p/state/tasks/")) != 0 {
 		t.Fatal("the large record was written")
 	}
 	small := task.Spec{Name: "small"}
-	must(t, s.SaveTask("small", TaskRecord{Spec: &small}))
-	must(t, s.RemoveTaskRecord("small"))
+	must(t, s.SaveTask(t.Context(), "small", TaskRecord{Spec: &small}))
+	must(t, s.RemoveTaskRecord(t.Context(), "small"))
 	if _, ok := s.TaskRecords()["small"]; ok || len(keys(t, c.Client, "p/state/tasks/")) != 0 {
 		t.Fatal("the removed record is still there")
 	}

@@ -38,7 +38,7 @@ type RemoteRuns interface {
 	RemoteRun(taskName string) (RemoteRun, bool)
 	// SetRemoteRun replaces the task's record; under high availability the
 	// write is fenced by the leader lock (ErrNotLeader).
-	SetRemoteRun(taskName string, r RemoteRun) error
+	SetRemoteRun(ctx context.Context, taskName string, r RemoteRun) error
 }
 
 var (
@@ -55,7 +55,7 @@ func (m *Memory) RemoteRun(taskName string) (RemoteRun, bool) {
 }
 
 // SetRemoteRun implements RemoteRuns.
-func (m *Memory) SetRemoteRun(taskName string, r RemoteRun) error {
+func (m *Memory) SetRemoteRun(_ context.Context, taskName string, r RemoteRun) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.remote == nil {
@@ -75,14 +75,14 @@ func (s *ConsulKV) RemoteRun(taskName string) (RemoteRun, bool) {
 
 // SetRemoteRun implements RemoteRuns: one fenced write of
 // <prefix>/remote/<task>; the cache changes once Consul has it.
-func (s *ConsulKV) SetRemoteRun(taskName string, r RemoteRun) error {
+func (s *ConsulKV) SetRemoteRun(ctx context.Context, taskName string, r RemoteRun) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if err := s.writeTask(context.Background(), taskName, api.KVTxnOps{{Verb: api.KVSet, Key: s.key("remote", esc(taskName)), Value: b}}); err != nil {
+	if err := s.writeTask(ctx, taskName, api.KVTxnOps{{Verb: api.KVSet, Key: s.key("remote", esc(taskName)), Value: b}}); err != nil {
 		return s.logFailure("remote run", taskName, err)
 	}
 	s.mu.Lock()

@@ -70,38 +70,36 @@ func TestConsulKVClaimSpread(t *testing.T) {
 	ownsA := map[string]bool{"web/x": true}
 	ownsB := map[string]bool{"db": true}
 
-	a := NewConsulKV(c.Client, "p/state", 3)
-	a.SetTaskFence(fence("a", sa, ownsA))
-	b := NewConsulKV(c.Client, "p/state", 3)
-	b.SetTaskFence(fence("b", sb, ownsB))
+	a := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "p/state", History: 3, Fence: fence("a", sa, ownsA)})
+	b := NewConsulKV(c.Client, ConsulKVOptions{Prefix: "p/state", History: 3, Fence: fence("b", sb, ownsB)})
 	must(t, a.Load(ctx))
 	must(t, b.Load(ctx)) // B's copy of web/x is empty from here on
 	must(t, a.Claim(ctx, "web/x"))
 	must(t, b.Claim(ctx, "db"))
 
 	// A runs web/x twice; the second run is in flight when the task moves.
-	must(t, a.StartRun("web/x", "run-1"))
+	must(t, a.StartRun(t.Context(), "web/x", "run-1"))
 	e1 := ev("web/x", 1, true)
-	must(t, a.FinishRun("web/x", RunState{Applied: "h1", Parts: map[string]string{"module": "m"}}, &e1))
-	must(t, a.StartRun("web/x", "run-2"))
+	must(t, a.FinishRun(t.Context(), "web/x", RunState{Applied: "h1", Parts: map[string]string{"module": "m"}}, &e1))
+	must(t, a.StartRun(t.Context(), "web/x", "run-2"))
 	// B's own task is written by B alone.
 	e9 := ev("db", 9, true)
-	must(t, b.FinishRun("db", RunState{Applied: "d1"}, &e9))
+	must(t, b.FinishRun(t.Context(), "db", RunState{Applied: "d1"}, &e9))
 
 	// Each member's writes of a task it does not hold the key of are
 	// refused by Consul, even when its fence says it owns the task (a
 	// member that has not noticed yet).
 	ownsA["db"] = true
 	e2 := ev("db", 2, true)
-	if err := a.FinishRun("db", RunState{Applied: "forged"}, &e2); !errors.Is(err, ErrNotLeader) {
+	if err := a.FinishRun(t.Context(), "db", RunState{Applied: "forged"}, &e2); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("A's write of B's task: %v, want ErrNotLeader", err)
 	}
-	if err := a.AddEvent(ev("db", 3, true)); !errors.Is(err, ErrNotLeader) {
+	if err := a.AddEvent(t.Context(), ev("db", 3, true)); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("A's event of B's task: %v, want ErrNotLeader", err)
 	}
 	delete(ownsA, "db")
 	// A fence that says "not owned" refuses before reaching Consul.
-	if err := a.StartRun("db", "run-x"); !errors.Is(err, ErrNotLeader) {
+	if err := a.StartRun(t.Context(), "db", "run-x"); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("A's in-flight marker of a task it does not own: %v", err)
 	}
 
@@ -122,7 +120,7 @@ func TestConsulKVClaimSpread(t *testing.T) {
 	// A has not noticed it lost the task: its late writes are refused and
 	// change neither Consul nor its cache.
 	e3 := ev("web/x", 3, true)
-	if err := a.FinishRun("web/x", RunState{Applied: "late"}, &e3); !errors.Is(err, ErrNotLeader) {
+	if err := a.FinishRun(t.Context(), "web/x", RunState{Applied: "late"}, &e3); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("old owner's write after the hand-over: %v, want ErrNotLeader", err)
 	}
 	if a.Run("web/x").Applied != "h1" || a.Run("web/x").InFlight != "run-2" {
@@ -131,9 +129,9 @@ func TestConsulKVClaimSpread(t *testing.T) {
 
 	// B re-runs the interrupted run; its event continues A's sequence
 	// (A's event is kept, not overwritten).
-	must(t, b.StartRun("web/x", "run-4"))
+	must(t, b.StartRun(t.Context(), "web/x", "run-4"))
 	e4 := ev("web/x", 4, true)
-	must(t, b.FinishRun("web/x", RunState{Applied: "h4"}, &e4))
+	must(t, b.FinishRun(t.Context(), "web/x", RunState{Applied: "h4"}, &e4))
 	if got := ids(b.Events("web/x")); got != "run-4,run-1" {
 		t.Fatalf("B's events of web/x: %s", got)
 	}
@@ -167,11 +165,11 @@ func TestConsulKVClaimSpread(t *testing.T) {
 
 	// Writes of no task (task records) are fenced by the member key: a
 	// member expelled (its member key deleted) cannot write them.
-	must(t, a.SaveTask("api-made", TaskRecord{Deleted: true}))
+	must(t, a.SaveTask(t.Context(), "api-made", TaskRecord{Deleted: true}))
 	if _, err := c.Client.KV().Delete("p/spread/members/a", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.SaveTask("api-made", TaskRecord{Deleted: false, Destroy: true}); !errors.Is(err, ErrNotLeader) {
+	if err := a.SaveTask(t.Context(), "api-made", TaskRecord{Deleted: false, Destroy: true}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("task record from an expelled member: %v, want ErrNotLeader", err)
 	}
 	must(t, b.Load(ctx))

@@ -6,6 +6,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"maps"
 	"sync"
@@ -167,11 +168,12 @@ func (r RunState) equal(o RunState) bool {
 func (r RunState) zero() bool { return r.equal(RunState{}) }
 
 // Store records events and task state. Implementations are safe for
-// concurrent use.
+// concurrent use. Writes take a context: a store that writes elsewhere
+// (ConsulKV) gives up when it ends; reads are served from memory.
 type Store interface {
 	// AddEvent records a finished run; the oldest events beyond the history
 	// length are dropped.
-	AddEvent(ev Event) error
+	AddEvent(ctx context.Context, ev Event) error
 	// Events returns a task's events, newest first.
 	Events(taskName string) []Event
 	// AllEvents returns every task's events, newest first per task.
@@ -181,14 +183,14 @@ type Store interface {
 	// StartRun marks a task as being applied by run runID. A new leader
 	// re-runs a task whose marker is still set: the run that set it was
 	// interrupted (crash, partition) before it was recorded.
-	StartRun(taskName, runID string) error
+	StartRun(ctx context.Context, taskName, runID string) error
 	// FinishRun records the outcome of a run in one write: the in-flight
 	// marker is cleared, the run state becomes st (InFlight is ignored),
 	// and ev, when not nil, is added to the history. Nothing is changed
 	// when the write fails: the caller retries.
-	FinishRun(taskName string, st RunState, ev *Event) error
+	FinishRun(ctx context.Context, taskName string, st RunState, ev *Event) error
 	// DeleteTask forgets a task's events and state.
-	DeleteTask(taskName string) error
+	DeleteTask(ctx context.Context, taskName string) error
 }
 
 // Memory is the in-memory Store.
@@ -212,7 +214,7 @@ func NewMemory(history int) *Memory {
 }
 
 // AddEvent implements Store.
-func (m *Memory) AddEvent(ev Event) error {
+func (m *Memory) AddEvent(_ context.Context, ev Event) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	evs := append([]Event{ev}, m.events[ev.TaskName]...)
@@ -249,7 +251,7 @@ func (m *Memory) Run(taskName string) RunState {
 }
 
 // StartRun implements Store.
-func (m *Memory) StartRun(taskName, runID string) error {
+func (m *Memory) StartRun(_ context.Context, taskName, runID string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.run[taskName]
@@ -259,20 +261,20 @@ func (m *Memory) StartRun(taskName, runID string) error {
 }
 
 // FinishRun implements Store.
-func (m *Memory) FinishRun(taskName string, st RunState, ev *Event) error {
+func (m *Memory) FinishRun(ctx context.Context, taskName string, st RunState, ev *Event) error {
 	st = st.clone()
 	st.InFlight = ""
 	m.mu.Lock()
 	m.run[taskName] = st
 	m.mu.Unlock()
 	if ev != nil {
-		return m.AddEvent(*ev)
+		return m.AddEvent(ctx, *ev)
 	}
 	return nil
 }
 
 // DeleteTask implements Store.
-func (m *Memory) DeleteTask(taskName string) error {
+func (m *Memory) DeleteTask(_ context.Context, taskName string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.events, taskName)

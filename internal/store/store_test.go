@@ -8,13 +8,13 @@ import (
 func TestMemoryHistoryBounded(t *testing.T) {
 	m := NewMemory(3)
 	for i := 0; i < 5; i++ {
-		_ = m.AddEvent(Event{ID: fmt.Sprint(i), TaskName: "a", Success: true})
+		_ = m.AddEvent(t.Context(), Event{ID: fmt.Sprint(i), TaskName: "a", Success: true})
 	}
 	evs := m.Events("a")
 	if len(evs) != 3 || evs[0].ID != "4" || evs[2].ID != "2" {
 		t.Fatalf("want newest 3 events newest first, got %+v", evs)
 	}
-	_ = m.DeleteTask("a")
+	_ = m.DeleteTask(t.Context(), "a")
 	if len(m.Events("a")) != 0 {
 		t.Fatal("events survived DeleteTask")
 	}
@@ -44,7 +44,7 @@ func TestApplied(t *testing.T) {
 	if m.Run("x").Applied != "" {
 		t.Fatal("unexpected hash")
 	}
-	_ = m.FinishRun("x", RunState{Applied: "h1"}, nil)
+	_ = m.FinishRun(t.Context(), "x", RunState{Applied: "h1"}, nil)
 	if m.Run("x").Applied != "h1" {
 		t.Fatal("hash not kept")
 	}

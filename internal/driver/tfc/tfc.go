@@ -665,7 +665,7 @@ func (d *Driver) queue(ctx context.Context, op string, run driver.Run, digest, m
 	}
 	rec := store.RemoteRun{Op: op, Digest: digest, ConfigurationVersion: opts.ConfigurationVersion.ID, Run: run.ID, At: time.Now().UTC()}
 	if op != "plan" {
-		if err := d.recordRun(rec); err != nil {
+		if err := d.recordRun(ctx, rec); err != nil {
 			return nil, &driver.Error{Op: op, Err: err,
 				Summary: fmt.Sprintf("not queuing a run in workspace %q: recording it for the task failed: %v", d.name, err)}
 		}
@@ -676,7 +676,7 @@ func (d *Driver) queue(ctx context.Context, op string, run driver.Run, digest, m
 	}
 	if op != "plan" {
 		rec.ID = r.ID
-		if err := d.recordRun(rec); err != nil {
+		if err := d.recordRun(context.WithoutCancel(ctx), rec); err != nil {
 			// The run is found by its configuration version instead.
 			d.log.Warn("the queued run's id could not be recorded", "run_id", r.ID, "error", err)
 		}
@@ -699,9 +699,9 @@ func (d *Driver) record() (store.RemoteRun, bool) {
 }
 
 // recordRun replaces the task's run record.
-func (d *Driver) recordRun(r store.RemoteRun) error {
+func (d *Driver) recordRun(ctx context.Context, r store.RemoteRun) error {
 	if d.opts.Runs != nil {
-		return d.opts.Runs.SetRemoteRun(d.opts.Spec.Name, r)
+		return d.opts.Runs.SetRemoteRun(ctx, d.opts.Spec.Name, r)
 	}
 	d.mem = &r
 	return nil

@@ -264,7 +264,7 @@ func TestFakeNewLeaderAdoptsRecordedRun(t *testing.T) {
 	}
 	// Recorded as a success: the same configuration runs again when asked
 	// (a schedule tick, a drift remediation).
-	_ = st.AddEvent(store.Event{ID: "r3", TaskName: "web", Success: true, TFCRunURL: r.res.RunURL})
+	_ = st.AddEvent(context.Background(), store.Event{ID: "r3", TaskName: "web", Success: true, TFCRunURL: r.res.RunURL})
 	if _, err := third.Apply(context.Background(), driver.Run{ID: "r4"}, inputs("web-1")); err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestFakeRecordWithoutRunIDFoundByConfigurationVersion(t *testing.T) {
 	}
 	rec, _ := st.RemoteRun("web")
 	rec.ID = ""
-	_ = st.SetRemoteRun("web", rec)
+	_ = st.SetRemoteRun(context.Background(), "web", rec)
 	next := fakeDriver(t, f, func(o *Options) { o.Runs = st })
 	res, err := next.Apply(context.Background(), driver.Run{ID: "r2"}, inputs("web-1"))
 	if err != nil {
@@ -296,7 +296,7 @@ func TestFakeRecordWithoutRunIDFoundByConfigurationVersion(t *testing.T) {
 	}
 	// A record of a configuration version no run uses (the leader died
 	// before creating the run): a run is queued.
-	_ = st.SetRemoteRun("web", store.RemoteRun{Op: "apply", Digest: rec.Digest, ConfigurationVersion: "cv-none"})
+	_ = st.SetRemoteRun(context.Background(), "web", store.RemoteRun{Op: "apply", Digest: rec.Digest, ConfigurationVersion: "cv-none"})
 	if _, err := next.Apply(context.Background(), driver.Run{ID: "r3"}, inputs("web-1")); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +316,7 @@ func TestFakeStaleRecordedRunDiscarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	stale := f.addPlannedRun()
-	_ = st.SetRemoteRun("web", store.RemoteRun{Op: "apply", Digest: "older", ConfigurationVersion: "cv-0", ID: stale})
+	_ = st.SetRemoteRun(context.Background(), "web", store.RemoteRun{Op: "apply", Digest: "older", ConfigurationVersion: "cv-0", ID: stale})
 	if _, err := d.Apply(context.Background(), driver.Run{ID: "r1"}, inputs("web-1")); err != nil {
 		t.Fatal(err)
 	}
