@@ -1,12 +1,19 @@
 package api
 
 import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/gate/gatetest"
+	"github.com/ctsync/ctsync/internal/notify"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -189,5 +196,46 @@ func TestPlanDecisionPaths(t *testing.T) {
 		if got != want {
 			t.Errorf("%s: %q, want %q", path, got, want)
 		}
+	}
+}
+
+// The chain an operator sees: a plan held, approved through the API with a
+// write token, and the webhooks that say so, naming the token; the gates
+// report through the notifiers' OnGate, as the controller's hook will.
+func TestApprovalThroughTheAPIReachesWebhooks(t *testing.T) {
+	var mu sync.Mutex
+	var got []notify.Payload
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p notify.Payload
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			t.Errorf("webhook body: %v", err)
+		}
+		mu.Lock()
+		got = append(got, p)
+		mu.Unlock()
+	}))
+	t.Cleanup(hook.Close)
+	d := notify.New(notify.Options{Notifications: []config.Notification{{Type: "webhook", Name: "ops", URL: hook.URL,
+		Events: []string{config.NotifyApproval}, Timeout: 5 * time.Second}}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = d.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	fa := gatetest.New()
+	fa.OnGate = d.OnGate
+	h := newHarness(t, []task.Spec{servicesTask("fw", "web")}, withApprovals(fa), withTokens(testTokens...))
+	p := fa.Hold(heldPlan("fw"))
+	h.send("POST", "/v1/tasks/fw/plan/"+p.ID+"/approve", "", bearer(writeSecret)).expect(t, 200)
+	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer fcancel()
+	d.Flush(fctx)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0].Approval == nil || got[0].Approval.Action != gate.ActionHeld ||
+		got[1].Approval == nil || got[1].Approval.Action != gate.ActionApproved || got[1].Approval.Plan.DecidedBy != "ops" ||
+		!strings.Contains(got[1].Text, "approved by ops") {
+		t.Fatalf("webhooks: %+v", got)
 	}
 }

@@ -5,44 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/gate"
 )
-
-// Actions of approval notifications: what happened to a held plan.
-const (
-	ActionHeld       = "held"
-	ActionApproved   = "approved"
-	ActionRejected   = "rejected"
-	ActionExpired    = "expired"
-	ActionSuperseded = "superseded"
-	// ActionDenied is the action of a policy notification.
-	ActionDenied = "denied"
-)
-
-// GateEvent is what a safety gate did with a task's run; the controller
-// hands it to Dispatcher.OnGate.
-type GateEvent struct {
-	// Kind is config.NotifyApproval or config.NotifyPolicy.
-	Kind string
-	// Action is ActionHeld, ActionApproved, ActionRejected, ActionExpired
-	// or ActionSuperseded (approval), ActionDenied (policy).
-	Action string
-	Task   string
-	// Plan is the held plan (approval); its text is not sent.
-	Plan gate.Plan
-	// PlanID names the plan a policy denied, when the run had one
-	// (approval: Plan.ID).
-	PlanID string
-	// Newer is the plan that superseded Plan (ActionSuperseded).
-	Newer string
-	// Messages are the policy's deny messages (policy).
-	Messages []string
-	// Trigger is what caused the run (policy), as in events.
-	Trigger string
-	// Time is when it happened (default: when OnGate is called).
-	Time time.Time
-}
 
 // ApprovalNote is the approval part of a webhook's payload.
 type ApprovalNote struct {
@@ -79,15 +43,13 @@ type PolicyNote struct {
 	Trigger  string   `json:"trigger,omitempty"`
 }
 
-// OnGate takes a safety gate's decision (the controller's gate hook). It
+// OnGate takes what a safety gate did (the controller's gate hook). It
 // never blocks: the notification is queued for every notifier whose
-// events list its kind.
-func (d *Dispatcher) OnGate(g GateEvent) {
+// events list its kind (gate.EventApproval and gate.EventPolicy are
+// config.NotifyApproval and config.NotifyPolicy).
+func (d *Dispatcher) OnGate(g gate.Event) {
 	if g.Time.IsZero() {
 		g.Time = time.Now().UTC()
-	}
-	if g.Kind == config.NotifyApproval && g.PlanID == "" {
-		g.PlanID = g.Plan.ID
 	}
 	for _, s := range d.senders {
 		if s.n.Wants(g.Kind) {
@@ -97,16 +59,16 @@ func (d *Dispatcher) OnGate(g GateEvent) {
 }
 
 // gatePayload is the notification of a gate's decision, secrets redacted.
-func (s *sender) gatePayload(g GateEvent) Payload {
+func (s *sender) gatePayload(g gate.Event) Payload {
 	red := s.d.opts.Redact
 	p := Payload{Type: g.Kind, Task: g.Task, Time: g.Time}
 	switch g.Kind {
-	case config.NotifyPolicy:
+	case gate.EventPolicy:
 		msgs := make([]string, len(g.Messages))
 		for i, m := range g.Messages {
 			msgs[i] = red(m)
 		}
-		p.Policy = &PolicyNote{Action: g.Action, Messages: msgs, PlanID: g.PlanID, Trigger: g.Trigger}
+		p.Policy = &PolicyNote{Action: g.Action, Messages: msgs, PlanID: g.Plan.ID, Trigger: g.Trigger}
 		p.Text = fmt.Sprintf("ctsync: task %q denied by policy: nothing applied", g.Task)
 		if len(msgs) > 0 {
 			p.Text += ": " + strings.Join(msgs, "; ")
@@ -132,15 +94,15 @@ func approvalText(task, action string, p PlanNote, newer string) string {
 		by = " by " + p.DecidedBy
 	}
 	switch action {
-	case ActionHeld:
+	case gate.ActionHeld:
 		return fmt.Sprintf("ctsync: task %q waits for approval: %s (plan %s: %s)", task, p.Reason, p.ID, counts)
-	case ActionApproved:
+	case gate.ActionApproved:
 		return fmt.Sprintf("ctsync: plan %s of task %q approved%s: applying it (%s)", p.ID, task, by, counts)
-	case ActionRejected:
+	case gate.ActionRejected:
 		return fmt.Sprintf("ctsync: plan %s of task %q rejected%s: nothing applied", p.ID, task, by)
-	case ActionExpired:
+	case gate.ActionExpired:
 		return fmt.Sprintf("ctsync: plan %s of task %q expired without approval: nothing applied", p.ID, task)
-	case ActionSuperseded:
+	case gate.ActionSuperseded:
 		return fmt.Sprintf("ctsync: plan %s of task %q superseded by plan %s: the desired state changed since it was made", p.ID, task, newer)
 	}
 	return fmt.Sprintf("ctsync: plan %s of task %q: %s", p.ID, task, action)

@@ -23,6 +23,9 @@ func heldPlanFor(task string) gate.Plan {
 // them, with the plan's summary (not its text) or the deny messages,
 // secrets redacted; a webhook that lists other events gets none.
 func TestGateNotifications(t *testing.T) {
+	if gate.EventApproval != config.NotifyApproval || gate.EventPolicy != config.NotifyPolicy {
+		t.Fatal("the gates' event kinds are not the notification blocks' event names")
+	}
 	var mu sync.Mutex
 	var bodies [][]byte
 	raw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -37,19 +40,19 @@ func TestGateNotifications(t *testing.T) {
 		Redact: func(s string) string { return strings.ReplaceAll(s, "s3cr3t", "[redacted]") }})
 
 	p := heldPlanFor("fw")
-	d.OnGate(GateEvent{Kind: config.NotifyApproval, Action: ActionHeld, Task: "fw", Plan: p})
+	d.OnGate(gate.Event{Kind: gate.EventApproval, Action: gate.ActionHeld, Task: "fw", Plan: p})
 	sup := p
 	sup.State = gate.Superseded
-	d.OnGate(GateEvent{Kind: config.NotifyApproval, Action: ActionSuperseded, Task: "fw", Plan: sup, Newer: "p2"})
+	d.OnGate(gate.Event{Kind: gate.EventApproval, Action: gate.ActionSuperseded, Task: "fw", Plan: sup, Newer: "p2"})
 	dec := p
 	dec.ID, dec.State, dec.DecidedBy, dec.DecidedAt = "p2", gate.Approved, "ops", t0
-	d.OnGate(GateEvent{Kind: config.NotifyApproval, Action: ActionApproved, Task: "fw", Plan: dec})
+	d.OnGate(gate.Event{Kind: gate.EventApproval, Action: gate.ActionApproved, Task: "fw", Plan: dec})
 	dec.State = gate.Rejected
-	d.OnGate(GateEvent{Kind: config.NotifyApproval, Action: ActionRejected, Task: "fw", Plan: dec})
+	d.OnGate(gate.Event{Kind: gate.EventApproval, Action: gate.ActionRejected, Task: "fw", Plan: dec})
 	exp := p
 	exp.State = gate.Expired
-	d.OnGate(GateEvent{Kind: config.NotifyApproval, Action: ActionExpired, Task: "fw", Plan: exp})
-	d.OnGate(GateEvent{Kind: config.NotifyPolicy, Action: ActionDenied, Task: "fw", Trigger: "health/service/web",
+	d.OnGate(gate.Event{Kind: gate.EventApproval, Action: gate.ActionExpired, Task: "fw", Plan: exp})
+	d.OnGate(gate.Event{Kind: gate.EventPolicy, Action: gate.ActionDenied, Task: "fw", Trigger: "health/service/web",
 		Messages: []string{"rule fw-web opens port 22 to 0.0.0.0/0", "s3cr3t in a tag"}})
 	flush(t, d)
 

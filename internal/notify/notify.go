@@ -28,6 +28,7 @@ import (
 
 	expbackoff "github.com/ctsync/ctsync/internal/backoff"
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/store"
 )
 
@@ -137,7 +138,7 @@ func (s *sender) push(it item) {
 	if dropped, ok := s.q.push(it); ok {
 		task, id := dropped.ev.TaskName, dropped.ev.ID
 		if g := dropped.gate; g != nil {
-			task, id = g.Task, g.PlanID
+			task, id = g.Task, g.Plan.ID
 		}
 		s.log.Warn("notification queue full: dropped the oldest notification",
 			"task_name", task, "event_id", id, "queue_size", s.d.opts.QueueSize)
@@ -344,10 +345,10 @@ func backoff(base time.Duration, attempt int) time.Duration {
 	return expbackoff.Policy{Base: base, Max: maxBackoff, Jitter: expbackoff.Around20}.Delay(attempt)
 }
 
-// item is one queued notification: a stored event, or a gate's decision.
+// item is one queued notification: a stored event, or what a gate did.
 type item struct {
 	ev   store.Event
-	gate *GateEvent
+	gate *gate.Event
 }
 
 // queue is a bounded FIFO that drops its oldest item when full.

@@ -34,6 +34,9 @@ type Approvals struct {
 	Decisions chan Decision
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// OnGate, when set, gets what the gates did, as the controller's gate
+	// hook does: held, approved, rejected, expired, superseded.
+	OnGate func(gate.Event)
 }
 
 // New returns an empty Approvals.
@@ -52,8 +55,17 @@ func (a *Approvals) now() time.Time {
 // Created is filled in.
 func (a *Approvals) Hold(p gate.Plan) gate.Plan {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.hold(p)
+	p = a.hold(p)
+	a.mu.Unlock()
+	a.emit(gate.ActionHeld, p, "")
+	return p
+}
+
+// emit hands an approval event to OnGate.
+func (a *Approvals) emit(action string, p gate.Plan, newer string) {
+	if a.OnGate != nil {
+		a.OnGate(gate.Event{Kind: gate.EventApproval, Action: action, Task: p.Task, Plan: p, Newer: newer, Time: a.now()})
+	}
 }
 
 func (a *Approvals) hold(p gate.Plan) gate.Plan {
@@ -82,10 +94,15 @@ func (a *Approvals) Move(name string) {
 // Expire ends the task's pending plan as approval.expire does.
 func (a *Approvals) Expire(name string) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if p, ok := a.plans[name]; ok && p.State == gate.Pending {
+	p, ok := a.plans[name]
+	ok = ok && p.State == gate.Pending
+	if ok {
 		p.State = gate.Expired
 		a.plans[name] = p
+	}
+	a.mu.Unlock()
+	if ok {
+		a.emit(gate.ActionExpired, p, "")
 	}
 }
 
@@ -146,6 +163,8 @@ func (a *Approvals) decide(ctx context.Context, name, id, who string, approve bo
 		next.ID, next.Created = "", time.Time{}
 		next = a.hold(next)
 		a.mu.Unlock()
+		a.emit(gate.ActionSuperseded, p, next.ID)
+		a.emit(gate.ActionHeld, next, "")
 		return &gate.SupersededError{ID: id, Newer: next.ID}
 	}
 	p.State = gate.Rejected
@@ -155,6 +174,11 @@ func (a *Approvals) decide(ctx context.Context, name, id, who string, approve bo
 	p.DecidedBy, p.DecidedAt = who, a.now()
 	a.plans[name] = p
 	a.mu.Unlock()
+	action := gate.ActionRejected
+	if approve {
+		action = gate.ActionApproved
+	}
+	a.emit(action, p, "")
 	select {
 	case a.Decisions <- Decision{Task: name, ID: id, Who: who, Approve: approve}:
 	default:
