@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -157,26 +156,6 @@ func (c *Controller) upstreamOutputs(s *task.Spec) (map[string][]byte, string) {
 		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(o), o)
 	}
 	return out, hex.EncodeToString(h.Sum(nil))
-}
-
-// waitUpstreams waits, in RunOnce, for the tasks s depends on that run too;
-// it fails when one of them failed.
-func (c *Controller) waitUpstreams(ctx context.Context, s *task.Spec, done map[string]chan struct{}, failed *sync.Map) error {
-	for _, name := range s.Upstreams() {
-		ch, runs := done[name]
-		if !runs {
-			continue // not part of this run: its recorded outputs are used
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-ch:
-		}
-		if _, bad := failed.Load(name); bad {
-			return fmt.Errorf("not run: upstream task %q failed", name)
-		}
-	}
-	return nil
 }
 
 // ChainGroups returns, for every task that depends on another or that

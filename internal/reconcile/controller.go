@@ -356,9 +356,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 		c.subscribe(name, &s)
 	}
-	for i := 0; i < c.opts.MaxParallel; i++ {
-		wg.Go(func() { c.worker(ctx, runCtx) })
-	}
+	c.startWorkers(&wg, ctx, runCtx)
 	wg.Go(func() { c.scheduleLoop(ctx) })
 	wg.Go(func() { c.driftLoop(ctx, runCtx) })
 	<-ctx.Done()
@@ -384,6 +382,32 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Unlock()
 	if interrupted.Load() {
 		return ErrRunsInterrupted
+	}
+	return nil
+}
+
+// startWorkers starts the MaxParallel workers of the run queue: they take
+// tasks until ctx ends, and run them with runCtx.
+func (c *Controller) startWorkers(wg *sync.WaitGroup, ctx, runCtx context.Context) {
+	for range c.opts.MaxParallel {
+		wg.Go(func() { c.worker(ctx, runCtx) })
+	}
+}
+
+// awaitLocked waits until cond, checked under c.mu at every change of
+// state (changedLocked), holds, or ctx ends. c.mu is held on entry and on
+// return.
+func (c *Controller) awaitLocked(ctx context.Context, cond func() bool) error {
+	for !cond() {
+		changed := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			c.mu.Lock()
+			return ctx.Err()
+		case <-changed:
+		}
+		c.mu.Lock()
 	}
 	return nil
 }

@@ -229,6 +229,8 @@ type lifecycle struct {
 	// waiting says why the task cannot run yet (ErrWaiting, an upstream
 	// task), "" otherwise.
 	waiting string
+	// last is how the last run a worker took ended (RunOnce reads it).
+	last outcome
 }
 
 // wake is the timer a step arms: after d, before runs (under c.mu) and the
@@ -460,6 +462,12 @@ func (c *Controller) untakeLocked(e *entry, req Request) {
 	c.stepLocked(e, evDone, wake{})
 }
 
+// submitLocked hands the run req to the queue (RunOnce). c.mu is held.
+func (c *Controller) submitLocked(e *entry, req Request) {
+	e.lc.due = req
+	c.stepLocked(e, evQueue, wake{})
+}
+
 // reserveLocked takes the task for a run its caller starts itself (an API
 // call, a drift check); false when it is queued, running or deleted.
 func (c *Controller) reserveLocked(e *entry) bool {
@@ -509,13 +517,16 @@ func (c *Controller) succeededLocked(e *entry) {
 // endRunLocked moves a task whose run (taken from the queue) has ended on:
 // retried after a delay when it failed and may be retried, else done; a
 // change that came during the run runs now. c.mu is held.
-func (c *Controller) endRunLocked(e *entry, res outcome) {
+func (c *Controller) endRunLocked(e *entry, req Request, res outcome) {
 	lc, name := &e.lc, e.spec.Name
+	lc.last = res
 	locked := res.failed && errors.Is(res.err, driver.ErrStateLocked)
 	if !locked {
 		lc.lockWaits = 0
 	}
 	switch {
+	case req.Trigger.Kind == TriggerOnce: // -once reports it: no retry
+		c.stepLocked(e, evDone, wake{})
 	case locked && e.spec.Enabled:
 		// Someone else holds the task's state lock. Unlike other
 		// failures this is retried until the run gets the lock: a lock

@@ -316,20 +316,12 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 	c.stepLocked(e, evDelete, wake{}) // deleting now, or once the run in progress ends
 	// Wait until the run in progress (if any) has finished and recorded
 	// its outcome, as CTS does.
-	for e.lc.phase != phaseDeleting {
-		changed := c.changed
+	if err := c.awaitLocked(ctx, func() bool { return e.lc.phase == phaseDeleting }); err != nil {
+		c.stepLocked(e, evAbandon, wake{}) // the task stays as it was
+		e.spec.Enabled = enabled
+		c.markDirtyLocked(e, Due(TriggerChange)) // a change its timer waited for is not lost
 		c.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			c.mu.Lock()
-			c.stepLocked(e, evAbandon, wake{}) // the task stays as it was
-			e.spec.Enabled = enabled
-			c.markDirtyLocked(e, Due(TriggerChange)) // a change its timer waited for is not lost
-			c.mu.Unlock()
-			return ctx.Err()
-		case <-changed:
-		}
-		c.mu.Lock()
+		return err
 	}
 	c.mu.Unlock()
 	if destroy {

@@ -14,9 +14,14 @@ import (
 )
 
 // RunOnce runs every enabled task once (only the named ones when names is
-// not empty), in parallel up to MaxParallel, waiting up to wait for each
-// task's data. With inspect set it plans and writes each plan to out. It
-// returns an error naming every task that failed.
+// not empty), waiting up to wait for each task's data. With inspect set it
+// plans and writes each plan to out. It returns an error naming every task
+// that failed.
+//
+// The runs go through the run queue and its workers, as the daemon's do
+// (MaxParallel at once): RunOnce only decides when each task is due (once
+// the tasks it depends on in this batch are done and its data is there),
+// and waits for the outcome.
 func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, wait time.Duration, out io.Writer) error {
 	c.mu.Lock()
 	var run []*entry
@@ -34,52 +39,41 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 	c.mu.Unlock()
 	slices.SortFunc(run, func(a, b *entry) int { return strings.Compare(a.spec.Name, b.spec.Name) })
 
-	loopCtx, stopLoop := context.WithCancel(ctx)
-	defer stopLoop()
-	go c.noteLoop(loopCtx)
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	var loops sync.WaitGroup
+	defer func() { stopLoops(); loops.Wait() }()
+	loops.Go(func() { c.noteLoop(loopCtx) })
+	c.startWorkers(&loops, loopCtx, ctx)
 	for _, e := range run {
 		c.subscribe(e.spec.Name, &e.spec)
 	}
 
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var failed []string
-	var outMu sync.Mutex
-	// Chained tasks run after the ones they depend on (of those that run).
-	done := make(map[string]chan struct{}, len(run))
-	var failedSet sync.Map
+	b := &onceBatch{runs: map[string]bool{}, done: map[string]onceResult{}}
 	for _, e := range run {
-		done[e.spec.Name] = make(chan struct{})
+		b.runs[e.spec.Name] = true
 	}
+	req := Request{Trigger: Due(TriggerOnce), Force: true}
+	if inspect {
+		req.Mode = ModePlan
+	}
+	var wg sync.WaitGroup
+	var outMu sync.Mutex
 	begin := time.Now()
-	results := make([]onceResult, len(run)) // the summary (once_summary.go)
-	for i, e := range run {
+	for _, e := range run {
 		wg.Go(func() {
 			s := e.spec
-			defer close(done[s.Name])
-			err := c.waitUpstreams(ctx, &s, done, &failedSet)
+			err := c.waitUpstreams(ctx, &s, b)
 			if err == nil {
 				err = c.waitReady(ctx, e, &s, wait)
 			}
 			var res outcome
-			var release func()
 			if err == nil {
-				release, err = c.acquireSlot(ctx)
+				req := req
+				req.Name = s.Name
+				res, err = c.runQueued(ctx, e, req)
 			}
 			if err == nil {
-				t0 := time.Now()
-				req := Request{Name: s.Name, Trigger: Due(TriggerOnce), Force: true}
-				if inspect {
-					req.Mode = ModePlan
-				}
-				res = c.reconcile(ctx, e, &s, req)
-				results[i].dur = time.Since(t0)
-				release()
 				err = res.err
-			}
-			results[i].name, results[i].err = s.Name, err
-			if err != nil {
-				failedSet.Store(s.Name, true)
 			}
 			if inspect && err == nil {
 				outMu.Lock()
@@ -88,10 +82,11 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 			}
 			if err != nil {
 				c.log.Error("task failed", "task_name", s.Name, "error", err)
-				mu.Lock()
-				failed = append(failed, fmt.Sprintf("%s: %v", s.Name, err))
-				mu.Unlock()
 			}
+			c.mu.Lock()
+			b.done[s.Name] = onceResult{name: s.Name, err: err, dur: res.dur}
+			c.changedLocked() // the tasks that depend on it, and the log below, look again
+			c.mu.Unlock()
 		})
 	}
 	// The runs are parallel; their "task completed" lines (CTS's, which
@@ -100,23 +95,73 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 	logged := make(chan struct{})
 	go func() {
 		defer close(logged)
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		for _, e := range run {
-			<-done[e.spec.Name]
-			if _, bad := failedSet.Load(e.spec.Name); !bad && !inspect {
+			if c.awaitLocked(ctx, func() bool { _, ok := b.done[e.spec.Name]; return ok }) != nil {
+				return
+			}
+			if b.done[e.spec.Name].err == nil && !inspect {
 				c.log.Info("task completed", "task_name", e.spec.Name)
 			}
 		}
 	}()
-	stopProgress := c.onceProgress(run, done, begin) // once_summary.go
+	stopProgress := c.onceProgress(run, b, begin) // once_summary.go
 	wg.Wait()
 	stopProgress()
 	<-logged
+	results := make([]onceResult, len(run)) // the summary (once_summary.go)
+	var failed []string
+	for i, e := range run {
+		results[i] = b.done[e.spec.Name]
+		if err := results[i].err; err != nil {
+			failed = append(failed, fmt.Sprintf("%s: %v", e.spec.Name, err))
+		}
+	}
 	if out != nil {
 		printOnceSummary(out, results, inspect, time.Since(begin))
 	}
 	if len(failed) > 0 {
-		slices.Sort(failed)
 		return fmt.Errorf("%d of %d tasks failed:\n  %s", len(failed), len(run), strings.Join(failed, "\n  "))
+	}
+	return nil
+}
+
+// onceBatch is what RunOnce runs: the tasks, and how each one ended once
+// it has. done is guarded by c.mu; a change of it is announced as a change
+// of state (changedLocked).
+type onceBatch struct {
+	runs map[string]bool
+	done map[string]onceResult
+}
+
+// runQueued hands a run to the run queue and waits until it has ended
+// (RunOnce: nothing else makes the task due meanwhile).
+func (c *Controller) runQueued(ctx context.Context, e *entry, req Request) (outcome, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.submitLocked(e, req)
+	if err := c.awaitLocked(ctx, func() bool { return e.lc.phase == phaseIdle }); err != nil {
+		return outcome{}, err
+	}
+	return e.lc.last, nil
+}
+
+// waitUpstreams waits, in RunOnce, for the tasks s depends on that run too;
+// it fails when one of them failed.
+func (c *Controller) waitUpstreams(ctx context.Context, s *task.Spec, b *onceBatch) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, name := range s.Upstreams() {
+		if !b.runs[name] {
+			continue // not part of this run: its recorded outputs are used
+		}
+		if err := c.awaitLocked(ctx, func() bool { _, ok := b.done[name]; return ok }); err != nil {
+			return err
+		}
+		if b.done[name].err != nil {
+			return fmt.Errorf("not run: upstream task %q failed", name)
+		}
 	}
 	return nil
 }

@@ -68,9 +68,9 @@ func firstLine(s string, max int) string {
 var OnceProgressEvery = 30 * time.Second
 
 // onceProgress logs, every OnceProgressEvery until stop is called, the
-// tasks of run whose done channel is still open and for how long -once
-// has been running.
-func (c *Controller) onceProgress(run []*entry, done map[string]chan struct{}, begin time.Time) (stop func()) {
+// tasks of run that have not ended yet and for how long -once has been
+// running.
+func (c *Controller) onceProgress(run []*entry, b *onceBatch, begin time.Time) (stop func()) {
 	quit := make(chan struct{})
 	ended := make(chan struct{})
 	go func() {
@@ -84,13 +84,13 @@ func (c *Controller) onceProgress(run []*entry, done map[string]chan struct{}, b
 			case <-tick.C:
 			}
 			var waiting []string
+			c.mu.Lock()
 			for _, e := range run {
-				select {
-				case <-done[e.spec.Name]:
-				default:
+				if _, ok := b.done[e.spec.Name]; !ok {
 					waiting = append(waiting, e.spec.Name)
 				}
 			}
+			c.mu.Unlock()
 			c.log.Info("still running", "tasks_done", len(run)-len(waiting), "tasks", len(run),
 				"waiting_for", strings.Join(waiting, ","), "elapsed", time.Since(begin).Round(time.Second))
 		}

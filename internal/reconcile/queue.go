@@ -68,11 +68,13 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			c.mu.Unlock()
 			continue
 		}
+		t0 := time.Now()
 		res := c.reconcile(runCtx, e, &spec, req)
+		res.dur = time.Since(t0)
 		release()
 
 		c.mu.Lock()
-		c.endRunLocked(e, res)
+		c.endRunLocked(e, req, res)
 		c.mu.Unlock()
 	}
 }

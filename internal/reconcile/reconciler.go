@@ -25,7 +25,8 @@ type outcome struct {
 	terminal bool // the failure is terminal (driver.ErrTerminal)
 	err      error
 	plan     string
-	held     string // not run: an upstream task has something left to do (chain.go)
+	held     string        // not run: an upstream task has something left to do (chain.go)
+	dur      time.Duration // how long the run took (a worker's)
 }
 
 // unreadable is recorded as the failed fingerprint when a task's desired
