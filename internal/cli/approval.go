@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/api/client"
 	"github.com/ctsync/ctsync/internal/gate"
 )
@@ -94,6 +95,15 @@ func taskDecide(args []string, stdout, stderr io.Writer, accept bool) int {
 		u.info("Plan '%s' of '%s' rejected by %s: nothing is applied; the task waits for a change.", got.ID, task, orDash(got.DecidedBy))
 	}
 	return ExitOK
+}
+
+// approvalsOf returns the controller's held plans for the API when it
+// keeps them (it implements api.Approvals), else nil: no run is held.
+func approvalsOf(ctrl any) api.Approvals {
+	if a, ok := ctrl.(api.Approvals); ok {
+		return a
+	}
+	return nil
 }
 
 // printPlan shows a held plan: its id, why it is held, its counts, what

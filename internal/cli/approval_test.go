@@ -139,3 +139,14 @@ func TestStatusShowsHeldPlan(t *testing.T) {
 		t.Errorf("-status=waiting: %d\n%s", code, out)
 	}
 }
+
+// The daemon serves the controller's held plans once the controller keeps
+// them, and none before.
+func TestApprovalsOf(t *testing.T) {
+	if approvalsOf(newFakeCtrl()) != nil {
+		t.Error("a controller without held plans gives the API an Approvals")
+	}
+	if fa := gatetest.New(); approvalsOf(fa) != fa {
+		t.Error("an Approvals is not passed on")
+	}
+}

@@ -33,6 +33,7 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 		BufferPeriod: a.cfg.BufferPeriod,
 		Redact:       a.obs.redactor.Redact,
 		Validate:     a.validateAPITask,
+		Approvals:    approvalsOf(a.ctrl), // approval.go
 		Health:       func() error { return errors.Join(a.ctrl.Live(), a.registry.Live()) },
 		// Access control (internal/api/security.go, docs/security.md).
 		Tokens:         a.cfg.APIAuth.Tokens,
