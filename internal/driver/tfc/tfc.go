@@ -477,17 +477,9 @@ func (d *Driver) Apply(ctx context.Context, run driver.Run, in *task.Inputs) (dr
 // API's output endpoints hide the values of sensitive outputs, and that one
 // is sensitive.
 func (d *Driver) outputs(ctx context.Context) (json.RawMessage, error) {
-	sv, err := d.client.StateVersions.ReadCurrent(ctx, d.ws.ID)
+	raw, err := d.currentState(ctx, "apply", "the module's outputs")
 	if err != nil {
-		return nil, d.apiError(ctx, "apply", fmt.Sprintf("reading the current state of workspace %q for the module's outputs", d.name), err)
-	}
-	u := sv.DownloadURL
-	if strings.HasPrefix(u, "/") { // some servers (OTF) answer a host-relative URL
-		u = d.opts.Config.Address + u
-	}
-	raw, err := d.client.StateVersions.Download(ctx, u)
-	if err != nil {
-		return nil, d.apiError(ctx, "apply", "downloading the state for the module's outputs", err)
+		return nil, err
 	}
 	var st struct {
 		Outputs map[string]struct {
@@ -504,6 +496,24 @@ func (d *Driver) outputs(ctx context.Context) (json.RawMessage, error) {
 	return o.Value, nil
 }
 
+// currentState downloads the workspace's current state file (for verb op,
+// to read why).
+func (d *Driver) currentState(ctx context.Context, op, why string) ([]byte, error) {
+	sv, err := d.client.StateVersions.ReadCurrent(ctx, d.ws.ID)
+	if err != nil {
+		return nil, d.apiError(ctx, op, fmt.Sprintf("reading the current state of workspace %q for %s", d.name, why), err)
+	}
+	u := sv.DownloadURL
+	if strings.HasPrefix(u, "/") { // some servers (OTF) answer a host-relative URL
+		u = d.opts.Config.Address + u
+	}
+	raw, err := d.client.StateVersions.Download(ctx, u)
+	if err != nil {
+		return nil, d.apiError(ctx, op, "downloading the state for "+why, err)
+	}
+	return raw, nil
+}
+
 // Destroy queues a destroy run of the workspace's current configuration.
 // Forget keeps the task's workspace: its (now empty) state and run history
 // stay in HCP Terraform / Terraform Enterprise for the record.
@@ -512,7 +522,16 @@ func (d *Driver) Destroy(ctx context.Context, run driver.Run) (driver.Result, er
 	return d.do(ctx, "destroy", run, nil)
 }
 
-func (d *Driver) do(ctx context.Context, op string, run driver.Run, in *task.Inputs) (res driver.Result, err error) {
+func (d *Driver) do(ctx context.Context, op string, run driver.Run, in *task.Inputs) (driver.Result, error) {
+	return d.logged(ctx, op, run, func(lg io.Writer, res driver.Result) (driver.Result, error) {
+		return d.queueAndWait(ctx, op, run, in, lg, res, nil)
+	})
+}
+
+// logged runs verb op of run (fn) with the run's log open: its header,
+// its footer with the outcome and the number of API requests, and the
+// result's log path and duration. The workspace is looked up first.
+func (d *Driver) logged(ctx context.Context, op string, run driver.Run, fn func(lg io.Writer, res driver.Result) (driver.Result, error)) (res driver.Result, err error) {
 	start := time.Now()
 	calls := d.calls.Load()
 	lg, logPath, lerr := d.openRunLog(run)
@@ -534,9 +553,20 @@ func (d *Driver) do(ctx context.Context, op string, run driver.Run, in *task.Inp
 		}
 	}
 	fmt.Fprintf(lg, "# ctsync task %s: %s in workspace %s/%s at %s\n", d.opts.Spec.Name, op, d.opts.Config.Organization, d.name, d.opts.Config.Address)
+	return fn(lg, res)
+}
 
+// queueAndWait runs verb op: it finds the run of the same configuration
+// already queued, or queues one, waits for it and reads its result. The
+// run is also put in *got when got is set.
+func (d *Driver) queueAndWait(ctx context.Context, op string, run driver.Run, in *task.Inputs, lg io.Writer, res driver.Result, got **tfe.Run) (driver.Result, error) {
+	logPath := res.LogPath
 	digest := "-"
-	var stage string
+	var (
+		stage string
+		r     *tfe.Run
+		err   error
+	)
 	if op != "destroy" {
 		if stage, digest, err = d.stage(in); err != nil {
 			return res, &driver.Error{Op: op, Summary: err.Error(), Err: err, Terminal: true}
@@ -544,7 +574,6 @@ func (d *Driver) do(ctx context.Context, op string, run driver.Run, in *task.Inp
 	}
 	message := fmt.Sprintf("%s%s %s %s", messagePrefix, d.opts.Spec.Name, op, digest)
 
-	var r *tfe.Run
 	if op != "plan" {
 		// The run this task recorded last, when it is of the same
 		// configuration and its outcome was never recorded (see
@@ -554,10 +583,15 @@ func (d *Driver) do(ctx context.Context, op string, run driver.Run, in *task.Inp
 		}
 		if r != nil && final(r.Status) {
 			res.RunURL = d.runURL(r.ID)
-			if r.Status == tfe.RunApplied || r.Status == tfe.RunPlannedAndFinished {
+			// (A held plan is a run that waits for its confirmation: an
+			// ended one is not held any more.)
+			if applies(op) && (r.Status == tfe.RunApplied || r.Status == tfe.RunPlannedAndFinished) {
 				fmt.Fprintf(lg, "# the recorded run %s of the same configuration has ended (%s): its result is this run's\n", r.ID, r.Status)
 				out, ferr := d.finish(ctx, op, r, res, lg)
 				if ferr == nil {
+					if got != nil {
+						*got = r
+					}
 					d.log.Info("the run recorded for this configuration has already ended: taking its result, not queuing another",
 						"run_id", r.ID, "status", r.Status)
 					d.done(r.ID)
@@ -595,12 +629,19 @@ func (d *Driver) do(ctx context.Context, op string, run driver.Run, in *task.Inp
 	if err != nil {
 		return res, err
 	}
+	if got != nil {
+		*got = r
+	}
 	res, err = d.finish(ctx, op, r, res, lg)
-	if err == nil && op != "plan" {
+	if err == nil && applies(op) {
 		d.done(r.ID)
 	}
 	return res, err
 }
+
+// applies reports whether verb op changes the workspace's state by itself
+// (a held plan's run waits for its confirmation, see ApplyPlan).
+func applies(op string) bool { return op == "apply" || op == "destroy" }
 
 // queue uploads the configuration (or, for a destroy, picks the last
 // applied one), records it and queues the run. It returns nil without an
@@ -635,6 +676,8 @@ func (d *Driver) queue(ctx context.Context, op string, run driver.Run, digest, m
 		opts.PlanOnly = tfe.Bool(true)
 	case "apply":
 		opts.AutoApply = tfe.Bool(true)
+	case "hold":
+		opts.AutoApply = tfe.Bool(false) // held: it waits for ApplyPlan's confirmation
 	case "destroy":
 		opts.IsDestroy = tfe.Bool(true)
 		opts.AutoApply = tfe.Bool(true)
@@ -841,7 +884,9 @@ func final(s tfe.RunStatus) bool {
 }
 
 // wait polls the run until it is final, confirming it when it waits for
-// a confirmation (a server that ignored auto-apply). The run is not
+// a confirmation (a server that ignored auto-apply, or a held plan that
+// ApplyPlan applies); a held plan's run (op "hold") is returned when it
+// waits for its confirmation. The run is not
 // cancelled when ctx ends: it finishes in the workspace, and the next
 // attempt (here or on another instance) waits for it.
 func (d *Driver) wait(ctx context.Context, op string, r *tfe.Run) (*tfe.Run, error) {
@@ -852,7 +897,10 @@ func (d *Driver) wait(ctx context.Context, op string, r *tfe.Run) (*tfe.Run, err
 		if final(r.Status) {
 			return r, nil
 		}
-		if op != "plan" && !confirmed && r.Status == tfe.RunPlanned && r.Actions != nil && r.Actions.IsConfirmable {
+		if op == "hold" && r.Actions != nil && r.Actions.IsConfirmable {
+			return r, nil // planned: held until ApplyPlan confirms it
+		}
+		if applies(op) && !confirmed && r.Actions != nil && r.Actions.IsConfirmable {
 			if err := d.client.Runs.Apply(ctx, r.ID, tfe.RunApplyOptions{Comment: tfe.String("applied by ctsync")}); err != nil {
 				return nil, d.apiError(ctx, op, "confirming run "+r.ID, err)
 			}
@@ -910,15 +958,18 @@ func (d *Driver) finish(ctx context.Context, op string, r *tfe.Run, res driver.R
 	case tfe.RunApplied:
 		return res, nil
 	case tfe.RunPlannedAndFinished:
-		if op == "plan" || !res.Changes {
+		if !applies(op) || !res.Changes {
 			return res, nil
 		}
 		// Changes planned, nothing applied: the server ran it as a plan.
 		return res, &driver.Error{Op: op, Summary: fmt.Sprintf("run %s planned changes but ended without applying them", res.RunURL)}
 	case tfe.RunPlanned, tfe.RunPlannedAndSaved:
-		if op == "plan" {
+		if !applies(op) {
 			return res, nil
 		}
+	}
+	if op == "hold" && r.Actions != nil && r.Actions.IsConfirmable {
+		return res, nil // held, whatever the server's step (planned, cost estimated, policy checked)
 	}
 	text := planLog + "\n" + applyLog
 	summary := driver.Summarize(text)
