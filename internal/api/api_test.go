@@ -13,6 +13,7 @@ import (
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 func TestHealthAndRequestID(t *testing.T) {
@@ -176,7 +177,7 @@ func TestNextRunOfScheduleTask(t *testing.T) {
 		Condition: task.Condition{Schedule: &task.ScheduleCondition{Cron: "0 0 1 1 *"}}}
 	h := newHarness(t, []task.Spec{sched})
 	var st map[string]TaskStatus
-	eventually(t, "next_run", func() bool {
+	testutil.WaitFor(t, "next_run", func() bool {
 		h.do("GET", "/v1/status/tasks/cron", "").expect(t, 200).json(t, &st)
 		return st["cron"].NextRun != nil
 	})
@@ -558,7 +559,7 @@ func TestDeleteTask(t *testing.T) {
 	// Gone for clients at once.
 	h.do("GET", "/v1/tasks/a", "").expect(t, 404)
 	h.do("DELETE", "/v1/tasks/a", "").expect(t, 404)
-	eventually(t, "a removed", func() bool { _, err := h.ctrl.Task("a"); return errors.Is(err, reconcile.ErrNotFound) })
+	testutil.WaitFor(t, "a removed", func() bool { _, err := h.ctrl.Task("a"); return errors.Is(err, reconcile.ErrNotFound) })
 	if len(h.st.Events("a")) != 0 {
 		t.Error("events of a deleted task remain")
 	}
@@ -582,12 +583,12 @@ func TestDeleteTask(t *testing.T) {
 		t.Fatalf("b: %+v %v", st, err)
 	}
 	release()
-	eventually(t, "b removed", func() bool { _, err := h.ctrl.Task("b"); return err != nil })
+	testutil.WaitFor(t, "b removed", func() bool { _, err := h.ctrl.Task("b"); return err != nil })
 
 	// destroy=true runs terraform destroy first.
 	h.do("DELETE", "/v1/tasks/c?destroy=true", "").expect(t, 202)
 	h.waitChan(h.destroyed, "c")
-	eventually(t, "c removed", func() bool { _, err := h.ctrl.Task("c"); return err != nil })
+	testutil.WaitFor(t, "c removed", func() bool { _, err := h.ctrl.Task("c"); return err != nil })
 
 	h.do("DELETE", "/v1/tasks/nope", "").expect(t, 404)
 	msg := h.do("DELETE", "/v1/tasks/x?destroy=yes", "").expect(t, 400).errMsg(t)

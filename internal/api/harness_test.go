@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
+	"github.com/ctsync/ctsync/internal/testutil"
 
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/reconcile"
@@ -183,25 +185,10 @@ func (h *harness) waitIdle(name string) {
 	h.t.Helper()
 	// Settled as well: a watch notification still being handled can queue
 	// the task again (to find nothing changed) right after its run.
-	eventually(h.t, name+" idle", func() bool {
+	testutil.WaitFor(h.t, name+" idle", func() bool {
 		st, err := h.ctrl.Task(name)
 		return err == nil && !st.Active && h.ctrl.Settled()
 	})
-}
-
-// eventually waits until cond holds, checking on every controller-visible
-// change (polling at a short interval) for at most 10s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
 }
 
 // response is a decoded API response.

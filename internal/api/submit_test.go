@@ -10,6 +10,7 @@ import (
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // Every check of configuration loading answers before the 201, with a 400
@@ -84,7 +85,7 @@ func TestCreateWhileDeleting(t *testing.T) {
 	}
 	release()
 	h.waitChan(h.applied, "a")
-	eventually(t, "a gone", func() bool { _, err := h.ctrl.Task("a"); return err != nil })
+	testutil.WaitFor(t, "a gone", func() bool { _, err := h.ctrl.Task("a"); return err != nil })
 	h.do("POST", "/v1/tasks", taskBody("a", "./m")).expect(t, 201)
 	h.do("POST", "/v1/tasks", taskBody("a", "./m")).expect(t, 400)
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // fakeAgent is just enough of a Consul agent for the daemon: a leader that
@@ -232,17 +234,17 @@ func TestDaemonPortInUse(t *testing.T) {
 // waitFor polls cond until it holds; it fails early if the daemon exits.
 func waitFor(t *testing.T, what string, exit chan int, logs *lockedBuffer, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
+	defer func() {
+		if t.Failed() {
+			t.Logf("the daemon's log:\n%s", logs)
+		}
+	}()
+	testutil.Eventually(t, 20*time.Second, what, func() bool {
 		select {
 		case code := <-exit:
 			t.Fatalf("daemon exited (%d) while waiting for %s\n%s", code, what, logs)
-		case <-tick.C:
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s\n%s", what, logs)
-		}
-	}
+		return cond()
+	})
 }

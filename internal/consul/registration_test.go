@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // fakeAgent records agent service calls; fail answers the first calls
@@ -215,19 +216,11 @@ func TestKeepRegisteredRestores(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- KeepRegistered(ctx, c.Client, Registration{ID: "ctsync-1"}, nil) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.WaitFor(t, "one registration and 5 queries", func() bool {
 		mu.Lock()
-		n, q := registered, queries
-		mu.Unlock()
-		if n == 1 && q >= 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("registered %d times after %d queries, want 1", n, q)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return registered == 1 && queries >= 5
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

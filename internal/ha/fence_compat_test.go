@@ -168,7 +168,7 @@ func TestMembers(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- el.Run(ctx) }()
 	defer func() { cancel(); el.Resign(); <-done }()
-	waitFor(t, el.IsLeader)
+	testutil.WaitFor(t, "the condition", el.IsLeader)
 	ms, err := el.Members(context.Background(), "prod", "consul-terraform-sync")
 	if err != nil {
 		t.Fatal(err)
@@ -186,8 +186,3 @@ type metricsFunc func(int)
 
 func (metricsFunc) SetLeader(bool)         {}
 func (f metricsFunc) CompatFailures(n int) { f(n) }
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	testutil.Eventually(t, 10*time.Second, "the condition", cond)
-}

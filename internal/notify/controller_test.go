@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
+	"github.com/ctsync/ctsync/internal/testutil"
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
@@ -69,7 +71,7 @@ func TestRunsProceedWhileWebhookHangs(t *testing.T) {
 	for i := range changes {
 		w.Set(key, []task.Service{{ID: fmt.Sprintf("web-%d", i), Name: "web", Node: "n1", NodeDatacenter: "dc1", Status: "passing"}})
 		want := i + 1
-		waitFor(t, fmt.Sprintf("run %d recorded", want), func() bool { return len(st.Events("web")) >= want })
+		testutil.WaitFor(t, fmt.Sprintf("run %d recorded", want), func() bool { return len(st.Events("web")) >= want })
 	}
 	el := time.Since(begin)
 	if el > 5*time.Second {
@@ -82,7 +84,7 @@ func TestRunsProceedWhileWebhookHangs(t *testing.T) {
 	}
 	// One notification hangs in flight; of the others only the 3 newest
 	// wait, the older ones were dropped.
-	waitFor(t, "a request to reach the webhook", func() bool { return hang.calls.Load() == 1 })
+	testutil.WaitFor(t, "a request to reach the webhook", func() bool { return hang.calls.Load() == 1 })
 	if dropped, queued := m.get(m.dropped, "stuck"), d.Len(); queued != 3 || dropped+queued != changes-1 {
 		t.Errorf("%d dropped, %d queued; want %d and 3", dropped, queued, changes-1-3)
 	}

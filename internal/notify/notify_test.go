@@ -98,11 +98,6 @@ func start(t *testing.T, opts Options) *Dispatcher {
 	return d
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	testutil.Eventually(t, 10*time.Second, what, cond)
-}
-
 // flush waits until every event handed to d has been handled: the count of
 // notifications is final then.
 func flush(t *testing.T, d *Dispatcher) {
@@ -243,7 +238,7 @@ func TestRetryAfter500(t *testing.T) {
 	m := newCounts()
 	d := start(t, Options{Notifications: []config.Notification{webhook("ops", rc.URL)}, Metrics: m})
 	d.OnEvent(run("1", "web", false, 1))
-	waitFor(t, "delivery", func() bool { return m.get(m.delivered, "ops") == 1 })
+	testutil.WaitFor(t, "delivery", func() bool { return m.get(m.delivered, "ops") == 1 })
 	if c := rc.calls.Load(); c != 2 {
 		t.Errorf("%d attempts, want 2", c)
 	}
@@ -261,7 +256,7 @@ func TestGiveUp(t *testing.T) {
 	n2.Retries = 2
 	d := start(t, Options{Notifications: []config.Notification{n1, n2}, Metrics: m})
 	d.OnEvent(run("1", "web", false, 1))
-	waitFor(t, "both failed", func() bool { return m.get(m.failed, "bad") == 1 && m.get(m.failed, "down") == 1 })
+	testutil.WaitFor(t, "both failed", func() bool { return m.get(m.failed, "bad") == 1 && m.get(m.failed, "down") == 1 })
 	if c := bad.calls.Load(); c != 1 {
 		t.Errorf("400: %d attempts, want 1", c)
 	}
@@ -295,8 +290,8 @@ func TestHangingReceiver(t *testing.T) {
 	if el := time.Since(start); el > 100*time.Millisecond {
 		t.Errorf("OnEvent took %s for 50 events while the webhook hangs", el)
 	}
-	waitFor(t, "the other notifier delivers", func() bool { return m.get(m.delivered, "fine") >= 5 })
-	waitFor(t, "the hanging one fails its first notification", func() bool { return m.get(m.failed, "slow") >= 1 })
+	testutil.WaitFor(t, "the other notifier delivers", func() bool { return m.get(m.delivered, "fine") >= 5 })
+	testutil.WaitFor(t, "the hanging one fails its first notification", func() bool { return m.get(m.failed, "slow") >= 1 })
 	if dropped := m.get(m.dropped, "slow"); dropped < 40 {
 		t.Errorf("dropped %d, want at least 40 of 50 with a queue of 5", dropped)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // ctxDriver applies until released, and fails if its context ends first.
@@ -48,7 +49,7 @@ func TestAPIRunOutlivesItsRequest(t *testing.T) {
 	disconnect()
 	// Stopping the controller now: it waits for the API's run.
 	h.cancel()
-	waitFor(t, "the controller to refuse new API runs", func() bool {
+	testutil.WaitFor(t, "the controller to refuse new API runs", func() bool {
 		_, done, err := h.ctrl.apiRun(context.Background())
 		if err == nil {
 			done()

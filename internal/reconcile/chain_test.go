@@ -10,6 +10,7 @@ import (
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // chained is task b of the chain tests: it watches web too, and receives
@@ -42,7 +43,7 @@ func TestChainRunsDownstreamAfterUpstreamWithItsOutputs(t *testing.T) {
 		if round > 0 {
 			h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
 		}
-		waitFor(t, "b held while a runs", func() bool {
+		testutil.WaitFor(t, "b held while a runs", func() bool {
 			st, err := h.ctrl.Task("b")
 			return err == nil && strings.Contains(st.Waiting, `upstream task "a"`)
 		})
@@ -63,7 +64,7 @@ func TestChainRunsDownstreamAfterUpstreamWithItsOutputs(t *testing.T) {
 		if len(h.rec.last("b").Services) != n {
 			t.Fatalf("round %d: b saw %d services, want %d", round, len(h.rec.last("b").Services), n)
 		}
-		waitFor(t, "the chain to settle", h.ctrl.Settled)
+		testutil.WaitFor(t, "the chain to settle", h.ctrl.Settled)
 		if st, _ := h.ctrl.Task("b"); st.Waiting != "" {
 			t.Fatalf("round %d: b still waiting after a applied: %q", round, st.Waiting)
 		}
@@ -88,13 +89,13 @@ func TestChainFailedUpstreamHoldsDownstream(t *testing.T) {
 	if got := nextApplied(t, h); got != "a" {
 		t.Fatalf("%s applied, want a (failing)", got)
 	}
-	waitFor(t, "b held by the failed a", func() bool {
+	testutil.WaitFor(t, "b held by the failed a", func() bool {
 		st, err := h.ctrl.Task("b")
 		return err == nil && strings.Contains(st.Waiting, `upstream task "a" failed`)
 	})
 	// a may run (and fail) once more: the note of the change can reach it
 	// after b's look made it due; b must not run at all.
-	waitFor(t, "the controller to settle", h.ctrl.Settled)
+	testutil.WaitFor(t, "the controller to settle", h.ctrl.Settled)
 	for len(h.rec.applied) > 0 {
 		if got := <-h.rec.applied; got != "a" {
 			t.Fatalf("%s applied while its upstream failed", got)
@@ -181,7 +182,7 @@ func TestChainDisabledUpstreamHoldsNothing(t *testing.T) {
 	for range 2 {
 		nextApplied(t, h)
 	}
-	waitFor(t, "the controller to settle", h.ctrl.Settled)
+	testutil.WaitFor(t, "the controller to settle", h.ctrl.Settled)
 	if _, err := h.ctrl.SetEnabled(context.Background(), "a", false, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func TestChainTaskWithoutCondition(t *testing.T) {
 		if !got["b"] || !got["c"] {
 			t.Fatalf("round %d: after a, applied %v; want b and c", round, got)
 		}
-		waitFor(t, "the chain to settle", h.ctrl.Settled)
+		testutil.WaitFor(t, "the chain to settle", h.ctrl.Settled)
 		if out := h.rec.last("c").TaskOutputs["a"]; string(out) != `{"instances":`+string(rune('0'+round))+`}` {
 			t.Fatalf("round %d: c received %s", round, out)
 		}

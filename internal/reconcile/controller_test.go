@@ -15,6 +15,7 @@ import (
 	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 	"github.com/ctsync/ctsync/internal/watch"
 )
 
@@ -189,7 +190,7 @@ func (h *harness) waitApplied(t *testing.T, name string) {
 // so the call sites read as before.)
 func (h *harness) noApply(t *testing.T) {
 	t.Helper()
-	waitFor(t, "the controller to settle", h.ctrl.Settled)
+	testutil.WaitFor(t, "the controller to settle", h.ctrl.Settled)
 	select {
 	case got := <-h.rec.applied:
 		t.Fatalf("unexpected apply of %s", got)
@@ -214,7 +215,7 @@ func TestRunsWhenDataArrivesAndSkipsUnchangedInputs(t *testing.T) {
 		t.Fatalf("want 2 services, got %d", n)
 	}
 	var evs []store.Event
-	waitFor(t, "two events", func() bool { evs = h.st.Events("a"); return len(evs) == 2 })
+	testutil.WaitFor(t, "two events", func() bool { evs = h.st.Events("a"); return len(evs) == 2 })
 	if len(evs) != 2 || !evs[0].Success || evs[0].InputsHash == "" || evs[0].Plan == nil {
 		t.Fatalf("events: %+v", evs)
 	}
@@ -240,30 +241,13 @@ func TestChangeDuringRunIsAppliedAfterwards(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func waitRunning(t *testing.T, r *recorder, name string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	testutil.WaitFor(t, name+" to start", func() bool {
 		r.mu.Lock()
-		n := r.running[name]
-		r.mu.Unlock()
-		if n > 0 {
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-	t.Fatalf("%s never started", name)
+		defer r.mu.Unlock()
+		return r.running[name] > 0
+	})
 }
 
 func TestGlobalParallelismBound(t *testing.T) {
@@ -274,7 +258,7 @@ func TestGlobalParallelismBound(t *testing.T) {
 	}
 	h := start(t, 2, names, specs...)
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
-	waitFor(t, "two tasks running at once", func() bool {
+	testutil.WaitFor(t, "two tasks running at once", func() bool {
 		h.rec.mu.Lock()
 		defer h.rec.mu.Unlock()
 		return h.rec.global == 2
@@ -337,7 +321,7 @@ func TestRegexpFollowsCatalog(t *testing.T) {
 	h.w.Set(healthKey("web-a"), []task.Service{inst("a1", "web-a")})
 	h.w.Set(catKey, map[string][]string{"web-a": {}, "db": {}})
 	h.waitApplied(t, "a")
-	waitFor(t, "the regexp selection to subscribe to web-a", func() bool { return h.w.Subscribed(healthKey("web-a")) })
+	testutil.WaitFor(t, "the regexp selection to subscribe to web-a", func() bool { return h.w.Subscribed(healthKey("web-a")) })
 	if h.w.Subscribed(healthKey("db")) {
 		t.Fatal("regexp ^web subscribed to db")
 	}
@@ -349,7 +333,7 @@ func TestRegexpFollowsCatalog(t *testing.T) {
 	}
 	h.w.Set(catKey, map[string][]string{"web-b": {}})
 	h.waitApplied(t, "a")
-	waitFor(t, "web-a to be dropped after it left the catalog", func() bool { return !h.w.Subscribed(healthKey("web-a")) })
+	testutil.WaitFor(t, "web-a to be dropped after it left the catalog", func() bool { return !h.w.Subscribed(healthKey("web-a")) })
 }
 
 // With MaxRetries set, a failing run is retried that many times, then the
@@ -366,7 +350,7 @@ func TestFailedApplyRetriesThenWaits(t *testing.T) {
 	h.waitApplied(t, "a") // fails
 	h.waitApplied(t, "a") // retry 1
 	h.waitApplied(t, "a") // retry 2
-	waitFor(t, "four events", func() bool { return len(h.st.Events("a")) == 4 })
+	testutil.WaitFor(t, "four events", func() bool { return len(h.st.Events("a")) == 4 })
 	idle(t, h, "a")
 	if got := store.Status(h.st.Events("a")); got != "critical" || !h.st.Run("a").Dirty() {
 		t.Fatalf("status = %s, dirty %v; want critical and dirty", got, h.st.Run("a").Dirty())
@@ -408,8 +392,8 @@ func TestDriftDetectedAndRemediated(t *testing.T) {
 	has := func(match func(store.Event) bool) func() bool {
 		return func() bool { return slices.ContainsFunc(h.st.Events("a"), match) }
 	}
-	waitFor(t, "a drift event", has(func(ev store.Event) bool { return ev.Kind == store.KindDrift }))
-	waitFor(t, "the remediation run", has(func(ev store.Event) bool { return ev.Kind == store.KindApply && ev.Trigger == "drift" }))
+	testutil.WaitFor(t, "a drift event", has(func(ev store.Event) bool { return ev.Kind == store.KindDrift }))
+	testutil.WaitFor(t, "the remediation run", has(func(ev store.Event) bool { return ev.Kind == store.KindApply && ev.Trigger == "drift" }))
 	if got := store.Status(h.st.Events("a")); got != "successful" {
 		t.Fatalf("status %s: a drift check must not count as a failed run", got)
 	}
@@ -457,7 +441,7 @@ func TestScheduleTaskRunsAtStartOnceDataArrives(t *testing.T) {
 	h.noApply(t) // no data yet
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "cron")
-	waitFor(t, "the start-up run to be over", h.ctrl.Settled)
+	testutil.WaitFor(t, "the start-up run to be over", h.ctrl.Settled)
 	// Later changes wait for the schedule.
 	h.w.Set(healthKey("web"), []task.Service{inst("web-2", "web")})
 	h.noApply(t)

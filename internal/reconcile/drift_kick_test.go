@@ -8,6 +8,7 @@ import (
 	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 func driftEvents(h *harness, name string) int {
@@ -24,7 +25,7 @@ func driftEvents(h *harness, name string) int {
 // is asleep: its timer (and the schedule loop's hour) are pending.
 func driftParked(t *testing.T, h *harness, clk *reconciletest.Clock, wakes int64) {
 	t.Helper()
-	waitFor(t, "the drift loop to look again and sleep", func() bool {
+	testutil.WaitFor(t, "the drift loop to look again and sleep", func() bool {
 		return h.ctrl.driftWakes.Load() > wakes && len(clk.Pending()) == 2
 	})
 }
@@ -52,9 +53,9 @@ func TestDriftChecksFollowEnableAndCreate(t *testing.T) {
 	h.waitApplied(t, "a")
 	idle(t, h, "a")
 	// The fake driver's plans always have changes: each check is a drift.
-	waitFor(t, "the first check to be due", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
+	testutil.WaitFor(t, "the first check to be due", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
 	clk.Advance(1200 * time.Millisecond)
-	waitFor(t, "a first drift check", func() bool { return driftEvents(h, "a") >= 1 })
+	testutil.WaitFor(t, "a first drift check", func() bool { return driftEvents(h, "a") >= 1 })
 
 	ctx := context.Background()
 	wakes := h.ctrl.driftWakes.Load()
@@ -74,9 +75,9 @@ func TestDriftChecksFollowEnableAndCreate(t *testing.T) {
 	if _, err := h.ctrl.SetEnabled(ctx, "a", true, ""); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a check due after enabling", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
+	testutil.WaitFor(t, "a check due after enabling", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
 	clk.Advance(1200 * time.Millisecond)
-	waitFor(t, "a drift check after enabling", func() bool { return driftEvents(h, "a") > before })
+	testutil.WaitFor(t, "a drift check after enabling", func() bool { return driftEvents(h, "a") > before })
 
 	wakes = h.ctrl.driftWakes.Load()
 	if _, err := h.ctrl.SetEnabled(ctx, "a", false, ""); err != nil {
@@ -90,7 +91,7 @@ func TestDriftChecksFollowEnableAndCreate(t *testing.T) {
 	}
 	h.waitApplied(t, "b")
 	idle(t, h, "b") // a check that comes while it runs is put off by an interval
-	waitFor(t, "a check due after creating", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
+	testutil.WaitFor(t, "a check due after creating", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
 	clk.Advance(1200 * time.Millisecond)
-	waitFor(t, "a drift check of the created task", func() bool { return driftEvents(h, "b") >= 1 })
+	testutil.WaitFor(t, "a drift check of the created task", func() bool { return driftEvents(h, "b") >= 1 })
 }

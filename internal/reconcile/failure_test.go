@@ -14,6 +14,7 @@ import (
 	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // scripted is a driver whose applies fail with whatever err holds at the
@@ -66,7 +67,7 @@ func (d *scripted) waitRun(t *testing.T) []string {
 // has finished with it (a positive signal, not a sleep).
 func idle(t *testing.T, h *harness, name string) {
 	t.Helper()
-	waitFor(t, name+" to be idle", func() bool {
+	testutil.WaitFor(t, name+" to be idle", func() bool {
 		st, err := h.ctrl.Task(name)
 		return err == nil && !st.Active
 	})
@@ -150,7 +151,7 @@ func TestFailedRunRetriesWithBackoffUntilSuccess(t *testing.T) {
 		t.Fatalf("delays %v never reached the cap", seen)
 	}
 	idle(t, h, "a")
-	waitFor(t, "the success to be recorded", func() bool { return !h.st.Run("a").Dirty() })
+	testutil.WaitFor(t, "the success to be recorded", func() bool { return !h.st.Run("a").Dirty() })
 	if p := retries(clk); len(p) != 0 {
 		t.Fatalf("retries still scheduled after a success: %v", p)
 	}
@@ -224,7 +225,7 @@ func TestTerminalFailureWaitsForAChange(t *testing.T) {
 	h.w.Set(healthKey("web"), []task.Service{inst("web-2", "web")})
 	d.waitRun(t)
 	idle(t, h, "a")
-	waitFor(t, "the success", func() bool { return !h.st.Run("a").Dirty() })
+	testutil.WaitFor(t, "the success", func() bool { return !h.st.Run("a").Dirty() })
 }
 
 // Each part of the desired state outside the task and Consul (module,
@@ -294,7 +295,7 @@ func TestUnreadableDesiredStateIsAnErrorEvent(t *testing.T) {
 		o.Clock = clk
 	})
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
-	waitFor(t, "an error event", func() bool { return len(h.st.Events("a")) >= 1 })
+	testutil.WaitFor(t, "an error event", func() bool { return len(h.st.Events("a")) >= 1 })
 	ev := h.st.Events("a")[0]
 	if ev.Success || ev.Error == nil || !strings.Contains(ev.Error.Message, "/srv/modules/lb") || !h.st.Run("a").Dirty() {
 		t.Fatalf("event %+v, run state %+v", ev, h.st.Run("a"))
@@ -312,7 +313,7 @@ func TestUnreadableDesiredStateIsAnErrorEvent(t *testing.T) {
 	mu.Unlock()
 	clk.Advance(time.Hour)
 	d.waitRun(t)
-	waitFor(t, "a clean task", func() bool { return !h.st.Run("a").Dirty() && h.st.Run("a").Applied != "" })
+	testutil.WaitFor(t, "a clean task", func() bool { return !h.st.Run("a").Dirty() && h.st.Run("a").Applied != "" })
 }
 
 // The outcome is written once, with the event, and a store that refuses
@@ -368,7 +369,7 @@ func TestWaitingIsNotAFailure(t *testing.T) {
 		}
 	})
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
-	waitFor(t, "the task's status to say it waits", func() bool {
+	testutil.WaitFor(t, "the task's status to say it waits", func() bool {
 		st, _ := h.ctrl.Task("a")
 		return strings.Contains(st.Waiting, "waiting for Vault")
 	})
@@ -381,7 +382,7 @@ func TestWaitingIsNotAFailure(t *testing.T) {
 	mu.Unlock()
 	h.ctrl.Notify("a", "vault") // the secrets loop does this when Vault answers
 	d.waitRun(t)
-	waitFor(t, "a clean success", func() bool { return h.st.Run("a").Applied != "" })
+	testutil.WaitFor(t, "a clean success", func() bool { return h.st.Run("a").Applied != "" })
 	if st, _ := h.ctrl.Task("a"); st.Waiting != "" {
 		t.Fatalf("still waiting: %q", st.Waiting)
 	}

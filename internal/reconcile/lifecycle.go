@@ -31,12 +31,7 @@ const (
 
 var phaseNames = [...]string{"idle", "queued", "buffering", "retry-wait", "running", "deleting"}
 
-func (p phase) String() string {
-	if int(p) < len(phaseNames) {
-		return phaseNames[p]
-	}
-	return "unknown"
-}
+func (p phase) String() string { return enumName(p, phaseNames[:]) }
 
 // event is what happens to a task.
 type event uint8
@@ -72,12 +67,7 @@ const (
 
 var eventNames = [...]string{"queue", "buffer", "fire", "take", "reserve", "retry", "done", "stop", "delete", "abandon", "gone"}
 
-func (e event) String() string {
-	if int(e) < len(eventNames) {
-		return eventNames[e]
-	}
-	return "unknown"
-}
+func (e event) String() string { return enumName(e, eventNames[:]) }
 
 // facts are what a transition depends on besides the phase.
 type facts struct {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // lockedDriver fails its first `locked` applies because the state is
@@ -55,10 +56,7 @@ func TestStateLockedRetriesUntilFree(t *testing.T) {
 				if i != 6 {
 					t.Fatalf("succeeded after %d failures, want 6", i)
 				}
-				deadline := time.Now().Add(5 * time.Second)
-				for len(h.ctrl.Events("a")) < 7 && time.Now().Before(deadline) {
-					time.Sleep(time.Millisecond)
-				}
+				testutil.WaitFor(t, "the 7 events", func() bool { return len(h.ctrl.Events("a")) >= 7 })
 				evs := h.ctrl.Events("a")
 				if len(evs) != 7 || !evs[0].Success || evs[1].Success || evs[1].Trigger != "retry" {
 					t.Fatalf("events: %+v", evs)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 func TestOnceSummary(t *testing.T) {
@@ -76,13 +77,9 @@ func TestOnceProgress(t *testing.T) {
 	w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	errc := make(chan error, 1)
 	go func() { errc <- c.RunOnce(context.Background(), nil, false, 10*time.Second, nil) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), `msg="still running" tasks_done=1 tasks=2 waiting_for=slow`) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress line:\n%s", logs.String())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(t, "the progress line", func() bool {
+		return strings.Contains(logs.String(), `msg="still running" tasks_done=1 tasks=2 waiting_for=slow`)
+	})
 	close(gate)
 	if err := <-errc; err != nil {
 		t.Fatal(err)

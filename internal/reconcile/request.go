@@ -29,9 +29,13 @@ const (
 
 var modeNames = [...]string{"apply", "plan", "destroy"}
 
-func (m Mode) String() string {
-	if int(m) < len(modeNames) {
-		return modeNames[m]
+func (m Mode) String() string { return enumName(m, modeNames[:]) }
+
+// enumName is v's name in names, "unknown" past its end (the String of
+// the controller's enumerations).
+func enumName[T ~uint8](v T, names []string) string {
+	if int(v) < len(names) {
+		return names[v]
 	}
 	return "unknown"
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // fdCount is the number of open file descriptors of this process.
@@ -87,10 +88,7 @@ func TestResourcesStableOver10000Runs(t *testing.T) {
 		wait()
 	}
 	// Let the last run's bookkeeping (event, in-flight marker) finish.
-	deadline := time.Now().Add(5 * time.Second)
-	for len(st.Events("a")) < store.DefaultHistory && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	testutil.WaitFor(t, "the last run's event", func() bool { return len(st.Events("a")) >= store.DefaultHistory })
 	if n := d.runs.Load(); n != runs {
 		t.Fatalf("%d runs, want %d", n, runs)
 	}

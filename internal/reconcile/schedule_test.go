@@ -7,6 +7,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // A schedule task created while the daemon runs ticks from its creation:
@@ -18,7 +19,7 @@ func TestScheduleTaskCreatedAtRunTimeTicks(t *testing.T) {
 	h := start(t, 2, nil, servicesTask("a", "web"), func(o *Options) { o.Clock = clk })
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "a")
-	waitFor(t, "the start-up run to be over", h.ctrl.Settled)
+	testutil.WaitFor(t, "the start-up run to be over", h.ctrl.Settled)
 
 	cron := task.Spec{Name: "cron", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
 		Condition: task.Condition{Schedule: &task.ScheduleCondition{Cron: "*/10 * * * * * *"}}}
@@ -27,23 +28,23 @@ func TestScheduleTaskCreatedAtRunTimeTicks(t *testing.T) {
 	}
 	h.waitApplied(t, "cron") // the run at creation, as at start-up
 	created := clk.Now()
-	waitFor(t, "the new task's next tick to be set", func() bool { return !h.ctrl.NextRun("cron").IsZero() })
+	testutil.WaitFor(t, "the new task's next tick to be set", func() bool { return !h.ctrl.NextRun("cron").IsZero() })
 	next := h.ctrl.NextRun("cron")
 	if d := next.Sub(created); d <= 0 || d > 10*time.Second {
 		t.Fatalf("next tick %s after creation, want within 10s", d)
 	}
-	waitFor(t, "the schedule loop to wait for that tick", func() bool { return clk.WaitPending(1, 0) })
+	testutil.WaitFor(t, "the schedule loop to wait for that tick", func() bool { return clk.WaitPending(1, 0) })
 	clk.Advance(next.Sub(created))
 	h.waitApplied(t, "cron")
-	waitFor(t, "the tick's run to end", func() bool { st, err := h.ctrl.Task("cron"); return err == nil && !st.Active })
+	testutil.WaitFor(t, "the tick's run to end", func() bool { st, err := h.ctrl.Task("cron"); return err == nil && !st.Active })
 
 	// Disabled, then enabled: it ticks again.
 	if _, err := h.ctrl.SetEnabled(context.Background(), "cron", false, ""); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the tick to be dropped", func() bool { return h.ctrl.NextRun("cron").IsZero() })
+	testutil.WaitFor(t, "the tick to be dropped", func() bool { return h.ctrl.NextRun("cron").IsZero() })
 	if _, err := h.ctrl.SetEnabled(context.Background(), "cron", true, ""); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the enabled task's next tick to be set", func() bool { return !h.ctrl.NextRun("cron").IsZero() })
+	testutil.WaitFor(t, "the enabled task's next tick to be set", func() bool { return !h.ctrl.NextRun("cron").IsZero() })
 }

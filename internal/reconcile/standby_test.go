@@ -8,6 +8,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // A new leader applies the cluster's enabled flags to its standby
@@ -17,7 +18,7 @@ import (
 func TestStandbySetEnabledOnQueuedTask(t *testing.T) {
 	h := start(t, 4, nil, func(o *Options) { o.Standby = true }, servicesTask("a", "web"), servicesTask("b", "web"))
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
-	waitFor(t, "tasks queued on the follower", func() bool {
+	testutil.WaitFor(t, "tasks queued on the follower", func() bool {
 		a, _ := h.ctrl.Task("a")
 		b, _ := h.ctrl.Task("b")
 		return a.Active && b.Active
@@ -47,7 +48,7 @@ func TestStandbyScheduleDoesNotSpin(t *testing.T) {
 		Condition: task.Condition{Schedule: &task.ScheduleCondition{Cron: "* * * * * * *"}}} // every second
 	h := start(t, 2, nil, s, func(o *Options) { o.Standby = true })
 	base := h.ctrl.scheduleWakes.Load()
-	waitFor(t, "three schedule ticks to pass", func() bool { return h.ctrl.scheduleWakes.Load() >= base+3 })
+	testutil.WaitFor(t, "three schedule ticks to pass", func() bool { return h.ctrl.scheduleWakes.Load() >= base+3 })
 	if n := h.ctrl.scheduleWakes.Load() - base; n > 10 {
 		t.Fatalf("the schedule loop woke %d times for 3 ticks: it spins", n)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 	"github.com/ctsync/ctsync/internal/watch"
 )
 
@@ -43,7 +44,7 @@ func TestModuleInputDoesNotTriggerCatalogServices(t *testing.T) {
 	}
 	// The run records what it used: the module input's digest is in the
 	// recorded parts, and the event's inputs_hash covers it.
-	waitFor(t, "the run to be recorded", func() bool { return h.st.Run("cat").Applied != first.Applied })
+	testutil.WaitFor(t, "the run to be recorded", func() bool { return h.st.Run("cat").Applied != first.Applied })
 	st := h.st.Run("cat")
 	if st.Parts[driver.PartModuleInputs] == "" || st.Parts[driver.PartModuleInputs] == first.Parts[driver.PartModuleInputs] {
 		t.Fatalf("module input digest not recorded with the run: %v (first %v)", st.Parts, first.Parts)
@@ -110,7 +111,7 @@ func TestRetryReadsCurrentModuleInput(t *testing.T) {
 	gate := h.gates["r"]
 	h.w.Set(kvKey("cfg"), map[string]string{"cfg/a": "1"})
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
-	waitFor(t, "the first run to start", func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.drv["r"] != nil })
+	testutil.WaitFor(t, "the first run to start", func() bool { h.mu.Lock(); defer h.mu.Unlock(); return h.drv["r"] != nil })
 	h.mu.Lock()
 	d := h.drv["r"]
 	h.mu.Unlock()
@@ -119,7 +120,7 @@ func TestRetryReadsCurrentModuleInput(t *testing.T) {
 	h.w.Set(kvKey("cfg"), map[string]string{"cfg/a": "2"}) // during the failing run
 	gate <- struct{}{}
 	h.waitApplied(t, "r") // the failed run
-	waitFor(t, "the failure to be recorded", func() bool { return h.st.Run("r").Dirty() })
+	testutil.WaitFor(t, "the failure to be recorded", func() bool { return h.st.Run("r").Dirty() })
 	d.failing.Store(false)
 	waitRunning(t, h.rec, "r") // the retry
 	gate <- struct{}{}
@@ -127,7 +128,7 @@ func TestRetryReadsCurrentModuleInput(t *testing.T) {
 	if got := h.rec.last("r").ConsulKV; got["cfg/a"] != "2" {
 		t.Fatalf("the retry read %v, want the current module input", got)
 	}
-	waitFor(t, "the retry's success to be recorded", func() bool { return !h.st.Run("r").Dirty() && h.st.Run("r").Applied != "" })
+	testutil.WaitFor(t, "the retry's success to be recorded", func() bool { return !h.st.Run("r").Dirty() && h.st.Run("r").Applied != "" })
 }
 
 // A restart (the same store) with only module input data changed in
@@ -139,7 +140,7 @@ func TestRestartWithChangedModuleInputRunsNothing(t *testing.T) {
 	h.w.Set(kvKey("cfg"), map[string]string{"cfg/a": "1"})
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "svc")
-	waitFor(t, "the run to be recorded", func() bool { return h.st.Run("svc").Applied != "" })
+	testutil.WaitFor(t, "the run to be recorded", func() bool { return h.st.Run("svc").Applied != "" })
 	h.cancel()
 	<-h.done
 
@@ -165,7 +166,7 @@ func TestDriftCheckWaitsWhileModuleInputMoved(t *testing.T) {
 	h.waitApplied(t, "d")
 	h.w.Set(kvKey("cfg"), map[string]string{"cfg/a": "2"}) // before the first check (1s)
 	base := h.ctrl.driftWakes.Load()
-	waitFor(t, "drift checks to come due twice", func() bool { return h.ctrl.driftWakes.Load() >= base+2 })
+	testutil.WaitFor(t, "drift checks to come due twice", func() bool { return h.ctrl.driftWakes.Load() >= base+2 })
 	for _, ev := range h.st.Events("d") {
 		if ev.Kind == store.KindDrift {
 			t.Fatalf("a drift check ran with moved module inputs: %+v", ev)

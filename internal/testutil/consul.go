@@ -5,7 +5,6 @@ package testutil
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -266,24 +265,5 @@ func (c *Consul) SetCheck(t testing.TB, serviceID, status, output string) {
 	t.Helper()
 	if err := c.Client.Agent().UpdateTTL("check-"+serviceID, output, status); err != nil {
 		t.Fatalf("update check of %s: %v", serviceID, err)
-	}
-}
-
-// Eventually polls cond every 20ms until it returns true or the timeout passes.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if cond() {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		case <-tick.C:
-		}
 	}
 }

@@ -391,22 +391,11 @@ func TestLiveness(t *testing.T) {
 		t.Fatal("a 503 is not a refusal")
 	}
 	f.fail(healthWeb, 400)
-	testutilEventually(t, func() bool { return r.RefusedError(HealthService("web", ServiceOptions{}).Key()) != nil })
+	testutil.WaitFor(t, "the refusal", func() bool { return r.RefusedError(HealthService("web", ServiceOptions{}).Key()) != nil })
 	f.reply(healthWeb, 3, []*api.ServiceEntry{{Service: &api.AgentService{ID: "w1", Service: "web"}, Node: &api.Node{Node: "n"}}})
-	testutilEventually(t, func() bool {
+	testutil.WaitFor(t, "the condition", func() bool {
 		return r.Live() == nil && r.RefusedError(HealthService("web", ServiceOptions{}).Key()) == nil
 	})
-}
-
-func testutilEventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in time")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // Answered holds once the registry runs and every view has had a first
@@ -431,7 +420,7 @@ func TestAnswered(t *testing.T) {
 		t.Fatal("answered with the db view still waiting")
 	}
 	f.fail("/v1/health/service/db", 503)
-	testutilEventually(t, r.Answered)
+	testutil.WaitFor(t, "every view answered", r.Answered)
 }
 
 // A view created by a Subscribe call and answered before that call ends

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 const mib = 1 << 20
@@ -109,14 +111,14 @@ func TestMemoryBudgetLargeTaskRunsAlone(t *testing.T) {
 		}
 		bigDone <- r
 	}()
-	waitFor(t, "big to queue", func() bool { return b.Stats().Waiting == 1 })
+	testutil.WaitFor(t, "big to queue", func() bool { return b.Stats().Waiting == 1 })
 	// A small one arriving later waits behind the big one (arrival order).
 	small2Done := make(chan *reservation)
 	go func() {
 		r, _ := b.acquire(context.Background(), "small", "")
 		small2Done <- r
 	}()
-	waitFor(t, "second small to queue", func() bool { return b.Stats().Waiting == 2 })
+	testutil.WaitFor(t, "second small to queue", func() bool { return b.Stats().Waiting == 2 })
 	small.release()
 	big := <-bigDone
 	if st := b.Stats(); st.Running != 1 || st.Reserved != 500*mib {
@@ -148,13 +150,13 @@ func TestMemoryBudgetCancel(t *testing.T) {
 		_, err := b.acquire(ctx, "b", "")
 		errB <- err
 	}()
-	waitFor(t, "b to queue", func() bool { return b.Stats().Waiting == 1 })
+	testutil.WaitFor(t, "b to queue", func() bool { return b.Stats().Waiting == 1 })
 	cDone := make(chan *reservation)
 	go func() {
 		r, _ := b.acquire(context.Background(), "c", "")
 		cDone <- r
 	}()
-	waitFor(t, "c to queue behind b", func() bool { return b.Stats().Waiting == 2 })
+	testutil.WaitFor(t, "c to queue behind b", func() bool { return b.Stats().Waiting == 2 })
 	cancel()
 	if err := <-errB; !errors.Is(err, context.Canceled) {
 		t.Fatalf("b: %v", err)
@@ -193,17 +195,6 @@ func TestAutoMemoryLimit(t *testing.T) {
 	}
 	if got := AutoMemoryLimit(); got <= 0 || got > m {
 		t.Fatalf("automatic bound %d for %d bytes of memory", got, m)
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling a condition, not waiting for time to pass
 	}
 }
 
