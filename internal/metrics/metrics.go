@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/watch"
 )
@@ -73,8 +74,9 @@ type Metrics struct {
 	consulLat   *prometheus.HistogramVec
 	notifySent  *prometheus.CounterVec
 	notifyDrops *prometheus.CounterVec
-	tfPeakRSS   *prometheus.GaugeVec // terraform.go
-	perTask     []deleter            // every vector with a "task" label
+	tfPeakRSS   *prometheus.GaugeVec                    // terraform.go
+	gates       map[gate.Outcome]*prometheus.CounterVec // gates.go
+	perTask     []deleter                               // every vector with a "task" label
 
 	mu   sync.Mutex
 	seen map[string]bool // tasks that may have series
@@ -192,6 +194,7 @@ func New(opts Options) *Metrics {
 		m.consulReqs, m.consulErrs, m.consulLat, m.notifySent, m.notifyDrops,
 	)
 	m.registerTerraform(opts) // terraform.go
+	m.registerGates()         // gates.go
 	if opts.Views != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ctsync_watch_views",
@@ -250,6 +253,7 @@ func (m *Metrics) syncTasks(tasks []reconcile.TaskState) {
 		m.drifted.WithLabelValues(name).Set(b2f(t.Drifted))
 		m.dirty.WithLabelValues(name).Set(b2f(t.Dirty))
 		m.terminal.WithLabelValues(name).Set(b2f(t.Terminal))
+		m.gateZeros(t.Spec) // gates.go
 	}
 	for name := range m.seen {
 		if !known[name] {
