@@ -342,7 +342,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		}
 		return terraform.New(o)
 	}
-	desired := func(ctx context.Context, spec task.Spec) (map[string]string, error) {
+	desired := withPolicyDigest(func(ctx context.Context, spec task.Spec) (map[string]string, error) { // gates.go
 		o, err := driverOptions(spec)
 		if errors.Is(err, errWaitingForVault) {
 			// The task waits (not a failed run); its status says why,
@@ -356,7 +356,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 			return tfc.DesiredState(ctx, tfcOptions(cfg, o, nil)) // tfc.go
 		}
 		return terraform.DesiredState(ctx, o)
-	}
+	})
 	factory = live.wrapFactory(factory)                // secrets.go: rebuilt when Vault values change
 	if factory, err = a.setupHA(factory); err != nil { // ha.go
 		return nil, err

@@ -99,7 +99,7 @@ func (d *decoder) policy(b *hcl.Block, path string, t *rawTask) {
 			continue
 		}
 		pos := hcl.Pos{Line: pe.Line, Column: pe.Col}
-		d.errf(hcl.Range{Filename: pe.File, Start: pos, End: pos}, field, "%s", pe.Msg)
+		d.errf(hcl.Range{Filename: pe.File, Start: pos, End: pos}, field, "%s (the policy file listed at %s)", pe.Msg, posString(rangeOf(i)))
 	}
 }
 

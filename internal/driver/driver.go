@@ -122,6 +122,8 @@ const (
 	// PartUpstream: the outputs of the tasks whose outputs the task
 	// receives (module_input "task-outputs"), as last recorded.
 	PartUpstream = "upstream outputs"
+	// PartPolicy: the content of the task's policy files (policy.Hash).
+	PartPolicy = "policy"
 )
 
 // Run identifies one execution of a task.
