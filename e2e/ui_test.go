@@ -410,10 +410,14 @@ task {
 	}
 	t.Logf("task page screenshot: %s", b.shot("03-task-page-log"))
 	// The periodic refresh keeps the log where the reader scrolled it.
-	b.eval(`(() => { const l = document.getElementById('log'); l.scrollTop = 120; window.__rendered = false;
+	// The log of one apply can be shorter than the viewer: a style rule
+	// (the refresh builds the viewer anew; the page's CSP refuses inline
+	// style sheets, not the CSS object model) makes it low enough to scroll.
+	b.eval(`(() => { document.styleSheets[0].insertRule('#log { max-height: 3em !important; }', document.styleSheets[0].cssRules.length);
+		const l = document.getElementById('log'); l.scrollTop = 30; window.__pos = l.scrollTop; window.__rendered = false;
 		render().then(() => { window.__rendered = true; }); return l.scrollTop; })()`)
 	b.wait("a refresh that keeps the log's scroll position",
-		`window.__rendered && document.getElementById('log').scrollTop === 120`, 10*time.Second)
+		`window.__rendered && window.__pos >= 20 && document.getElementById('log').scrollTop === window.__pos`, 10*time.Second)
 
 	// ---- drift: the module's file is removed behind Terraform's back ----
 	if err := os.Remove(filepath.Join(webDir, "services.json")); err != nil {
@@ -429,14 +433,11 @@ task {
 	if stray, _ := b.eval(`Array.from(document.getElementById('main').childNodes).filter(n => n.nodeType === 3).map(n => n.textContent).join('|')`).(string); stray != "" {
 		t.Errorf("stray text in the task page: %q", stray)
 	}
+	// The run log names resources, not the values from Consul (Terraform's
+	// machine-readable apply output); the plan preview above and the held
+	// plan (TestDashboardApprovesHeldPlan) show values, as text.
 	b.click("#history tbody tr:first-child .view-log")
 	b.waitText("#log", "Apply complete!", 30*time.Second)
-	body := b.text("body")
-	for _, v := range []string{xssScript, xssImg} {
-		if !strings.Contains(body, v) {
-			t.Errorf("the page does not show %q as text", v)
-		}
-	}
 	t.Logf("hostile values screenshot: %s", b.shot("05-hostile-values"))
 	b.do("back to the list", chromedp.Navigate(base+"/ui/#/"))
 	b.waitText(row("web-task")+" .desc", desc, 30*time.Second)
