@@ -333,3 +333,25 @@ func Hash(files []string) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// Evaluate loads the files and evaluates them on a plan: Load then Eval,
+// for a caller that checks a plan now and then (compiling a policy takes
+// well under a millisecond, docs/performance.md) and must use the files as
+// they are now, the ones Hash covered.
+func Evaluate(ctx context.Context, files []string, plan []byte, in Input) ([]string, error) {
+	s, err := Load(ctx, files)
+	if err != nil {
+		return nil, err
+	}
+	return s.Eval(ctx, plan, in)
+}
+
+// DeniedError is the error of a run whose plan the task's policy denied:
+// nothing was applied.
+type DeniedError struct {
+	Messages []string
+}
+
+func (e *DeniedError) Error() string {
+	return "policy denied the plan: " + strings.Join(e.Messages, "; ")
+}

@@ -273,3 +273,17 @@ func BenchmarkLoad(b *testing.B) {
 		}
 	}
 }
+
+func TestEvaluateAndDenied(t *testing.T) {
+	got, err := Evaluate(context.Background(), []string{example}, readPlan(t, "open-plan.json"), Input{Task: Task{Name: "fw"}})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("Evaluate: %q, %v", got, err)
+	}
+	e := &DeniedError{Messages: got}
+	if want := "policy denied the plan: aws_security_group.lb opens ::/0 to everyone (task fw); aws_security_group_rule.web_ingress opens 0.0.0.0/0 to everyone (task fw)"; e.Error() != want {
+		t.Errorf("%q", e.Error())
+	}
+	if _, err := Evaluate(context.Background(), []string{filepath.Join(t.TempDir(), "gone.rego")}, []byte(`{}`), Input{}); err == nil {
+		t.Error("missing file: no error")
+	}
+}
