@@ -25,10 +25,12 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/types"
 
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -146,6 +148,10 @@ func Load(ctx context.Context, files []string) (*Set, error) {
 		return nil, Errors{{File: strings.Join(files, ", "),
 			Msg: "no rule defines data.ctsync.deny: a policy file must declare `package ctsync` and `deny contains msg if { ... }` rules"}}
 	}
+	if msg := denyTypeProblem(c.TypeEnv.Get(ast.MustParseRef(Query))); msg != "" {
+		file, line := splitAt(denyAt[0])
+		return nil, Errors{{File: file, Line: line, Msg: msg}}
+	}
 	pq, err := rego.New(rego.Query(Query), rego.Compiler(c), rego.Capabilities(caps)).PrepareForEval(ctx)
 	if err != nil {
 		return nil, astErrors(files[0], err)
@@ -176,6 +182,32 @@ func denyRules(c *ast.Compiler, files []string) []string {
 		}
 	}
 	return at
+}
+
+// denyTypeProblem says what is wrong with data.ctsync.deny's type as the
+// compiler inferred it, when it can never be a set or an array of strings
+// ("" when it is, or may be: a message built from the input is of a type
+// known only at evaluation, which Eval checks).
+func denyTypeProblem(t types.Type) string {
+	switch t.(type) {
+	case nil, types.Any, *types.Set, *types.Array:
+	default:
+		return fmt.Sprintf("data.ctsync.deny is %s: it must be a set or an array of strings (deny contains msg if { ... })", types.Sprint(t))
+	}
+	if _, isAny := t.(types.Any); isAny {
+		return ""
+	}
+	if e := types.Values(t); e != nil && !types.Contains(e, types.S) {
+		return fmt.Sprintf("data.ctsync.deny holds %s values: every entry must be a string message", types.Sprint(e))
+	}
+	return ""
+}
+
+// splitAt splits a "file:line" of denyRules.
+func splitAt(at string) (string, int) {
+	i := strings.LastIndexByte(at, ':')
+	n, _ := strconv.Atoi(at[i+1:])
+	return at[:i], n
 }
 
 // astErrors converts OPA's errors into Errors, with file (when the error
@@ -288,13 +320,13 @@ func (s *Set) Eval(ctx context.Context, plan []byte, in Input) ([]string, error)
 func (s *Set) messages(v any) ([]string, error) {
 	list, ok := v.([]any)
 	if !ok {
-		return nil, fmt.Errorf("policy: data.ctsync.deny (%s) is a %s: it must be a set or an array of strings", strings.Join(s.denyAt, ", "), typeName(v))
+		return nil, fmt.Errorf("policy: data.ctsync.deny (%s) is %s: it must be a set or an array of strings", strings.Join(s.denyAt, ", "), typeName(v))
 	}
 	out := make([]string, 0, len(list))
 	for _, e := range list {
 		m, ok := e.(string)
 		if !ok {
-			return nil, fmt.Errorf("policy: data.ctsync.deny (%s) holds a %s: every entry must be a string message", strings.Join(s.denyAt, ", "), typeName(e))
+			return nil, fmt.Errorf("policy: data.ctsync.deny (%s) holds %s: every entry must be a string message", strings.Join(s.denyAt, ", "), typeName(e))
 		}
 		out = append(out, m)
 	}
@@ -302,20 +334,21 @@ func (s *Set) messages(v any) ([]string, error) {
 	return slices.Compact(out), nil
 }
 
+// typeName names a JSON value's type with its article.
 func typeName(v any) string {
 	switch v.(type) {
 	case nil:
 		return "null"
 	case bool:
-		return "boolean"
+		return "a boolean"
 	case string:
-		return "string"
+		return "a string"
 	case []any:
-		return "array"
+		return "an array"
 	case map[string]any:
-		return "object"
+		return "an object"
 	}
-	return "number"
+	return "a number"
 }
 
 // Hash is a content hash of the policy files, in order, with their names:

@@ -162,13 +162,31 @@ func TestEvalErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), p+":3") || !strings.Contains(err.Error(), "must be a string") {
 		t.Errorf("number entry: %v", err)
 	}
-	obj := write(t, "obj.rego", "package ctsync\n\ndeny := {\"a\": 1}\n")
+	// A value of a type known only at evaluation.
+	obj := write(t, "obj.rego", "package ctsync\n\ndeny := input.plan.d\n")
 	set, err = Load(context.Background(), []string{obj})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := set.Eval(context.Background(), []byte(`{}`), Input{}); err == nil || !strings.Contains(err.Error(), obj+":3") {
+	if _, err := set.Eval(context.Background(), []byte(`{"d":{"a":1}}`), Input{}); err == nil || !strings.Contains(err.Error(), obj+":3") ||
+		!strings.Contains(err.Error(), "is an object") {
 		t.Errorf("object deny: %v", err)
+	}
+	if _, err := set.Eval(context.Background(), []byte(`{"d":["a",false]}`), Input{}); err == nil || !strings.Contains(err.Error(), "holds a boolean") {
+		t.Errorf("boolean entry: %v", err)
+	}
+	// A type the compiler knows is wrong is refused at load.
+	for src, want := range map[string]string{
+		"deny contains 1 if true\n":  "data.ctsync.deny holds number values",
+		"deny := {\"a\": 1}\n":       "data.ctsync.deny is object",
+		"deny := \"no\"\n":           "data.ctsync.deny is string",
+		"deny := [1, 2]\n":           "data.ctsync.deny holds number values",
+		"deny contains {\"m\": 1}\n": "data.ctsync.deny holds object",
+	} {
+		p := write(t, "typed.rego", "package ctsync\n\n"+src)
+		if err := Check([]string{p}); err == nil || !strings.HasPrefix(err.Error(), p+":3: ") || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %s:3: ...%s", src, err, p, want)
+		}
 	}
 	if _, err := set.Eval(context.Background(), []byte(`{not json`), Input{}); err == nil {
 		t.Error("invalid plan JSON: no error")
