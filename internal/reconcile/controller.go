@@ -119,8 +119,10 @@ type Controller struct {
 	tasks map[string]*entry
 	// inspecting holds throw-away tasks being planned, by subscriber id.
 	inspecting map[string]*entry
-	queue      []string // task names ready to run, FIFO
-	notes      []note   // notifications from views, handled by the note loop
+	// q is the work queue: the names of the tasks due to run, and the run
+	// slots (queue.go).
+	q     workQueue
+	notes []note // notifications from views, handled by the note loop
 	// noted holds the notes in notes: a note already waiting is not queued
 	// again (handling it reads the current data anyway), so the backlog is
 	// bounded by tasks x queries, however fast views change.
@@ -130,11 +132,9 @@ type Controller struct {
 
 	owned *ownership // spread mode: the tasks this instance runs (owned.go); nil: all
 
-	kick      chan struct{} // wakes a worker
 	noteKick  chan struct{} // wakes the note loop
 	driftKick chan struct{} // wakes the drift loop (task added or changed)
 	cronKick  chan struct{} // wakes the schedule loop (task added or enabled)
-	slots     chan struct{} // one token per Terraform run allowed at once
 
 	scheduleWakes atomic.Int64 // iterations of the schedule loop (tests: a follower must not spin)
 	driftWakes    atomic.Int64 // iterations of the drift loop (tests: it looked again)
@@ -157,11 +157,11 @@ type Controller struct {
 	handling int // notes taken off c.notes and not yet handled (Settled)
 
 	// Liveness (Live), guarded by mu: whether Run is running, and since
-	// when the note backlog and the run queue have waited without the note
-	// loop or a worker taking anything off them (zero: empty, or progress).
+	// when the note backlog has waited without the note loop taking
+	// anything off it (zero: empty, or progress); the work queue keeps its
+	// own (workQueue.since).
 	running    bool
 	notesSince time.Time
-	queueSince time.Time
 }
 
 // WedgedAfter is how long notifications or queued runs may wait with no
@@ -182,8 +182,8 @@ func (c *Controller) Live() error {
 		return errors.New("the controller has stopped")
 	case !c.notesSince.IsZero() && now.Sub(c.notesSince) >= WedgedAfter:
 		return fmt.Errorf("the controller is stuck: %d notifications have waited %s", len(c.notes), now.Sub(c.notesSince).Round(time.Second))
-	case !c.standby && !c.queueSince.IsZero() && len(c.slots) < cap(c.slots) && now.Sub(c.queueSince) >= WedgedAfter:
-		return fmt.Errorf("the controller is stuck: %d tasks have waited %s to run with run slots free", len(c.queue), now.Sub(c.queueSince).Round(time.Second))
+	case !c.standby && c.q.stuck(now) >= WedgedAfter:
+		return fmt.Errorf("the controller is stuck: %d tasks have waited %s to run with run slots free", c.q.len(), c.q.stuck(now).Round(time.Second))
 	}
 	return nil
 }
@@ -260,16 +260,19 @@ func New(opts Options, specs []task.Spec) *Controller {
 		tasks:      map[string]*entry{},
 		inspecting: map[string]*entry{},
 		noted:      map[note]struct{}{},
-		kick:       make(chan struct{}, 1),
 		noteKick:   make(chan struct{}, 1),
 		driftKick:  make(chan struct{}, 1),
 		cronKick:   make(chan struct{}, 1),
-		slots:      make(chan struct{}, opts.MaxParallel),
 		standby:    opts.Standby,
 		runCtx:     context.Background(),
 		changed:    make(chan struct{}),
 		active:     make(chan struct{}),
 	}
+	var depth func(int)
+	if opts.Metrics != nil {
+		depth = opts.Metrics.QueueDepth
+	}
+	c.q = newWorkQueue(opts.MaxParallel, opts.Clock, depth)
 	if !opts.Standby {
 		close(c.active)
 	}
@@ -440,7 +443,7 @@ func (c *Controller) SetActive(active bool) {
 		// The first run as leader is not buffered.
 		c.adoptLocked(e, Due(TriggerLeader), c.opts.Store.Run(e.spec.Name).InFlight != "")
 	}
-	signal(c.kick)
+	c.q.wake()
 	signal(c.driftKick)
 }
 

@@ -76,7 +76,7 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	if !ready {
 		return
 	}
-	release, err := c.acquireSlot(ctx)
+	release, err := c.q.acquire(ctx)
 	if err != nil {
 		return // shutting down
 	}

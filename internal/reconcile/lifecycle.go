@@ -273,17 +273,10 @@ func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 	}
 	c.changedLocked()
 	if from == phaseQueued && ev != evTake { // a worker took it off the queue itself
-		c.unqueueLocked(e.spec.Name)
+		c.q.remove(e.spec.Name)
 	}
 	if s.to == phaseQueued {
-		c.queue = append(c.queue, e.spec.Name)
-		if c.queueSince.IsZero() {
-			c.queueSince = c.opts.Clock.Now()
-		}
-		if c.opts.Metrics != nil {
-			c.opts.Metrics.QueueDepth(len(c.queue))
-		}
-		signal(c.kick)
+		c.q.push(e.spec.Name)
 	}
 	if from == phaseRunning || s.to == phaseRunning {
 		lc.rerun = false // consumed: the task is queued, or starts a run that reads the current data

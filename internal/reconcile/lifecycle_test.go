@@ -144,22 +144,22 @@ func TestStepLockedQueue(t *testing.T) {
 	defer c.mu.Unlock()
 	c.stepLocked(e, evQueue, wake{})
 	c.stepLocked(e, evQueue, wake{})
-	if len(c.queue) != 1 || e.lc.phase != phaseQueued {
-		t.Fatalf("queued twice: queue %v, phase %s", c.queue, e.lc.phase)
+	if c.q.len() != 1 || e.lc.phase != phaseQueued {
+		t.Fatalf("queued twice: queue %v, phase %s", c.q.names, e.lc.phase)
 	}
 	c.stepLocked(e, evStop, wake{})
-	if len(c.queue) != 0 || e.lc.phase != phaseIdle {
-		t.Fatalf("disabled: queue %v, phase %s", c.queue, e.lc.phase)
+	if c.q.len() != 0 || e.lc.phase != phaseIdle {
+		t.Fatalf("disabled: queue %v, phase %s", c.q.names, e.lc.phase)
 	}
 	c.stepLocked(e, evReserve, wake{})
 	c.stepLocked(e, evQueue, wake{}) // a change during the run
-	if len(c.queue) != 0 || !e.lc.rerun {
-		t.Fatalf("change while running: queue %v, rerun %v", c.queue, e.lc.rerun)
+	if c.q.len() != 0 || !e.lc.rerun {
+		t.Fatalf("change while running: queue %v, rerun %v", c.q.names, e.lc.rerun)
 	}
 	idle := c.changed
 	c.stepLocked(e, evDone, wake{})
-	if len(c.queue) != 1 || e.lc.phase != phaseQueued || e.lc.rerun {
-		t.Fatalf("run ended with a rerun due: queue %v, phase %s, rerun %v", c.queue, e.lc.phase, e.lc.rerun)
+	if c.q.len() != 1 || e.lc.phase != phaseQueued || e.lc.rerun {
+		t.Fatalf("run ended with a rerun due: queue %v, phase %s, rerun %v", c.q.names, e.lc.phase, e.lc.rerun)
 	}
 	select {
 	case <-idle:
@@ -167,7 +167,7 @@ func TestStepLockedQueue(t *testing.T) {
 		t.Fatal("the end of the run did not wake waiters")
 	}
 	c.stepLocked(e, evDelete, wake{})
-	if len(c.queue) != 0 || e.lc.phase != phaseDeleting {
-		t.Fatalf("deleted: queue %v, phase %s", c.queue, e.lc.phase)
+	if c.q.len() != 0 || e.lc.phase != phaseDeleting {
+		t.Fatalf("deleted: queue %v, phase %s", c.q.names, e.lc.phase)
 	}
 }

@@ -201,7 +201,7 @@ func (c *Controller) plan(ctx context.Context, e *entry, s *task.Spec) (PlanResu
 	if err := c.waitReady(ctx, e, s, syncWait); err != nil {
 		return PlanResult{}, err
 	}
-	release, err := c.acquireSlot(ctx)
+	release, err := c.q.acquire(ctx)
 	if err != nil {
 		return PlanResult{}, err
 	}
@@ -289,7 +289,7 @@ func (c *Controller) runReserved(ctx context.Context, e *entry, req Request) (ou
 	if err := c.waitReady(ctx, e, &s, syncWait); err != nil {
 		return outcome{}, err
 	}
-	release, err := c.acquireSlot(ctx)
+	release, err := c.q.acquire(ctx)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -340,7 +340,7 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 // destroy runs terraform destroy for the task and removes its working
 // directory.
 func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error {
-	release, err := c.acquireSlot(ctx)
+	release, err := c.q.acquire(ctx)
 	if err != nil {
 		return err
 	}

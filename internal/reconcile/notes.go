@@ -89,7 +89,7 @@ func (c *Controller) handle(e *entry, throwaway bool, n note, spec *task.Spec) {
 func (c *Controller) Settled() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.notes) > 0 || c.handling > 0 || (len(c.queue) > 0 && !c.standby) {
+	if len(c.notes) > 0 || c.handling > 0 || (c.q.len() > 0 && !c.standby) {
 		return false
 	}
 	for _, e := range c.tasks {

@@ -35,7 +35,7 @@ func (c *Controller) SetOwned(owns func(task string) bool) {
 	defer c.mu.Unlock()
 	if owns == nil {
 		c.owned = nil
-		signal(c.kick)
+		c.q.wake()
 		return
 	}
 	prev := c.owned
@@ -55,7 +55,7 @@ func (c *Controller) SetOwned(owns func(task string) bool) {
 		// The first run of a new owner is not buffered.
 		c.adoptLocked(e, Due(TriggerOwner), c.opts.Store.Run(name).InFlight != "")
 	}
-	signal(c.kick)
+	c.q.wake()
 	signal(c.driftKick)
 }
 
@@ -71,7 +71,7 @@ func (c *Controller) ownsLocked(name string) bool {
 func (c *Controller) runnableLocked() bool {
 	if c.owned != nil {
 		var drop []*entry
-		for _, name := range c.queue {
+		for _, name := range c.q.names {
 			if e := c.tasks[name]; e != nil && !c.owned.owns(name) {
 				drop = append(drop, e)
 			}
@@ -80,7 +80,7 @@ func (c *Controller) runnableLocked() bool {
 			c.stepLocked(e, evStop, wake{}) // what was due is dropped
 		}
 	}
-	return len(c.queue) > 0
+	return c.q.len() > 0
 }
 
 // TaskNames returns the names of the tasks that are not being deleted,

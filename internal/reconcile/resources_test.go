@@ -105,7 +105,7 @@ func TestResourcesStableOver10000Runs(t *testing.T) {
 		t.Errorf("%d events kept, want the history bound %d", n, store.DefaultHistory)
 	}
 	h.ctrl.mu.Lock()
-	notes, queue := len(h.ctrl.notes), len(h.ctrl.queue)
+	notes, queue := len(h.ctrl.notes), h.ctrl.q.len()
 	h.ctrl.mu.Unlock()
 	if notes > 1 || queue > 1 {
 		t.Errorf("controller backlog after the runs: %d notes, %d queued", notes, queue)
