@@ -124,14 +124,14 @@ func inputsMoved(old, now map[string]string) bool {
 // changeTrigger is a run's trigger when its desired state changed: the
 // watched key that fired when only the Consul data changed, else the parts
 // that changed ("module changed, provider config changed").
-func changeTrigger(trigger string, changed []string) string {
+func changeTrigger(due Trigger, changed []string) string {
 	if len(changed) == 0 || (len(changed) == 1 && changed[0] == driver.PartData) {
-		return trigger
+		return due.String()
 	}
 	words := make([]string, 0, len(changed))
 	for _, p := range changed {
-		if p == driver.PartData && trigger != "" && strings.Contains(trigger, "/") {
-			words = append(words, trigger) // the watched key says more
+		if p == driver.PartData && due.Kind == TriggerChange && strings.Contains(due.Detail, "/") {
+			words = append(words, due.Detail) // the watched key (a query's) says more
 			continue
 		}
 		words = append(words, p+" changed")

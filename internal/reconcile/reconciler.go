@@ -150,7 +150,7 @@ func (c *Controller) mustRun(log *slog.Logger, name string, st store.RunState, w
 	case st.Dirty():
 		if due.Kind != TriggerRetry {
 			changed := changedParts(st.Parts, want.Parts)
-			trigger = changeTrigger(trigger, changed)
+			trigger = changeTrigger(due, changed)
 			if (due.Kind == TriggerStart || due.Kind == TriggerLeader) && trigger == due.String() {
 				trigger = "previous run failed"
 			}
@@ -160,7 +160,7 @@ func (c *Controller) mustRun(log *slog.Logger, name string, st store.RunState, w
 		c.skipped(name)
 		return trigger, false
 	default:
-		trigger = changeTrigger(trigger, changedParts(st.Parts, want.Parts))
+		trigger = changeTrigger(due, changedParts(st.Parts, want.Parts))
 	}
 	return trigger, true
 }
