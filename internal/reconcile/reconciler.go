@@ -99,6 +99,14 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req 
 			}
 			return outcome{held: why}
 		}
+		if want.Parts[driver.PartUpstream] != c.upstreamDigest(s) {
+			// An upstream task applied since the desired state was read
+			// (it was running then, idle now): decide again with what it
+			// applied, rather than apply with a stale fingerprint and run
+			// again to catch up.
+			log.Debug("an upstream task applied meanwhile; reading the desired state again")
+			return c.reconcile(ctx, e, s, req)
+		}
 	}
 	c.mu.Lock()
 	c.runsLocked(e, want.Fingerprint)
