@@ -86,25 +86,3 @@ type SupersededError struct{ ID, Newer string }
 func (e *SupersededError) Error() string {
 	return fmt.Sprintf("plan %s is superseded by plan %s: the desired state changed since it was made", e.ID, e.Newer)
 }
-
-// Outcome is what a gate did with a run, as the metrics count it.
-type Outcome string
-
-const (
-	// OutcomeHeld: the approval rules held the run's plan (it is pending).
-	OutcomeHeld Outcome = "held"
-	// OutcomeApproved: an operator approved a held plan.
-	OutcomeApproved Outcome = "approved"
-	// OutcomeRejected: an operator rejected a held plan.
-	OutcomeRejected Outcome = "rejected"
-	// OutcomeExpired: a held plan was dropped at approval.expire.
-	OutcomeExpired Outcome = "expired"
-	// OutcomeDenied: the task's policy denied the run's plan.
-	OutcomeDenied Outcome = "denied"
-)
-
-// Metrics counts the gates' outcomes per task (internal/metrics implements
-// it; the controller calls it once per outcome).
-type Metrics interface {
-	GateOutcome(task string, o Outcome)
-}

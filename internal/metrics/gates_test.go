@@ -22,9 +22,9 @@ func TestGateMetrics(t *testing.T) {
 		`ctsync_task_runs_denied_total{task="fw"} 0`)
 	hasNot(t, text, `ctsync_task_runs_held_total{task="plain"}`, `ctsync_task_runs_denied_total{task="plain"}`)
 
-	for _, o := range []gate.Outcome{gate.OutcomeHeld, gate.OutcomeHeld, gate.OutcomeApproved, gate.OutcomeRejected,
-		gate.OutcomeExpired, gate.OutcomeDenied, "nonsense"} {
-		m.GateOutcome("fw", o)
+	for _, a := range []string{gate.ActionHeld, gate.ActionHeld, gate.ActionApproved, gate.ActionRejected,
+		gate.ActionExpired, gate.ActionDenied, gate.ActionSuperseded} {
+		m.OnGate(gate.Event{Kind: gate.EventApproval, Action: a, Task: "fw"})
 	}
 	has(t, scrape(t, m), `ctsync_task_runs_held_total{task="fw"} 2`, `ctsync_task_runs_approved_total{task="fw"} 1`,
 		`ctsync_task_runs_rejected_total{task="fw"} 1`, `ctsync_task_runs_expired_total{task="fw"} 1`,

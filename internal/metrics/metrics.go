@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/watch"
 )
@@ -74,9 +73,9 @@ type Metrics struct {
 	consulLat   *prometheus.HistogramVec
 	notifySent  *prometheus.CounterVec
 	notifyDrops *prometheus.CounterVec
-	tfPeakRSS   *prometheus.GaugeVec                    // terraform.go
-	gates       map[gate.Outcome]*prometheus.CounterVec // gates.go
-	perTask     []deleter                               // every vector with a "task" label
+	tfPeakRSS   *prometheus.GaugeVec              // terraform.go
+	gates       map[string]*prometheus.CounterVec // gates.go, by gate.Action*
+	perTask     []deleter                         // every vector with a "task" label
 
 	mu   sync.Mutex
 	seen map[string]bool // tasks that may have series
