@@ -726,6 +726,12 @@ func (d *Driver) prepare(ctx context.Context, op string, run driver.Run, in *tas
 	if err != nil {
 		return "", &driver.Error{Op: op, Err: err}
 	}
+	// A state an earlier run could not save goes to the backend first: a
+	// run on the backend's older state would redo what that run did.
+	if _, err := d.pushErrored(ctx, pushBound); err != nil {
+		d.endRun()
+		return "", &driver.Error{Op: op, Summary: err.Error(), Err: err}
+	}
 	if in != nil {
 		if err := d.writeInputs(in); err != nil {
 			d.endRun()
@@ -794,8 +800,21 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 		res.Changes = res.Destroy > 0
 	}
 	if err != nil {
+		diags, _, _ := d.diagnostics()
 		err = d.fail(op, err)
-	} else if op == "apply" && d.opts.Spec.ExportOutputs {
+		// The infrastructure changed but Terraform could not save the state:
+		// once the state is pushed back, the run has applied.
+		pushed, perr := d.pushErrored(ctx, pushBound)
+		switch {
+		case perr != nil:
+			d.sink.note("%v", perr)
+			d.log.Warn("the state of the run is not saved in the backend; the next run pushes it first", "run_id", run.ID, "error", perr)
+		case pushed && onlySaveErrors(diags):
+			d.sink.note("%s: the state is saved now, the run has applied", op)
+			err = nil
+		}
+	}
+	if err == nil && op == "apply" && d.opts.Spec.ExportOutputs {
 		res.Outputs, err = d.readOutputs(ctx)
 	}
 	res.Duration = time.Since(start)
@@ -971,19 +990,7 @@ func stateLockHolder(text string) (string, bool) {
 	if !strings.Contains(text, "Error acquiring the state lock") && !strings.Contains(text, "failed to lock state") {
 		return "", false
 	}
-	info := map[string]string{}
-	_, block, ok := strings.Cut(text, "Lock Info:")
-	if ok {
-		for _, line := range strings.Split(block, "\n") {
-			k, v, found := strings.Cut(unboxed(line), ":")
-			if !found {
-				continue
-			}
-			if k = strings.TrimSpace(k); info[k] == "" {
-				info[k] = strings.TrimSpace(v)
-			}
-		}
-	}
+	info := lockInfo(text)
 	var parts []string
 	for _, f := range []struct{ key, label string }{
 		{"Who", "held by "}, {"Operation", "operation "}, {"Created", "since "}, {"ID", "lock ID "},
@@ -996,6 +1003,26 @@ func stateLockHolder(text string) (string, bool) {
 		return "", true
 	}
 	return " (" + strings.Join(parts, ", ") + ")", true
+}
+
+// lockInfo reads the "Lock Info:" block Terraform prints about a held lock
+// (ID, Who, Operation, Created, ...); empty without one.
+func lockInfo(text string) map[string]string {
+	info := map[string]string{}
+	_, block, ok := strings.Cut(text, "Lock Info:")
+	if !ok {
+		return info
+	}
+	for _, line := range strings.Split(block, "\n") {
+		k, v, found := strings.Cut(unboxed(line), ":")
+		if !found {
+			continue
+		}
+		if k = strings.TrimSpace(k); info[k] == "" {
+			info[k] = strings.TrimSpace(v)
+		}
+	}
+	return info
 }
 
 // unboxed strips the "│ " of Terraform's boxed diagnostics from a line.
