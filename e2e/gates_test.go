@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/hashicorp/consul/api"
 
 	"github.com/ctsync/ctsync/internal/gate"
@@ -513,4 +514,47 @@ func TestGateCLIApproveReject(t *testing.T) {
 	if evs := g.events("web"); len(evs) == 0 || evs[0].Actor != gateWriteName {
 		t.Errorf("the run approved from the CLI does not record the token's name %q: %+v", gateWriteName, evs)
 	}
+}
+
+// The dashboard's Approve button end to end: headless Chromium signed in
+// with the write token shows the task held by max_destroy_percent
+// (waiting, with its reason) and its held plan; Approve makes the real
+// daemon apply that plan (the deregistered instances' files go) and the
+// run records the token's name. Screenshots go to
+// $CTSYNC_ARTIFACTS/gate-approve.
+func TestGateDashboardApprove(t *testing.T) {
+	skipShort(t)
+	chromium := findChromium(t)
+	shots := artifactsDir(t, "gate-approve")
+	c := testutil.StartConsul(t)
+	g, dir, p := startEmptyCatalog(t, c, "", "")
+
+	b := newBrowser(t, chromium, shots)
+	b.do("open the dashboard", chromedp.Navigate(g.base+"/ui/"))
+	b.wait("the token form", `!!document.querySelector('#token-input')`, 30*time.Second)
+	b.do("sign in", chromedp.SendKeys(chromedp.CSS("#token-input"), gateWriteSecret), chromedp.Click(chromedp.CSS("#token-submit")))
+	b.waitText(row("web")+" td.status", "waiting", 30*time.Second)
+	if got := b.text(row("web") + " td.status .held-reason"); got != emptyCatalogReason {
+		t.Errorf("the list's reason %q, want %q", got, emptyCatalogReason)
+	}
+	b.click(row("web") + " td.name a")
+	b.waitText("#held-plan #held-id", p.ID, 30*time.Second)
+	for sel, want := range map[string]string{"#held-reason": emptyCatalogReason, "#held-counts": "+0 ~0 -3", "#held-plan-text": "web-2"} {
+		if got := b.text(sel); !strings.Contains(got, want) {
+			t.Errorf("%s: %q, want %q", sel, got, want)
+		}
+	}
+	t.Logf("held: %s", b.shot("01-held"))
+	expectRules(t, dir, "web-1,web-2,web-3,web-4", "before the dashboard's approval")
+
+	before := g.eventIDs("web")
+	b.click("#approve-plan")
+	b.waitText("#message", "Plan "+p.ID+" approved by "+gateWriteName, 30*time.Second)
+	waitRules(t, dir, "web-1")
+	ev := g.waitNewEvent("web", before, "applied by the dashboard's approval", func(ev store.Event) bool { return ev.Success })
+	if ev.Actor != gateWriteName {
+		t.Errorf("the run approved from the dashboard records actor %q, want %q", ev.Actor, gateWriteName)
+	}
+	b.wait("the held plan gone", `!document.querySelector('#held-plan')`, 30*time.Second)
+	t.Logf("approved: %s", b.shot("02-approved"))
 }
