@@ -145,6 +145,13 @@ func (a gateAPI) plan(name string) (int, gate.Plan, string) {
 // accepts, and returns it.
 func (a gateAPI) waitPlan(name, what string, ok func(gate.Plan) bool) gate.Plan {
 	a.t.Helper()
+	return a.waitPlanUnless(name, what, ok, nil)
+}
+
+// waitPlanUnless is waitPlan that fails at once when broken (if not nil)
+// returns a reason, e.g. that the run was applied instead of held.
+func (a gateAPI) waitPlanUnless(name, what string, ok func(gate.Plan) bool, broken func() string) gate.Plan {
+	a.t.Helper()
 	var last string
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -153,6 +160,11 @@ func (a gateAPI) waitPlan(name, what string, ok func(gate.Plan) bool) gate.Plan 
 			return got
 		}
 		last = fmt.Sprintf("%d %s", code, body)
+		if broken != nil {
+			if why := broken(); why != "" {
+				a.t.Fatalf("%s: waiting for a held plan of %s %s: %s; last answer: %s", a.base, name, what, why, last)
+			}
+		}
 		if time.Now().After(deadline) {
 			a.t.Fatalf("%s: no held plan of %s %s within 2m; last answer: %s", a.base, name, what, last)
 		}
@@ -164,9 +176,27 @@ func (a gateAPI) waitPlan(name, what string, ok func(gate.Plan) bool) gate.Plan 
 // different from the plans in not.
 func (a gateAPI) waitPending(name, reason string, not ...string) gate.Plan {
 	a.t.Helper()
-	return a.waitPlan(name, "pending for "+strings.Join(append([]string{reason}, not...), " / not "), func(p gate.Plan) bool {
+	return a.waitPendingUnless(name, reason, nil, not...)
+}
+
+// waitPendingUnless is waitPending that fails at once when broken returns
+// a reason.
+func (a gateAPI) waitPendingUnless(name, reason string, broken func() string, not ...string) gate.Plan {
+	a.t.Helper()
+	return a.waitPlanUnless(name, "pending for "+strings.Join(append([]string{reason}, not...), " / not "), func(p gate.Plan) bool {
 		return p.State == gate.Pending && p.Reason == reason && !slices.Contains(not, p.ID)
-	})
+	}, broken)
+}
+
+// rulesChanged returns a broken func for waitPlanUnless: it reports the
+// module's files no longer being want (the run was applied, not held).
+func rulesChanged(dir, want string) func() string {
+	return func() string {
+		if got := ruleIDs(dir); got != want {
+			return fmt.Sprintf("applied instead of held: rule files for %q, were %q", got, want)
+		}
+		return ""
+	}
 }
 
 // decide POSTs /v1/tasks/{name}/plan/{id}/{verb} (approve, reject) with

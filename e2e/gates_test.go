@@ -47,7 +47,7 @@ func startEmptyCatalog(t *testing.T, c *testutil.Consul, approvalExtra, more str
 	}
 	// A catalog that looks empty for a moment.
 	deregister(t, c, "web-2", "web-3", "web-4")
-	p := g.waitPending("web", emptyCatalogReason)
+	p := g.waitPendingUnless("web", emptyCatalogReason, rulesChanged(dir, "web-1,web-2,web-3,web-4"))
 	return g, dir, p
 }
 
@@ -137,7 +137,7 @@ func TestGateSupersede(t *testing.T) {
 	g, dir, old := startEmptyCatalog(t, c, "", hook.block("approval"))
 
 	registerWeb(t, c, 5)
-	newer := g.waitPending("web", emptyCatalogReason, old.ID)
+	newer := g.waitPendingUnless("web", emptyCatalogReason, rulesChanged(dir, "web-1,web-2,web-3,web-4"), old.ID)
 	if n := hook.wait(t, "web", "old plan superseded", approval("superseded", old.ID)); n.Approval.NewerPlan != newer.ID {
 		t.Errorf("the superseded notification names newer plan %q, want %q", n.Approval.NewerPlan, newer.ID)
 	}
@@ -194,7 +194,7 @@ func TestGateReject(t *testing.T) {
 
 	// The next change: a new plan, held again.
 	registerWeb(t, c, 5)
-	next := g.waitPending("web", emptyCatalogReason, p.ID)
+	next := g.waitPendingUnless("web", emptyCatalogReason, rulesChanged(dir, "web-1,web-2,web-3,web-4"), p.ID)
 	if next.Add != 1 || next.Destroy != 3 {
 		t.Errorf("plan after the next change %+v: want 1 add, 3 destroy", next)
 	}
@@ -253,7 +253,7 @@ func TestGateRequiredAndRulesLetThrough(t *testing.T) {
   }`))
 
 	// The first run: strict waits, lenient applies.
-	first := g.waitPending("strict", "approval required")
+	first := g.waitPendingUnless("strict", "approval required", rulesChanged(strictDir, ""))
 	if first.Add != 2 || first.Destroy != 0 || first.InState != 0 {
 		t.Errorf("strict's first plan %+v: want 2 add, nothing in state", first)
 	}
@@ -287,7 +287,7 @@ func TestGateRequiredAndRulesLetThrough(t *testing.T) {
 	// strict holds it.
 	deregister(t, c, "web-2")
 	waitRules(t, lenientDir, "web-1")
-	held := g.waitPending("strict", "approval required", first.ID)
+	held := g.waitPendingUnless("strict", "approval required", rulesChanged(strictDir, "web-1,web-2"), first.ID)
 	if held.Destroy != 1 || held.InState != 2 {
 		t.Errorf("strict's plan %+v: want 1 destroy of 2", held)
 	}
@@ -440,7 +440,7 @@ func TestGateHAFailoverKeepsHold(t *testing.T) {
 		c.deregister(id)
 	}
 	api1 := gateAPI{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", leader.port)}
-	held := api1.waitPending("web-task", emptyCatalogReason)
+	held := api1.waitPendingUnless("web-task", emptyCatalogReason, rulesChanged(dir, "web-1,web-2,web-3,web-4"))
 
 	kill := time.Now()
 	must(t, leader.proc().cmd.Process.Kill())
@@ -450,7 +450,7 @@ func TestGateHAFailoverKeepsHold(t *testing.T) {
 		t.Fatalf("the killed leader %s leads again", leader.id)
 	}
 	api2 := gateAPI{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", next.port)}
-	again := api2.waitPending("web-task", emptyCatalogReason)
+	again := api2.waitPendingUnless("web-task", emptyCatalogReason, rulesChanged(dir, "web-1,web-2,web-3,web-4"))
 	if again.Destroy != 3 || again.InState != 4 {
 		t.Errorf("the new leader's plan %+v: want 3 destroy of 4", again)
 	}
@@ -482,7 +482,7 @@ func TestGateCLIApproveReject(t *testing.T) {
 		t.Helper()
 		return runCLI(ctsyncBin, []string{"CTS_ADDRESS=" + g.base, "CTS_TOKEN=" + gateWriteSecret}, stdin, args...)
 	}
-	first := g.waitPending("web", "approval required")
+	first := g.waitPendingUnless("web", "approval required", rulesChanged(dir, ""))
 	if o, code := cli("", "task", "reject", "-auto-approve", "web"); code != 0 || !strings.Contains(o, first.ID) {
 		t.Fatalf("task reject (exit %d), want 0 and the plan's id %s:\n%s", code, first.ID, o)
 	}
@@ -496,7 +496,7 @@ func TestGateCLIApproveReject(t *testing.T) {
 	}
 
 	registerWeb(t, c, 3)
-	second := g.waitPending("web", "approval required", first.ID)
+	second := g.waitPendingUnless("web", "approval required", rulesChanged(dir, ""), first.ID)
 	// Asked, the operator answers no: nothing happens.
 	if o, code := cli("no\n", "task", "approve", "web"); code != 0 || !strings.Contains(o, second.ID) || !strings.Contains(o, "approval required") {
 		t.Fatalf("task approve answered no (exit %d), want 0 and the plan shown:\n%s", code, o)
