@@ -160,6 +160,36 @@ func TestGateSupersede(t *testing.T) {
 	g.waitQuiet("web")
 }
 
+// The empty catalog comes back: the deregistered instances register again
+// while the plan is held. The desired state moved on, so the held plan is
+// superseded (webhook approval/superseded); the new plan has no changes, so
+// nothing is held and the task is successful again with nothing destroyed;
+// an approval of the old plan gets 409.
+func TestGateEmptyCatalogRecovers(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	hook := newHookSink(t)
+	g, dir, p := startEmptyCatalog(t, c, "", hook.block("approval"))
+	before := g.eventIDs("web")
+
+	registerWeb(t, c, 2, 3, 4)
+	hook.wait(t, "web", "the held plan superseded", approval("superseded", p.ID))
+	g.waitNewEvent("web", before, "after the instances came back", func(ev store.Event) bool { return ev.Success })
+	st := g.waitStatus("web", "successful, nothing held", func(st gateStatus) bool {
+		return st.Status == "successful" && st.Held == nil && !st.Active
+	})
+	if st.Waiting != "" {
+		t.Errorf("status after recovery: %s", st.raw)
+	}
+	if code, cur, body := g.plan("web"); code == http.StatusOK && cur.State == gate.Pending {
+		t.Fatalf("a plan is pending after the catalog came back: %s", body)
+	}
+	if code, body := g.decide("web", p.ID, "approve", gateWriteSecret); code != http.StatusConflict {
+		t.Errorf("approve of the superseded plan: %d %s, want 409", code, body)
+	}
+	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after the catalog came back")
+}
+
 // (c) Reject: the plan is dropped, nothing is applied, and the task makes
 // no plan again for the same desired state: it waits for the next change,
 // whose plan is held anew.
