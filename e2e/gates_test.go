@@ -9,8 +9,10 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -341,8 +343,9 @@ deny contains msg if {
 
 // (f) policy { files } with a Rego file forbidding 0.0.0.0/0: a change
 // whose plan opens it is denied — nothing applied, status errored with the
-// message, a run event of kind policy, a webhook of kind policy — and the
-// next change that does not open it applies.
+// message, a run event of kind policy, a webhook of kind policy; after the
+// policy file is edited to allow it, the restarted daemon plans again
+// (trigger "policy changed") and applies.
 func TestGatePolicyDeniesOpenRule(t *testing.T) {
 	skipShort(t)
 	c := testutil.StartConsul(t)
@@ -384,12 +387,21 @@ func TestGatePolicyDeniesOpenRule(t *testing.T) {
 		t.Errorf("a denied plan is held for approval: %s", body)
 	}
 
-	// The instance goes away: the next plan opens nothing and applies.
+	// The policy is edited to allow it (it now forbids only ::/0): the
+	// policy is part of the desired state, so the restarted daemon plans
+	// the task again and applies the rule.
+	must(t, g.p.cmd.Process.Signal(syscall.SIGTERM))
+	if code := g.p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM", code)
+	}
 	before = g.eventIDs("fw")
-	deregister(t, c, "web-open")
-	registerWeb(t, c, 2)
-	g.waitNewEvent("fw", before, "applied after the denied instance left", func(ev store.Event) bool { return ev.Success })
-	waitRules(t, dir, "web-1,web-2")
+	writeFile(t, filepath.Join(work, "policies"), "fw.rego", strings.ReplaceAll(denyOpenRego, "0.0.0.0/0", "::/0"))
+	g.p = startCtsync(t, work, "start", "-config-file", g.cfg)
+	ev = g.waitNewEvent("fw", before, "applied after the policy edit", func(ev store.Event) bool { return ev.Success })
+	if !strings.Contains(ev.Trigger, "policy changed") {
+		t.Errorf("the run after the policy edit has trigger %q, want it to say policy changed", ev.Trigger)
+	}
+	waitRules(t, dir, "web-1,web-open")
 }
 
 // (g) -once and -inspect report what a gate would do and exit non-zero
