@@ -13,6 +13,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/clock"
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/watch"
@@ -62,6 +63,10 @@ type Options struct {
 	// OnEvent is called after every event is stored (runs, drift); it must
 	// not block (notifications hand the event to their own queue).
 	OnEvent func(ev store.Event)
+	// OnGate is called with what a safety gate did (a plan held,
+	// approved, rejected, expired, superseded; a run the policy denied);
+	// it must not block. nil: not told.
+	OnGate func(gate.Event)
 	// Redact removes secrets from text recorded in events (log tails,
 	// error messages) and logs; nil leaves text as it is.
 	Redact func(string) string
@@ -231,6 +236,8 @@ type entry struct {
 	// the init of the run in progress (only the worker running the task
 	// touches them, as drv)
 	initStart, initEnd time.Time
+	// gates is the task's held plan, if any (gates.go); guarded by c.mu.
+	gates gateState
 }
 
 // New returns a Controller for the given tasks.

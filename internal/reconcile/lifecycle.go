@@ -27,9 +27,13 @@ const (
 	phaseRunning
 	// phaseDeleting: a deletion holds the task (destroy, then removal).
 	phaseDeleting
+	// phaseHeld: a safety gate holds the task's plan for approval
+	// (gates.go): nothing is due; a change plans again (and supersedes
+	// the held plan), an approval or a rejection takes the task (evReserve).
+	phaseHeld
 )
 
-var phaseNames = [...]string{"idle", "queued", "buffering", "retry-wait", "running", "deleting"}
+var phaseNames = [...]string{"idle", "queued", "buffering", "retry-wait", "running", "deleting", "held"}
 
 func (p phase) String() string { return enumName(p, phaseNames[:]) }
 
@@ -63,9 +67,12 @@ const (
 	// evGone: the task was removed while a run held it: the run's end
 	// concerns nobody.
 	evGone
+	// evDrop: the held plan was dropped (it expired): the task waits for
+	// its next change.
+	evDrop
 )
 
-var eventNames = [...]string{"queue", "buffer", "fire", "take", "reserve", "retry", "done", "stop", "delete", "abandon", "gone"}
+var eventNames = [...]string{"queue", "buffer", "fire", "take", "reserve", "retry", "done", "stop", "delete", "abandon", "gone", "drop"}
 
 func (e event) String() string { return enumName(e, eventNames[:]) }
 
@@ -75,6 +82,7 @@ type facts struct {
 	timerPhase phase // what the armed timer waits for: phaseBuffering or phaseRetryWait
 	rerun      bool  // running: the task became due again during the run
 	doomed     bool  // running: the task is to be deleted when the run ends
+	held       bool  // a safety gate holds a plan of the task (gates.go)
 }
 
 // step is the outcome of a transition.
@@ -95,7 +103,7 @@ func transition(p phase, ev event, f facts) step {
 	switch ev {
 	case evQueue:
 		switch p {
-		case phaseIdle, phaseBuffering, phaseRetryWait:
+		case phaseIdle, phaseBuffering, phaseRetryWait, phaseHeld:
 			return step{to: phaseQueued, ok: true, stop: true}
 		case phaseQueued:
 			return step{to: p, ok: true}
@@ -104,7 +112,7 @@ func transition(p phase, ev event, f facts) step {
 		}
 	case evBuffer:
 		switch p {
-		case phaseIdle, phaseBuffering, phaseRetryWait:
+		case phaseIdle, phaseBuffering, phaseRetryWait, phaseHeld:
 			return step{to: phaseBuffering, ok: true, arm: true}
 		case phaseQueued: // due already: the queued run reads the change
 			return step{to: p, ok: true}
@@ -126,7 +134,7 @@ func transition(p phase, ev event, f facts) step {
 		}
 	case evReserve:
 		switch p {
-		case phaseIdle, phaseBuffering, phaseRetryWait:
+		case phaseIdle, phaseBuffering, phaseRetryWait, phaseHeld:
 			// A pending timer stays armed: a drift check applies
 			// nothing, and a run it started reads data that a buffered
 			// change may postdate.
@@ -153,6 +161,8 @@ func transition(p phase, ev event, f facts) step {
 				return step{to: phaseQueued, ok: true, stop: true}
 			case f.timer:
 				return step{to: f.timerPhase, ok: true}
+			case f.held: // the run's plan waits for approval
+				return step{to: phaseHeld, ok: true}
 			default:
 				return step{to: phaseIdle, ok: true}
 			}
@@ -161,12 +171,12 @@ func transition(p phase, ev event, f facts) step {
 		}
 	case evStop:
 		switch p {
-		case phaseIdle, phaseQueued, phaseBuffering, phaseRetryWait:
+		case phaseIdle, phaseQueued, phaseBuffering, phaseRetryWait, phaseHeld:
 			return step{to: phaseIdle, ok: true, stop: true}
 		}
 	case evDelete:
 		switch p {
-		case phaseIdle, phaseQueued, phaseBuffering, phaseRetryWait:
+		case phaseIdle, phaseQueued, phaseBuffering, phaseRetryWait, phaseHeld:
 			return step{to: phaseDeleting, ok: true, stop: true}
 		case phaseRunning: // the deletion waits for the run
 			return step{to: p, ok: true, stop: true, doom: true}
@@ -180,6 +190,10 @@ func transition(p phase, ev event, f facts) step {
 		}
 	case evGone:
 		return step{to: phaseIdle, ok: true, stop: true}
+	case evDrop:
+		if p == phaseHeld {
+			return step{to: phaseIdle, ok: true}
+		}
 	}
 	return refused
 }
@@ -235,7 +249,7 @@ type wake struct {
 // to change (StateChanged). It reports whether the event applied. c.mu is held.
 func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 	lc := &e.lc
-	f := facts{timer: lc.timer != nil, timerPhase: lc.timerPhase, rerun: lc.rerun, doomed: lc.doomed}
+	f := facts{timer: lc.timer != nil, timerPhase: lc.timerPhase, rerun: lc.rerun, doomed: lc.doomed, held: e.gates.pending()}
 	s := transition(lc.phase, ev, f)
 	if !s.ok {
 		return false

@@ -22,11 +22,11 @@ const (
 func lifecycleTable() string {
 	var b strings.Builder
 	b.WriteString("| event \\ phase |")
-	for p := phaseIdle; p <= phaseDeleting; p++ {
+	for p := phaseIdle; p <= phaseHeld; p++ {
 		fmt.Fprintf(&b, " %s |", p)
 	}
 	b.WriteString("\n|---|")
-	for p := phaseIdle; p <= phaseDeleting; p++ {
+	for p := phaseIdle; p <= phaseHeld; p++ {
 		b.WriteString("---|")
 	}
 	b.WriteString("\n")
@@ -38,10 +38,11 @@ func lifecycleTable() string {
 		{"rerun", facts{rerun: true}},
 		{"buffer timer", facts{timer: true, timerPhase: phaseBuffering}},
 		{"retry timer", facts{timer: true, timerPhase: phaseRetryWait}},
+		{"held", facts{held: true}},
 	}
-	for ev := evQueue; ev <= evGone; ev++ {
+	for ev := evQueue; ev <= evDrop; ev++ {
 		fmt.Fprintf(&b, "| %s |", ev)
-		for p := phaseIdle; p <= phaseDeleting; p++ {
+		for p := phaseIdle; p <= phaseHeld; p++ {
 			plain := stepText(p, transition(p, ev, facts{}))
 			var lines []string
 			seen := map[string]bool{plain: true}

@@ -18,6 +18,7 @@ func TestTransitionTable(t *testing.T) {
 		W = phaseRetryWait
 		R = phaseRunning
 		D = phaseDeleting
+		H = phaseHeld
 	)
 	no := facts{}
 	rerun := facts{rerun: true}
@@ -102,6 +103,20 @@ func TestTransitionTable(t *testing.T) {
 		// The task was removed while a run held it.
 		{R, evGone, rerun, withStop(ok(I))},
 		{I, evGone, no, withStop(ok(I))},
+		// A safety gate holds the run's plan (gates.go).
+		{R, evDone, facts{held: true}, ok(H)},
+		{R, evDone, facts{held: true, rerun: true}, withStop(ok(Q))},      // a change came: plan again
+		{R, evDone, facts{held: true, timer: true, timerPhase: B}, ok(B)}, // a buffered change plans again
+		{H, evQueue, no, withStop(ok(Q))},                                 // a change: plan again, supersede
+		{H, evBuffer, no, withArm(ok(B))},                                 // the plan stays held meanwhile
+		{H, evReserve, no, ok(R)},                                         // approve, reject
+		{H, evTake, no, refused(H)},                                       // not queued
+		{H, evFire, no, refused(H)},                                       // a stale timer
+		{H, evDrop, no, ok(I)},                                            // expired: waits for a change
+		{I, evDrop, no, refused(I)},                                       // decided meanwhile
+		{R, evDrop, no, refused(R)},                                       // the run ends as any other
+		{H, evStop, no, withStop(ok(I))},                                  // disabled
+		{H, evDelete, no, withStop(ok(D))},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s+%s", tc.from, tc.ev), func(t *testing.T) {
@@ -116,8 +131,8 @@ func TestTransitionTable(t *testing.T) {
 // relies on: an event that does not apply leaves the task where it was,
 // with its timer and flags untouched.
 func TestTransitionRefusalsChangeNothing(t *testing.T) {
-	for p := phaseIdle; p <= phaseDeleting; p++ {
-		for ev := evQueue; ev <= evGone; ev++ {
+	for p := phaseIdle; p <= phaseHeld; p++ {
+		for ev := evQueue; ev <= evDrop; ev++ {
 			for _, f := range []facts{{}, {rerun: true}, {doomed: true}, {timer: true, timerPhase: phaseBuffering}} {
 				s := transition(p, ev, f)
 				if !s.ok && (s.to != p || s.arm || s.stop || s.rerun || s.doom || s.spare) {

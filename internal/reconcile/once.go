@@ -75,7 +75,7 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 			if err == nil {
 				err = res.err
 			}
-			if inspect && err == nil {
+			if inspect && (err == nil || gateVerdict(err) != "") { // a plan a gate holds or denies too
 				outMu.Lock()
 				fmt.Fprintf(out, "==> Plan for task %q\n%s\n", s.Name, strings.TrimRight(res.plan, "\n"))
 				outMu.Unlock()

@@ -1,11 +1,14 @@
 package reconcile
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/policy"
 )
 
 // onceResult is how one task of RunOnce ended.
@@ -41,6 +44,9 @@ func printOnceSummary(w io.Writer, results []onceResult, inspect bool, total tim
 		}
 		if r.err != nil {
 			res, msg = "failed", firstLine(r.err.Error(), 160)
+			if v := gateVerdict(r.err); v != "" {
+				res = v
+			}
 		}
 		fmt.Fprintf(tw, "    %s\t%s\t%s\t%s\n", r.name, res, dur, msg)
 	}
@@ -48,6 +54,20 @@ func printOnceSummary(w io.Writer, results []onceResult, inspect bool, total tim
 	for _, l := range strings.SplitAfter(table.String(), "\n") {
 		fmt.Fprint(w, strings.TrimRight(l, " \n")+strings.Repeat("\n", strings.Count(l, "\n")))
 	}
+}
+
+// gateVerdict is "held" or "denied" when err is a safety gate's verdict
+// (gates.go), "" otherwise.
+func gateVerdict(err error) string {
+	var held *HeldError
+	var denied *policy.DeniedError
+	switch {
+	case errors.As(err, &held):
+		return "held"
+	case errors.As(err, &denied):
+		return "denied"
+	}
+	return ""
 }
 
 // firstLine is s's first non-empty line, cut to max bytes.

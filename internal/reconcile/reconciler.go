@@ -79,6 +79,11 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req 
 	if !inspect && !req.Force {
 		var run bool
 		if trigger, run = c.mustRun(log, s.Name, st, want, req.Trigger); !run {
+			c.supersedeHeld(ctx, e, "", want.Fingerprint) // the desired state is the one applied again (gates.go)
+			return outcome{}
+		}
+		if c.gateSettled(e, want.Fingerprint) { // held, rejected or expired as it is (gates.go)
+			c.skipped(s.Name)
 			return outcome{}
 		}
 	}
@@ -118,6 +123,9 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req 
 	r.seen = req.Seen
 	r.prev = e.prevInputs
 	c.mu.Unlock()
+	if gated(s) {
+		return c.gatedRun(ctx, log, e, s, req, r, &in) // gates.go
+	}
 	if inspect {
 		r.kind = store.KindPlan
 	} else if err := c.opts.Store.StartRun(ctx, s.Name, r.id); err != nil {
@@ -338,6 +346,17 @@ func (c *Controller) finish(ctx context.Context, name string, st store.RunState,
 // drive creates and initialises the task's driver when needed, then plans
 // or applies.
 func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs, mode Mode) (driver.Result, error) {
+	if err := c.ensureDriver(ctx, e, s); err != nil {
+		return driver.Result{}, err
+	}
+	if mode == ModePlan {
+		return e.drv.Plan(ctx, run, in)
+	}
+	return e.drv.Apply(ctx, run, in)
+}
+
+// ensureDriver creates and initialises the task's driver when needed.
+func (c *Controller) ensureDriver(ctx context.Context, e *entry, s *task.Spec) error {
 	if e.drv == nil {
 		spec := *s
 		c.mu.Lock()
@@ -348,20 +367,17 @@ func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driv
 			// The task's configuration cannot make a driver (a name
 			// Terraform refuses, a provider that is not configured):
 			// the same desired state would fail the same way.
-			return driver.Result{}, &driver.Error{Op: "prepare", Summary: err.Error(), Err: err, Terminal: true}
+			return &driver.Error{Op: "prepare", Summary: err.Error(), Err: err, Terminal: true}
 		}
 		e.initStart = time.Now()
 		err = d.Init(ctx)
 		e.initEnd = time.Now()
 		if err != nil {
-			return driver.Result{}, err
+			return err
 		}
 		e.drv, e.exports = d, spec.ExportOutputs
 	}
-	if mode == ModePlan {
-		return e.drv.Plan(ctx, run, in)
-	}
-	return e.drv.Apply(ctx, run, in)
+	return nil
 }
 
 func eventConfig(s *task.Spec) *store.EventConfig {

@@ -322,4 +322,7 @@ const (
 	KindDestroy = "destroy"
 	KindNoop    = "noop"
 	KindDrift   = "drift"
+	// KindPolicy: a run whose plan the task's policy denied (ctsync);
+	// nothing was applied.
+	KindPolicy = "policy"
 )

@@ -1,0 +1,492 @@
+package reconcile
+
+// The safety gates (docs/safety.md): a task with an approval or a policy
+// block runs as plan → policy → approval rules → apply. A plan the policy
+// denies is never applied nor held; a plan the approval rules hold waits,
+// exactly as planned, for an operator's decision (Approve, Reject) or its
+// expiry; any other plan is applied at once, that plan and no new one.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/gate"
+	"github.com/ctsync/ctsync/internal/policy"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+	"github.com/google/uuid"
+)
+
+// gateState is a task's held plan. Guarded by c.mu.
+type gateState struct {
+	// plan is the newest plan a gate held, whatever its state (zero ID:
+	// none): what GET /v1/tasks/{name}/plan shows.
+	plan gate.Plan
+	// drv is the driver's plan while plan is pending.
+	drv driver.HeldPlan
+	// run is the run that made the pending plan: an approval records it.
+	run *runRecord
+	// expire drops the pending plan at plan.Expires.
+	expire Timer
+	// settled is the fingerprint of a desired state whose plan was held,
+	// rejected or expired: it is not planned again until it changes.
+	settled string
+	// newer maps a superseded plan's id to the plan that replaced it (""
+	// when none did: the desired state went back to the applied one).
+	newer map[string]string
+	// orphans are driver plans dropped while the task was running; the
+	// next run discards them (the driver's calls are never concurrent).
+	orphans []driver.HeldPlan
+}
+
+// maxSuperseded bounds gateState.newer.
+const maxSuperseded = 32
+
+func (g *gateState) pending() bool { return g.plan.ID != "" && g.plan.State == gate.Pending }
+
+// gated reports whether a task's runs go through the safety gates.
+func gated(s *task.Spec) bool { return s.Approval != nil || s.Policy != nil }
+
+// HeldError is the error of a run that a gate held for approval in -once
+// and -inspect, where nobody can approve it: nothing was applied.
+type HeldError struct{ Reason string }
+
+func (e *HeldError) Error() string { return "held for approval: " + e.Reason + " (nothing applied)" }
+
+// gateEvent hands what a gate did to the gate hook.
+func (c *Controller) gateEvent(ev gate.Event) {
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	if c.opts.OnGate != nil {
+		c.opts.OnGate(ev)
+	}
+}
+
+// gateSettled reports whether the desired state fingerprint was already
+// gated: its plan is held now, or was rejected or expired. Only a change
+// plans again.
+func (c *Controller) gateSettled(e *entry, fingerprint string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := &e.gates
+	return (g.pending() && g.plan.Fingerprint == fingerprint) || (!g.pending() && g.settled == fingerprint)
+}
+
+// supersedeHeld marks the task's pending plan superseded by plan newer
+// ("": by no plan, the desired state being the one applied), unless it was
+// made from fingerprint (not ""), and discards it.
+func (c *Controller) supersedeHeld(ctx context.Context, e *entry, newer, fingerprint string) {
+	c.mu.Lock()
+	g := &e.gates
+	if !g.pending() || (fingerprint != "" && g.plan.Fingerprint == fingerprint) {
+		c.mu.Unlock()
+		return
+	}
+	old := g.drv
+	p := c.endHeldLocked(e, gate.Superseded, "")
+	if g.newer == nil || len(g.newer) >= maxSuperseded {
+		g.newer = map[string]string{}
+	}
+	g.newer[p.ID] = newer
+	c.mu.Unlock()
+	c.discard(ctx, e, old)
+	c.log.Info("held plan superseded: the task's desired state changed", "task_name", e.spec.Name, "plan", p.ID, "newer_plan", newer)
+	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionSuperseded, Task: p.Task, Plan: p, Newer: newer})
+}
+
+// endHeldLocked ends the pending plan in state st (decided by who) and
+// returns it. c.mu is held.
+func (c *Controller) endHeldLocked(e *entry, st gate.State, who string) gate.Plan {
+	g := &e.gates
+	if g.expire != nil {
+		g.expire.Stop()
+		g.expire = nil
+	}
+	g.plan.State = st
+	if who != "" {
+		g.plan.DecidedBy, g.plan.DecidedAt = who, time.Now().UTC()
+	}
+	g.drv, g.run = driver.HeldPlan{}, nil
+	c.changedLocked()
+	return clonePlan(g.plan)
+}
+
+func clonePlan(p gate.Plan) gate.Plan {
+	p.Changes = slices.Clone(p.Changes)
+	return p
+}
+
+// discard drops a driver's plan (logged on failure: the plan is no longer
+// held either way).
+func (c *Controller) discard(ctx context.Context, e *entry, p driver.HeldPlan) {
+	ph, ok := e.drv.(driver.PlanHolder)
+	if p.ID == "" || !ok {
+		return
+	}
+	if err := ph.DiscardPlan(context.WithoutCancel(ctx), p); err != nil {
+		c.log.Warn("discarding a held plan failed", "task_name", e.spec.Name, "plan", p.ID, "error", err)
+	}
+}
+
+// gatedRun is a run of a task with safety gates (reconcile decided it
+// runs): it makes and keeps a plan, checks the policy on it, then the
+// approval rules, and holds it or applies exactly it. In -inspect and
+// -once, where nobody can approve, a plan the gates hold or deny fails the
+// run, saying why, and nothing is applied.
+func (c *Controller) gatedRun(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, req Request, r *runRecord, in *task.Inputs) outcome {
+	dry := req.Mode == ModePlan || req.Trigger.Kind == TriggerOnce
+	if req.Mode == ModePlan {
+		r.kind = store.KindPlan
+	}
+	c.mu.Lock()
+	orphans := e.gates.orphans
+	e.gates.orphans = nil
+	c.mu.Unlock()
+	for _, p := range orphans {
+		c.discard(ctx, e, p)
+	}
+	if !dry {
+		c.supersedeHeld(ctx, e, r.id, "") // this run replaces it
+	}
+	if c.opts.Metrics != nil {
+		c.opts.Metrics.RunStarted(s.Name)
+	}
+	log.Info("executing task", "run_id", r.id, "trigger", r.trigger, "mode", r.kind, "instances", len(in.Services), "gates", true)
+	r.start = time.Now()
+	hp, err := c.planHeld(ctx, e, s, driver.Run{ID: r.id}, in)
+	r.res = hp.Result
+	fail := func(err error) outcome {
+		r.err, r.end = err, time.Now()
+		r.phases = eventPhases(e.initStart, e.initEnd, r.res.Phases, r.kind, r.start, r.end)
+		e.initStart, e.initEnd = time.Time{}, time.Time{}
+		if dry && req.Mode == ModePlan {
+			if c.opts.Metrics != nil {
+				c.opts.Metrics.RunFinished(s.Name, r.kind, false, r.end.Sub(r.start))
+			}
+			return outcome{failed: true, err: err, plan: hp.Text}
+		}
+		return c.recordRun(ctx, log, e, s, r)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	counts := hp.Counts
+	r.res.Add, r.res.Change, r.res.Destroy, r.res.Changes = counts.Add, counts.Change, counts.Destroy, hp.Changes
+	plan := gate.Plan{ID: r.id, Task: s.Name, Created: r.start.UTC(), State: gate.Pending,
+		Add: counts.Add, Change: counts.Change, Destroy: counts.Destroy, InState: counts.InState,
+		Text: c.redact(hp.Text), Changes: changeLines(changes(r.prev, r.inputs)), Fingerprint: r.want.Fingerprint}
+
+	// Policy: a deny is final for this desired state; an evaluation
+	// error leaves the verdict unknown, so nothing is applied either.
+	if s.Policy != nil {
+		msgs, perr := c.checkPolicy(ctx, s, hp, r.trigger)
+		if perr != nil || len(msgs) > 0 {
+			c.discard(ctx, e, hp)
+			if perr != nil {
+				log.Error("policy could not be evaluated: nothing applied", "run_id", r.id, "error", perr)
+				return fail(&driver.Error{Op: "policy", Summary: "the policy could not be evaluated; nothing applied: " + perr.Error(), Err: perr})
+			}
+			denied := &policy.DeniedError{Messages: msgs}
+			log.Warn("policy denied the plan: nothing applied", "run_id", r.id, "messages", strings.Join(msgs, "; "))
+			if req.Mode != ModePlan {
+				r.kind = store.KindPolicy
+				plan.State = ""
+				c.gateEvent(gate.Event{Kind: gate.EventPolicy, Action: gate.ActionDenied, Task: s.Name, Plan: plan, Messages: msgs, Trigger: r.trigger})
+			}
+			return fail(&driver.Error{Op: "policy", Summary: denied.Error(), Err: denied, Terminal: true})
+		}
+	}
+
+	// The approval rules.
+	if reason := gate.Hold(s.Approval, counts); reason != "" {
+		if dry {
+			c.discard(ctx, e, hp)
+			log.Warn("a safety gate would hold the plan for approval: nothing applied", "run_id", r.id, "reason", reason)
+			return fail(&HeldError{Reason: reason})
+		}
+		plan.Reason = reason
+		if d := s.Approval.Expire.D(); d > 0 {
+			plan.Expires = plan.Created.Add(d)
+		}
+		r.end = time.Now()
+		if c.opts.Metrics != nil {
+			c.opts.Metrics.RunFinished(s.Name, r.kind, true, r.end.Sub(r.start))
+		}
+		c.mu.Lock()
+		e.gates.plan, e.gates.drv, e.gates.run = plan, hp, r
+		e.gates.settled = ""
+		if d := s.Approval.Expire.D(); d > 0 {
+			id := plan.ID
+			e.gates.expire = c.opts.Clock.AfterFunc(d, func() { c.expireHeld(e, id) })
+		}
+		c.changedLocked()
+		c.mu.Unlock()
+		log.Warn("task held: its plan waits for approval", "run_id", r.id, "reason", reason,
+			"add", counts.Add, "change", counts.Change, "destroy", counts.Destroy)
+		c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionHeld, Task: s.Name, Plan: clonePlan(plan), Trigger: r.trigger})
+		return outcome{}
+	}
+	if req.Mode == ModePlan {
+		c.discard(ctx, e, hp)
+		r.end = time.Now()
+		if c.opts.Metrics != nil {
+			c.opts.Metrics.RunFinished(s.Name, r.kind, true, r.end.Sub(r.start))
+		}
+		return outcome{plan: hp.Text}
+	}
+	return c.applyHeld(ctx, log, e, s, r, hp)
+}
+
+// planHeld makes the task's driver (when needed) and a held plan.
+func (c *Controller) planHeld(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
+	if err := c.ensureDriver(ctx, e, s); err != nil {
+		return driver.HeldPlan{}, err
+	}
+	ph, ok := e.drv.(driver.PlanHolder)
+	if !ok {
+		err := fmt.Errorf("the task's driver cannot hold a plan: its approval and policy blocks cannot be enforced")
+		return driver.HeldPlan{}, &driver.Error{Op: "plan", Summary: err.Error(), Err: err, Terminal: true}
+	}
+	return ph.PlanHeld(ctx, run, in)
+}
+
+// checkPolicy evaluates the task's policy files, as they are now, on the
+// plan's JSON.
+func (c *Controller) checkPolicy(ctx context.Context, s *task.Spec, hp driver.HeldPlan, trigger string) ([]string, error) {
+	if len(hp.JSON) == 0 {
+		return nil, errors.New("the driver gave no JSON form of the plan")
+	}
+	return policy.Evaluate(ctx, s.Policy.Files, hp.JSON, policy.Input{Task: policy.TaskInput(*s), Trigger: trigger})
+}
+
+// applyHeld applies exactly the plan hp as the run r and records it.
+func (c *Controller) applyHeld(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, r *runRecord, hp driver.HeldPlan) outcome {
+	if err := c.opts.Store.StartRun(ctx, s.Name, r.id); err != nil {
+		c.discard(ctx, e, hp)
+		log.Error("not applying the plan: the in-flight marker could not be stored", "error", err)
+		return outcome{failed: true, err: fmt.Errorf("storing the in-flight marker: %w", err)}
+	}
+	res, err := e.drv.(driver.PlanHolder).ApplyPlan(ctx, driver.Run{ID: r.id}, hp)
+	if err == nil {
+		// Exactly the plan was applied: its counts are the run's.
+		res.Add, res.Change, res.Destroy = hp.Counts.Add, hp.Counts.Change, hp.Counts.Destroy
+	}
+	r.res, r.err, r.end = res, err, time.Now()
+	r.phases = eventPhases(e.initStart, e.initEnd, r.res.Phases, r.kind, r.start, r.end)
+	e.initStart, e.initEnd = time.Time{}, time.Time{}
+	return c.recordRun(ctx, log, e, s, r)
+}
+
+// expireHeld drops the pending plan id when approval.expire has passed:
+// the task waits for its next change.
+func (c *Controller) expireHeld(e *entry, id string) {
+	c.mu.Lock()
+	g := &e.gates
+	if !g.pending() || g.plan.ID != id {
+		c.mu.Unlock()
+		return
+	}
+	g.expire = nil
+	drv := g.drv
+	g.settled = g.plan.Fingerprint
+	p := c.endHeldLocked(e, gate.Expired, "")
+	c.waitLocked(e, fmt.Sprintf("held plan %s expired without approval; the task runs again when its desired state changes", id))
+	c.stepLocked(e, evDrop, wake{})
+	reserved := c.reserveLocked(e)
+	if !reserved {
+		g.orphans = append(g.orphans, drv)
+	}
+	c.mu.Unlock()
+	if reserved {
+		c.discard(context.Background(), e, drv)
+		c.release(e)
+	}
+	c.log.Warn("held plan expired without approval: nothing applied", "task_name", e.spec.Name, "plan", id)
+	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionExpired, Task: p.Task, Plan: p})
+}
+
+// HeldPlan returns the task's newest held plan, whatever its state
+// (api.Approvals).
+func (c *Controller) HeldPlan(name string) (gate.Plan, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.tasks[name]
+	if e == nil {
+		return gate.Plan{}, fmt.Errorf("task %q: %w", name, ErrNotFound)
+	}
+	if e.gates.plan.ID == "" {
+		return gate.Plan{}, fmt.Errorf("task %q: %w", name, gate.ErrNoPlan)
+	}
+	return clonePlan(e.gates.plan), nil
+}
+
+// Approve applies the task's pending plan id, exactly that plan, and
+// records who approved it (api.Approvals). When the task's desired state
+// moved on since the plan was made, or the plan can no longer be applied,
+// the plan is superseded: a new plan is made (and held, or applied, per
+// the rules) and the error is a *gate.SupersededError naming it. It
+// returns once the apply has been recorded.
+func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
+	e, g, err := c.takeHeld(ctx, name, id)
+	if err != nil {
+		return err
+	}
+	defer c.release(e)
+	s := e.spec
+	want, ready, derr := c.desired(ctx, &s)
+	if derr != nil || !ready {
+		if derr == nil {
+			derr = errors.New("its data from Consul is not complete")
+		}
+		return fmt.Errorf("task %q: the desired state cannot be read to check plan %s: %w", name, id, derr)
+	}
+	if want.Fingerprint != g.plan.Fingerprint {
+		return c.replan(ctx, e, id, Request{Name: name, Trigger: Due(TriggerChange)})
+	}
+	c.mu.Lock()
+	p := c.endHeldLocked(e, gate.Approved, who)
+	c.mu.Unlock()
+	log := c.log.With("task_name", name)
+	log.Info("held plan approved: applying it", "plan", id, "approved_by", who)
+	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionApproved, Task: name, Plan: p, Trigger: g.run.trigger})
+	r := *g.run
+	r.id, r.actor = uuid.NewString(), who
+	r.before = c.opts.Store.Run(name)
+	r.start = time.Now()
+	if c.opts.Metrics != nil {
+		c.opts.Metrics.RunStarted(name)
+	}
+	out := c.applyHeld(ctx, log, e, &s, &r, g.drv)
+	if out.failed && errors.Is(out.err, driver.ErrPlanStale) {
+		// Nothing was applied: the state moved under the plan.
+		c.mu.Lock()
+		e.gates.plan.State = gate.Pending // superseded below, by the new plan
+		c.mu.Unlock()
+		return c.replan(ctx, e, id, Request{Name: name, Trigger: Due(TriggerChange), Force: true})
+	}
+	return nil
+}
+
+// Reject drops the task's pending plan id and records who rejected it
+// (api.Approvals): nothing is applied, and the same desired state is not
+// planned again; the task waits for its next change.
+func (c *Controller) Reject(ctx context.Context, name, id, who string) error {
+	e, g, err := c.takeHeld(ctx, name, id)
+	if err != nil {
+		return err
+	}
+	defer c.release(e)
+	c.mu.Lock()
+	e.gates.settled = g.plan.Fingerprint
+	p := c.endHeldLocked(e, gate.Rejected, who)
+	c.mu.Unlock()
+	c.discard(ctx, e, g.drv)
+	c.log.Info("held plan rejected: nothing applied; the task runs again when its desired state changes",
+		"task_name", name, "plan", id, "rejected_by", who)
+	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionRejected, Task: name, Plan: p})
+	return nil
+}
+
+// takeHeld waits until the task is not running (a new plan may be under
+// way) and takes it for a decision on its pending plan id, which it
+// returns; the caller releases the task.
+func (c *Controller) takeHeld(ctx context.Context, name, id string) (*entry, gateState, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		e := c.tasks[name]
+		if e == nil {
+			return nil, gateState{}, fmt.Errorf("task %q: %w", name, ErrNotFound)
+		}
+		if err := e.gates.decidable(name, id); err != nil {
+			return nil, gateState{}, err
+		}
+		if c.reserveLocked(e) {
+			return e, e.gates, nil
+		}
+		if err := c.awaitLocked(ctx, func() bool {
+			ph := e.lc.phase
+			return c.tasks[name] != e || (ph != phaseRunning && ph != phaseQueued)
+		}); err != nil {
+			return nil, gateState{}, err
+		}
+		if ph := e.lc.phase; ph == phaseDeleting {
+			return nil, gateState{}, fmt.Errorf("task %q is being deleted: %w", name, gate.ErrStalePlan)
+		}
+	}
+}
+
+// decidable says why plan id of the task cannot be decided, nil when it
+// can (it is the pending plan).
+func (g *gateState) decidable(name, id string) error {
+	if newer, ok := g.newer[id]; ok {
+		if newer != "" {
+			return &gate.SupersededError{ID: id, Newer: newer}
+		}
+		return fmt.Errorf("%w: plan %s is superseded: the task's desired state is the one last applied again", gate.ErrStalePlan, id)
+	}
+	switch {
+	case g.plan.ID == "":
+		return fmt.Errorf("task %q: %w", name, gate.ErrNoPlan)
+	case g.plan.ID != id:
+		return fmt.Errorf("%w: the held plan of task %q is %s", gate.ErrStalePlan, name, g.plan.ID)
+	case g.plan.State != gate.Pending:
+		return fmt.Errorf("%w: plan %s is %s", gate.ErrStalePlan, id, g.plan.State)
+	}
+	return nil
+}
+
+// replan supersedes the pending plan id with a new run of the task (held
+// or applied per the gates) and returns the *gate.SupersededError naming
+// the new plan. The task is reserved by the caller.
+func (c *Controller) replan(ctx context.Context, e *entry, id string, req Request) error {
+	s := e.spec
+	out := c.reconcile(ctx, e, &s, req)
+	c.mu.Lock()
+	g := &e.gates
+	if g.plan.ID == id && g.pending() { // the run did not replace it (it failed before planning)
+		c.mu.Unlock()
+		c.supersedeHeld(ctx, e, "", "")
+		c.mu.Lock()
+	}
+	newer, ok := g.newer[id]
+	c.mu.Unlock()
+	if out.failed && out.err != nil {
+		c.log.Warn("the plan that supersedes an approved plan failed", "task_name", s.Name, "plan", id, "error", out.err)
+	}
+	if !ok || newer == "" {
+		return fmt.Errorf("%w: plan %s is superseded: the task's desired state changed since it was made", gate.ErrStalePlan, id)
+	}
+	return &gate.SupersededError{ID: id, Newer: newer}
+}
+
+// changeLines says what changed in Consul, one line each (a held plan's
+// consul_changes).
+func changeLines(ch *store.Changes) []string {
+	if ch == nil {
+		return nil
+	}
+	var out []string
+	for _, k := range []struct {
+		what string
+		d    *store.SetDiff
+	}{{"service instance", ch.Services}, {"Consul KV key", ch.ConsulKV}, {"catalog service", ch.CatalogServices}, {"node", ch.Nodes}} {
+		if k.d == nil {
+			continue
+		}
+		for verb, names := range map[string][]string{"added": k.d.Added, "removed": k.d.Removed, "changed": k.d.Changed} {
+			for _, n := range names {
+				out = append(out, fmt.Sprintf("%s %s: %s", k.what, verb, n))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
