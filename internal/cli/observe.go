@@ -2,6 +2,7 @@ package cli
 
 import (
 	ctsapi "github.com/ctsync/ctsync/internal/api"
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/ha"
 	"github.com/ctsync/ctsync/internal/metrics"
 	"github.com/ctsync/ctsync/internal/notify"
@@ -59,6 +60,13 @@ func (a *app) setupObserve() {
 // onEvent is the controller's event hook: the notifier queues the event
 // and never blocks.
 func (o *observe) onEvent(ev store.Event) { o.notifier.OnEvent(ev) }
+
+// onGate is the controller's gate hook: the safety gates' outcomes are
+// counted and notified (webhooks of kind approval and policy).
+func (o *observe) onGate(ev gate.Event) {
+	o.metrics.OnGate(ev)
+	o.notifier.OnGate(ev)
+}
 
 // mountObserve adds /metrics and the dashboard (/ui/, and / redirecting to
 // it) to the API server.

@@ -374,3 +374,35 @@ func (d *liveDriver) Destroy(ctx context.Context, run driver.Run) (driver.Result
 
 // Forget passes on to the driver.
 func (d *liveDriver) Forget(ctx context.Context) error { return d.inner.Forget(ctx) }
+
+var _ driver.PlanHolder = (*liveDriver)(nil)
+
+// PlanHeld makes a held plan with the current provider values.
+func (d *liveDriver) PlanHeld(ctx context.Context, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
+	if _, err := d.fresh(ctx); err != nil {
+		return driver.HeldPlan{}, err
+	}
+	ph, ok := d.inner.(driver.PlanHolder)
+	if !ok {
+		return driver.HeldPlan{}, &driver.Error{Op: "plan", Summary: "the task's driver cannot hold a plan", Terminal: true}
+	}
+	return ph.PlanHeld(ctx, run, in)
+}
+
+// ApplyPlan applies a held plan as it was made: the driver is not rebuilt
+// (a plan made with other provider values is applied as approved).
+func (d *liveDriver) ApplyPlan(ctx context.Context, run driver.Run, p driver.HeldPlan) (driver.Result, error) {
+	ph, ok := d.inner.(driver.PlanHolder)
+	if !ok {
+		return driver.Result{}, &driver.Error{Op: "apply", Summary: "the task's driver cannot hold a plan", Terminal: true}
+	}
+	return ph.ApplyPlan(ctx, run, p)
+}
+
+// DiscardPlan passes on to the driver.
+func (d *liveDriver) DiscardPlan(ctx context.Context, p driver.HeldPlan) error {
+	if ph, ok := d.inner.(driver.PlanHolder); ok {
+		return ph.DiscardPlan(ctx, p)
+	}
+	return nil
+}

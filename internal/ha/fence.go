@@ -68,3 +68,45 @@ func (x *fenced) do(ctx context.Context, op string, fn func(context.Context) (dr
 	}
 	return res, err
 }
+
+var _ driver.PlanHolder = (*fenced)(nil)
+
+// errNoHold is the error of a held-plan verb on a driver that cannot hold
+// plans.
+func errNoHold(op string) error {
+	err := fmt.Errorf("the task's driver cannot hold a plan")
+	return &driver.Error{Op: op, Summary: err.Error(), Err: err, Terminal: true}
+}
+
+// PlanHeld makes a held plan, fenced like Plan.
+func (x *fenced) PlanHeld(ctx context.Context, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
+	ph, ok := x.d.(driver.PlanHolder)
+	if !ok {
+		return driver.HeldPlan{}, errNoHold("plan")
+	}
+	var held driver.HeldPlan
+	_, err := x.do(ctx, "plan", func(ctx context.Context) (driver.Result, error) {
+		var err error
+		held, err = ph.PlanHeld(ctx, run, in)
+		return held.Result, err
+	})
+	return held, err
+}
+
+// ApplyPlan applies a held plan, fenced like Apply.
+func (x *fenced) ApplyPlan(ctx context.Context, run driver.Run, p driver.HeldPlan) (driver.Result, error) {
+	ph, ok := x.d.(driver.PlanHolder)
+	if !ok {
+		return driver.Result{}, errNoHold("apply")
+	}
+	return x.do(ctx, "apply", func(ctx context.Context) (driver.Result, error) { return ph.ApplyPlan(ctx, run, p) })
+}
+
+// DiscardPlan drops a held plan; it changes no infrastructure, so it is
+// not fenced.
+func (x *fenced) DiscardPlan(ctx context.Context, p driver.HeldPlan) error {
+	if ph, ok := x.d.(driver.PlanHolder); ok {
+		return ph.DiscardPlan(ctx, p)
+	}
+	return nil
+}
