@@ -50,7 +50,10 @@ api_auth {
 `, gateWriteName, gateWriteSecret, gateReadSecret)
 
 // gateTask renders a task on the per_instance module watching the "web"
-// service, with blocks (approval {}, policy {}) inside it.
+// service, with blocks (approval {}, policy {}) inside it. Its buffer
+// period gathers the deregistrations a test makes one after the other
+// into one change, as a catalog emptied at once would be (without it, the
+// first deregistration alone is planned, and passes the guard).
 func gateTask(name, varFile, blocks string) string {
 	return fmt.Sprintf(`
 task {
@@ -59,6 +62,11 @@ task {
   variable_files = [%q]
   condition "services" {
     names = ["web"]
+  }
+  buffer_period {
+    enabled = true
+    min     = "2s"
+    max     = "8s"
   }
 %s
 }

@@ -465,7 +465,7 @@ func TestGateHAFailoverKeepsHold(t *testing.T) {
 	for _, id := range []string{"cts-a", "cts-b"} {
 		c.add(&haInstance{id: id, mod: "per_instance"}, func(in *haInstance) string {
 			return strings.Replace(haConfig(in, varFile), "  condition \"services\" {",
-				"  approval {\n    max_destroy_percent = 50\n  }\n  condition \"services\" {", 1)
+				"  approval {\n    max_destroy_percent = 50\n  }\n  buffer_period {\n    enabled = true\n    min = \"2s\"\n    max = \"8s\"\n  }\n  condition \"services\" {", 1)
 		})
 	}
 	for _, n := range []int{1, 2, 3, 4} {
