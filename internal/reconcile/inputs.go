@@ -1,8 +1,3 @@
-// Package reconcile decides what to run and when. It is level-based: a
-// change marks a task dirty, the buffer period holds it, and a worker then
-// reads the current results of all the task's queries, builds the module
-// inputs with a pure function, and skips the run when their hash equals the
-// one last applied.
 package reconcile
 
 import (
