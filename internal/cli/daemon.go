@@ -97,8 +97,8 @@ func (a *app) runDaemon(ctx context.Context) int {
 	deregister := a.selfRegister(gr.front)
 
 	gr.start(part{"watch", a.registry.Run}, true)
-	for _, p := range a.haParts() { // ha.go; none without high availability
-		gr.start(p.part, p.back)
+	for _, p := range a.coord.Parts(a.ctrl) { // ha.go; none without high availability
+		gr.start(part{p.Name, p.Run}, p.Back)
 	}
 	for _, p := range a.secretParts() { // secrets.go; none without Vault
 		gr.start(p, true)
@@ -121,7 +121,7 @@ func (a *app) runDaemon(ctx context.Context) int {
 		}
 		// The runs are over: hand the lead over, deregister, deliver
 		// the last notifications, then stop the back stage.
-		a.haResign()
+		a.coord.Resign()
 		deregister()
 		fctx, cancel := context.WithTimeout(context.Background(), notifyFlush)
 		a.obs.notifier.Flush(fctx)

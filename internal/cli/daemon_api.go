@@ -27,8 +27,8 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 	srv, err := ctsapi.New(ctsapi.Options{
 		Addr:         net.JoinHostPort("", strconv.Itoa(a.cfg.Port)),
 		TLS:          a.cfg.TLS,
-		Controller:   a.apiController(), // ha.go: saves API changes with high availability
-		Cluster:      a.apiCluster(),
+		Controller:   a.coord.API(a.ctrl), // ha.go: saves API changes with high availability
+		Cluster:      a.coord.Cluster(),
 		Logger:       a.log.With("component", "api"),
 		BufferPeriod: a.cfg.BufferPeriod,
 		Redact:       a.obs.redactor.Redact,
@@ -64,7 +64,7 @@ func (a *app) selfRegister(ctx context.Context) (deregister func()) {
 	if !ok {
 		return func() {}
 	}
-	reg = a.haRegistration(reg) // ha.go: the cluster tag
+	reg = a.coord.Registration(reg) // ha.go: the cluster tag
 	log := a.log.With("component", "registration")
 	ctx, stop := context.WithCancel(ctx)
 	done := make(chan bool, 1)

@@ -3,7 +3,6 @@ package cli
 import (
 	ctsapi "github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/gate"
-	"github.com/ctsync/ctsync/internal/ha"
 	"github.com/ctsync/ctsync/internal/metrics"
 	"github.com/ctsync/ctsync/internal/notify"
 	"github.com/ctsync/ctsync/internal/reconcile"
@@ -13,9 +12,6 @@ import (
 	"github.com/ctsync/ctsync/internal/watch"
 )
 
-// The HA elector and compatibility checks report to the metrics.
-var _ ha.Metrics = (*metrics.Metrics)(nil)
-
 // observe is the operator side of the daemon: Prometheus metrics, the web
 // dashboard, notifications and the redaction of secrets in what is served.
 type observe struct {
@@ -24,11 +20,11 @@ type observe struct {
 	redactor *redact.Redactor
 }
 
-// setupObserve builds the metrics, the redactor and the notifier, and
-// instruments the Consul client. It runs in newApp after setupHA (which
-// picks the store) and before the controller is built, once the provider
-// values read from Consul are resolved (they are secrets too). The metrics
-// read the controller and registry lazily.
+// setupObserve builds the metrics and the redactor, and instruments the
+// Consul client. It runs in newApp before the coordinator and the
+// controller are built, once the provider values read from Consul are
+// resolved (they are secrets too). The metrics read the controller and
+// registry lazily.
 func (a *app) setupObserve() {
 	a.obs.redactor = redact.NewRedactor(a.cfg.Secrets())
 	// When the daemon's logger redacts (redact.RedactingHandler), it
@@ -44,10 +40,12 @@ func (a *app) setupObserve() {
 			return metrics.MemoryStats{Limit: s.Limit, Reserved: s.Reserved, Waiting: s.Waiting}
 		},
 	})
-	// With high availability an instance starts as a follower; the elector
-	// reports every change of leadership (ha.go).
-	a.obs.metrics.SetLeader(a.ha == nil)
 	a.client.WrapTransport(a.obs.metrics.RoundTripper)
+}
+
+// setupNotify builds the notifier, which reads the store the coordinator
+// picked (setupCoordinator).
+func (a *app) setupNotify() {
 	a.obs.notifier = notify.New(notify.Options{
 		Notifications: a.cfg.Notifications,
 		Store:         a.store,

@@ -20,6 +20,7 @@ import (
 	"github.com/ctsync/ctsync/internal/driver/dev"
 	"github.com/ctsync/ctsync/internal/driver/terraform"
 	"github.com/ctsync/ctsync/internal/driver/tfc"
+	"github.com/ctsync/ctsync/internal/ha"
 	"github.com/ctsync/ctsync/internal/logging"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/redact"
@@ -220,13 +221,12 @@ func buildApp(ctx context.Context, f *startFlags, stderr io.Writer) (*app, int) 
 	if f.once || f.inspect {
 		cfg.HA = nil // -once and -inspect run alone, outside the cluster (ha.go)
 	}
-	app, err := newApp(cfg, client, bin, logger, live, !f.inspect)
+	app, err := newApp(cfg, client, bin, logger, live, appMode{history: !f.inspect, resetStorage: f.resetStorage})
 	if err != nil {
 		logger.Error("start-up failed", "error", err)
 		return nil, ExitConfig
 	}
 	app.onceWait = wait
-	app.haResetStorage(f.resetStorage)
 	return app, ExitOK
 }
 
@@ -241,7 +241,7 @@ type app struct {
 	store    store.Store
 	onceWait time.Duration  // -once/-inspect: bound of each wait for Consul
 	obs      observe        // metrics, dashboard, notifications (observe.go)
-	ha       *haWiring      // high availability (ha.go); nil without
+	coord    ha.Coordinator // this instance's part in a cluster, or alone (ha.go)
 	secrets  *liveProviders // provider values, kept fresh from Vault (secrets.go)
 	memory   *terraform.MemoryBudget
 	history  *store.Bolt // the local history database (history.go); nil with HA or -inspect
@@ -258,10 +258,17 @@ func needsConsulKV(cfg *config.Config) bool {
 	return false
 }
 
-// newApp wires the daemon; keepHistory opens the local history database
-// when there is no high availability (not for -inspect, which records no
-// run).
-func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.Logger, live *liveProviders, keepHistory bool) (*app, error) {
+// appMode is what the command line asks of the daemon's wiring.
+type appMode struct {
+	// history opens the local history database when there is no high
+	// availability (not for -inspect, which records no run).
+	history bool
+	// resetStorage is -reset-storage (high availability only).
+	resetStorage bool
+}
+
+// newApp wires the daemon.
+func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.Logger, live *liveProviders, mode appMode) (*app, error) {
 	workDir, err := filepath.Abs(cfg.WorkingDir)
 	if err != nil {
 		return nil, fmt.Errorf("working_dir: %w", err)
@@ -273,7 +280,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	if err := os.MkdirAll(cacheDir, 0o750); err != nil {
 		return nil, fmt.Errorf("creating plugin cache: %w", err)
 	}
-	a := &app{cfg: cfg, log: logger, client: client, store: store.NewMemory(cfg.History)}
+	a := &app{cfg: cfg, log: logger, client: client}
 	a.registry = watch.NewRegistry(client, logger.With("component", "watch"), func(sub, key string) {
 		a.ctrl.Notify(sub, key)
 	})
@@ -282,7 +289,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	}
 	// stopTimeout bounds how long an interrupted Terraform may take to
 	// stop before it and its children are killed: under high availability
-	// the HA timing's kill bound (set below, after setupHA).
+	// the HA timing's kill bound (set below, after setupCoordinator).
 	stopTimeout := terraform.DefaultStopTimeout
 	// One memory budget for every task's Terraform commands: max_memory,
 	// else three quarters of the machine's (or cgroup's) memory.
@@ -357,25 +364,22 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		}
 		return terraform.DesiredState(ctx, o)
 	})
-	factory = live.wrapFactory(factory)                // secrets.go: rebuilt when Vault values change
-	if factory, err = a.setupHA(factory); err != nil { // ha.go
+	a.setupObserve()
+	if err := a.setupCoordinator(workDir, mode); err != nil { // ha.go
 		return nil, err
 	}
-	if a.ha != nil {
-		stopTimeout = a.ha.el.Timing().Kill
-	} else if keepHistory {
-		if err := a.openHistory(workDir); err != nil { // history.go
-			return nil, err
-		}
+	a.setupNotify() // observe.go
+	if k := a.coord.KillBound(); k > 0 {
+		stopTimeout = k
 	}
-	a.setupObserve()
+	factory = a.coord.Driver(live.wrapFactory(factory)) // secrets.go: rebuilt when Vault values change
 	a.ctrl = reconcile.New(reconcile.Options{
 		Watcher:     a.registry,
 		NewDriver:   factory,
 		Store:       a.store,
 		Logger:      logger.With("component", "ctrl"), // CTS's name of its controller's lines
 		MaxParallel: cfg.MaxParallelRuns,
-		Standby:     a.ha != nil, // a follower until elected (ha.go)
+		Standby:     a.coord.Standby(), // a follower until elected (ha.go)
 		Metrics:     a.obs.metrics,
 		OnEvent:     a.obs.onEvent,
 		OnGate:      a.obs.onGate,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -22,6 +23,18 @@ type Fencer interface {
 // infrastructure.
 func FenceDriver(d driver.Driver, f Fencer) driver.Driver {
 	return &fenced{d: d, f: f}
+}
+
+// fenceFactory wraps the driver of each task with the run fence
+// fencer(task) gives (FenceDriver).
+func fenceFactory(factory reconcile.DriverFactory, fencer func(task string) Fencer) reconcile.DriverFactory {
+	return func(spec task.Spec) (driver.Driver, error) {
+		d, err := factory(spec)
+		if err != nil {
+			return nil, err
+		}
+		return FenceDriver(d, fencer(spec.Name)), nil
+	}
 }
 
 type fenced struct {

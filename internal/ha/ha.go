@@ -5,6 +5,13 @@
 // flight, events, tasks changed through the API) lives in Consul KV
 // (store.ConsulKV), and every write to it is fenced by the leader lock.
 //
+// The daemon takes part through one Coordinator, chosen once at start from
+// the configuration (NewCoordinator): Solo without high availability,
+// Leader (the election below) or Spread (spread_tasks: the members share
+// the tasks, spread.go). It gives the daemon its state store, the fence of
+// the task drivers, the controller the API uses, the API's view of the
+// cluster and the long-lived parts to run for the controller.
+//
 // # Keys
 //
 //	<parent_path>/<cluster>/leader            the lock: {"id","address","beat",...}

@@ -25,18 +25,25 @@ type Member struct {
 	Address string
 }
 
-// Members lists the cluster from the self-registrations in Consul: the
-// instances of serviceName tagged with the cluster tag. The leader and this
-// instance are listed even when they are not registered (registration
-// disabled or lost): both are known to be alive, this one because it
-// answers and the leader because its session holds the lock.
+// Members lists the cluster from the self-registrations in Consul
+// (Registered), with this elector's view of the leader.
 func (e *Elector) Members(ctx context.Context, cluster, serviceName string) ([]Member, error) {
+	leaderID, leaderAddr := e.Leader()
+	return Registered(ctx, e.o.Client, cluster, serviceName, e.o.ID, e.o.Address, leaderID, leaderAddr)
+}
+
+// Registered lists the cluster from the self-registrations in Consul: the
+// instances of serviceName tagged with the cluster tag. The leader ("" when
+// none) and this instance (selfID, selfAddr) are listed even when they are
+// not registered (registration disabled or lost): both are known to be
+// alive, this one because it answers and the leader because its session
+// holds the lock.
+func Registered(ctx context.Context, client *api.Client, cluster, serviceName, selfID, selfAddr, leaderID, leaderAddr string) ([]Member, error) {
 	q := (&api.QueryOptions{}).WithContext(ctx)
-	entries, _, err := e.o.Client.Health().Service(serviceName, ClusterTag(cluster), false, q)
+	entries, _, err := client.Health().Service(serviceName, ClusterTag(cluster), false, q)
 	if err != nil {
 		return nil, err
 	}
-	leaderID, leaderAddr := e.Leader()
 	seen := map[string]bool{}
 	var out []Member
 	for _, en := range entries {
@@ -62,7 +69,7 @@ func (e *Elector) Members(ctx context.Context, cluster, serviceName string) ([]M
 		}
 		out = append(out, m)
 	}
-	add(e.o.ID, e.o.Address)
+	add(selfID, selfAddr)
 	add(leaderID, leaderAddr)
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil

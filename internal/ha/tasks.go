@@ -19,7 +19,7 @@ import (
 // the same change to its own configuration (ApplyStored). Everything else is
 // the embedded controller's.
 type Persisting struct {
-	*reconcile.Controller
+	Controller
 	Store store.Tasks
 	// Configured holds the names of the tasks of the configuration files:
 	// for those only the enabled flag is saved, for the others the whole
@@ -218,7 +218,7 @@ func (p *Persisting) saveRecord(ctx context.Context, name string, rec store.Task
 	return nil
 }
 
-func recordOf(c *reconcile.Controller, name string, configured map[string]bool) store.TaskRecord {
+func recordOf(c Controller, name string, configured map[string]bool) store.TaskRecord {
 	st, err := c.Task(name)
 	switch {
 	case err != nil || st.Deleting:
@@ -250,7 +250,7 @@ func recordOf(c *reconcile.Controller, name string, configured map[string]bool) 
 // configuration file says: a configured task with no record of its flag
 // (never changed through the API, or the records were reset) gets it back,
 // whatever an earlier application of other records did to it.
-func ApplyStored(ctx context.Context, c *reconcile.Controller, recs map[string]store.TaskRecord, configured, configEnabled map[string]bool, log *slog.Logger) (destroys []string, err error) {
+func ApplyStored(ctx context.Context, c Controller, recs map[string]store.TaskRecord, configured, configEnabled map[string]bool, log *slog.Logger) (destroys []string, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -370,7 +370,7 @@ func ResumeDestroys(ctx context.Context, p *Persisting, names []string, log *slo
 
 // setEnabled changes a task's flag, waiting for a run this instance still
 // has in progress (from an earlier term) to end.
-func setEnabled(ctx context.Context, c *reconcile.Controller, name string, enabled bool) error {
+func setEnabled(ctx context.Context, c Controller, name string, enabled bool) error {
 	for {
 		changed := c.StateChanged()
 		_, err := c.SetEnabled(ctx, name, enabled, "")
