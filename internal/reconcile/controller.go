@@ -439,6 +439,9 @@ func (c *Controller) SetActive(active bool) {
 	if !active {
 		c.active = make(chan struct{})
 		c.log.Info("standing by: no new runs")
+		for _, e := range c.tasks {
+			c.forgetHeldLocked(e) // gates.go
+		}
 		return
 	}
 	close(c.active)

@@ -312,6 +312,23 @@ func (c *Controller) expireHeld(e *entry, id string) {
 	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionExpired, Task: p.Task, Plan: p})
 }
 
+// forgetHeldLocked forgets the task's held plan when this instance stops
+// leading or owning the task: held plans are not handed over, the new
+// leader or owner plans the task again and holds its own plan. The plan's
+// files are discarded by the task's next run here. c.mu is held.
+func (c *Controller) forgetHeldLocked(e *entry) {
+	g := &e.gates
+	if !g.pending() {
+		return
+	}
+	g.orphans = append(g.orphans, g.drv)
+	c.endHeldLocked(e, gate.Superseded, "")
+	g.plan, g.settled = gate.Plan{}, ""
+	c.stepLocked(e, evDrop, wake{})
+	c.log.Info("held plan dropped: this instance no longer runs the task; its new leader or owner plans it again",
+		"task_name", e.spec.Name)
+}
+
 // HeldPlan returns the task's newest held plan, whatever its state
 // (api.Approvals).
 func (c *Controller) HeldPlan(name string) (gate.Plan, error) {

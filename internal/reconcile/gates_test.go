@@ -1,13 +1,20 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/gate"
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/testutil"
 )
@@ -74,10 +81,18 @@ type gateHarness struct {
 }
 
 func startGates(t *testing.T, a *task.Approval) *gateHarness {
-	g := &gateHarness{}
 	spec := servicesTask("fw", "web")
 	spec.Approval = a
+	return startGatesWith(t, spec, nil)
+}
+
+// startGatesWith runs the task spec (named fw); more adjusts the options.
+func startGatesWith(t *testing.T, spec task.Spec, more func(*Options)) *gateHarness {
+	g := &gateHarness{}
 	g.harness = start(t, 2, nil, spec, func(o *Options) {
+		if more != nil {
+			more(o)
+		}
 		o.OnGate = func(ev gate.Event) {
 			g.mu.Lock()
 			g.events = append(g.events, ev)
@@ -240,4 +255,130 @@ func TestGateRejectWaitsForTheNextChange(t *testing.T) {
 	if a := g.actions(); len(a) != 3 || a[1] != gate.ActionRejected {
 		t.Fatalf("gate events %v", a)
 	}
+}
+
+func TestGateExpiryDropsThePlan(t *testing.T) {
+	clk := reconciletest.NewClock()
+	spec := servicesTask("fw", "web")
+	spec.Approval = &task.Approval{Required: true, Expire: task.Duration(time.Hour)}
+	g := startGatesWith(t, spec, func(o *Options) { o.Clock = clk })
+	g.set(2)
+	p := g.waitHeld(t, "")
+	if p.Expires.Sub(p.Created) != time.Hour {
+		t.Fatalf("held plan expires %v, created %v", p.Expires, p.Created)
+	}
+	if !clk.WaitPending(1, 10*time.Second) {
+		t.Fatal("no expiry timer")
+	}
+	clk.Advance(time.Hour)
+	testutil.WaitFor(t, "the plan expired, the task idle", func() bool {
+		got, _ := g.ctrl.HeldPlan("fw")
+		g.ctrl.mu.Lock()
+		defer g.ctrl.mu.Unlock()
+		e := g.ctrl.tasks["fw"]
+		return got.State == gate.Expired && e.lc.phase == phaseIdle && strings.Contains(e.lc.waiting, "expired")
+	})
+	if err := g.ctrl.Approve(context.Background(), "fw", p.ID, "ops"); !errors.Is(err, gate.ErrStalePlan) {
+		t.Fatalf("approve of an expired plan: %v", err)
+	}
+	g.set(2) // the same desired state: not planned again
+	g.noApply(t)
+	g.set(3)
+	g.waitHeld(t, p.ID)
+	if a := g.actions(); len(a) != 3 || a[1] != gate.ActionExpired {
+		t.Fatalf("gate events %v", a)
+	}
+}
+
+func TestGateStepDownForgetsHeldPlan(t *testing.T) {
+	g := startGates(t, &task.Approval{Required: true})
+	g.set(2)
+	p := g.waitHeld(t, "")
+	g.ctrl.SetActive(false)
+	if _, err := g.ctrl.HeldPlan("fw"); !errors.Is(err, gate.ErrNoPlan) {
+		t.Fatalf("a follower shows a held plan: %v", err)
+	}
+	// Leading again: the task is planned and held anew (the held plan's
+	// files are discarded first).
+	g.ctrl.SetActive(true)
+	next := g.waitHeld(t, p.ID)
+	g.drv.mu.Lock()
+	discarded := len(g.drv.discards) == 1 && g.drv.discards[0] == p.ID
+	g.drv.mu.Unlock()
+	if !discarded || next.Reason != p.Reason {
+		t.Fatalf("after leading again: %+v (discarded %v)", next, discarded)
+	}
+}
+
+func TestGatePolicyDenies(t *testing.T) {
+	dir := t.TempDir()
+	rego := filepath.Join(dir, "fw.rego")
+	if err := os.WriteFile(rego, []byte("package ctsync\n\ndeny contains msg if {\n\tinput.task.name == \"fw\"\n\tmsg := sprintf(\"no changes to %s (%s)\", [input.task.name, input.trigger])\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec := servicesTask("fw", "web")
+	spec.Policy = &task.Policy{Files: []string{rego}}
+	g := startGatesWith(t, spec, nil)
+	g.set(1)
+	var evs []store.Event
+	testutil.WaitFor(t, "the denied run recorded", func() bool { evs = g.st.Events("fw"); return len(evs) == 1 })
+	ev := evs[0]
+	if ev.Success || ev.Kind != store.KindPolicy || ev.Error == nil || !strings.Contains(ev.Error.Message, "no changes to fw") || !ev.Terminal {
+		t.Fatalf("denied run %+v (error %+v)", ev, ev.Error)
+	}
+	g.noApply(t)
+	if _, err := g.ctrl.HeldPlan("fw"); !errors.Is(err, gate.ErrNoPlan) {
+		t.Fatalf("a denied plan is held: %v", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.events) != 1 || g.events[0].Kind != gate.EventPolicy || g.events[0].Action != gate.ActionDenied || len(g.events[0].Messages) != 1 {
+		t.Fatalf("gate events %+v", g.events)
+	}
+	g.drv.mu.Lock()
+	defer g.drv.mu.Unlock()
+	if len(g.drv.plans) != 0 || len(g.drv.discards) != 1 {
+		t.Fatalf("the denied plan was not discarded: %v held, %v discarded", g.drv.plans, g.drv.discards)
+	}
+}
+
+func TestGateOnceReportsHeldRun(t *testing.T) {
+	w := newFakeWatcher()
+	w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	spec := servicesTask("fw", "web")
+	spec.Approval = &task.Approval{Required: true}
+	rec := newRecorder()
+	var drv *holdDriver
+	c := New(Options{Watcher: w, Store: store.NewMemory(0), MaxParallel: 1, NewDriver: func(s task.Spec) (driver.Driver, error) {
+		drv = &holdDriver{fakeDriver: &fakeDriver{name: s.Name, rec: rec}, plans: map[string]int{}}
+		return drv, nil
+	}}, []task.Spec{spec})
+	w.Notify = c.Notify
+	for _, inspect := range []bool{false, true} {
+		var out bytes.Buffer
+		err := c.RunOnce(context.Background(), nil, inspect, 10*time.Second, &out)
+		var held *HeldError
+		if !errors.As(err, &held) && !strings.Contains(fmtErr(err), "held for approval: approval required") {
+			t.Fatalf("inspect %v: %v, want the held run's error", inspect, err)
+		}
+		if !strings.Contains(out.String(), "fw      held") && !strings.Contains(out.String(), "fw    held") {
+			t.Errorf("inspect %v: the summary does not say held:\n%s", inspect, out.String())
+		}
+		if inspect && !strings.Contains(out.String(), "==> Plan for task \"fw\"") {
+			t.Errorf("-inspect does not show the held plan:\n%s", out.String())
+		}
+	}
+	if n := rec.count("fw"); n != 0 {
+		t.Fatalf("%d applies", n)
+	}
+	if len(drv.plans) != 0 {
+		t.Fatalf("plans left held: %v", drv.plans)
+	}
+}
+
+func fmtErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

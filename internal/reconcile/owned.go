@@ -43,6 +43,7 @@ func (c *Controller) SetOwned(owns func(task string) bool) {
 	c.owned = o
 	for name, e := range c.tasks {
 		if !owns(name) {
+			c.forgetHeldLocked(e) // gates.go: its owner holds it
 			continue
 		}
 		o.was[name] = true
