@@ -216,8 +216,8 @@ func (c *Controller) gatedRun(ctx context.Context, log *slog.Logger, e *entry, s
 			plan.Expires = plan.Created.Add(d)
 		}
 		r.end = time.Now()
-		if c.opts.Metrics != nil {
-			c.opts.Metrics.RunFinished(s.Name, r.kind, true, r.end.Sub(r.start))
+		if c.opts.Metrics != nil { // a plan: nothing changed yet
+			c.opts.Metrics.RunFinished(s.Name, store.KindPlan, true, r.end.Sub(r.start))
 		}
 		c.mu.Lock()
 		e.gates.plan, e.gates.drv, e.gates.run = plan, hp, r
@@ -356,6 +356,18 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 		return err
 	}
 	defer c.release(e)
+	// The apply goes on when the caller goes away, as a run the API
+	// started does, and takes a run slot.
+	ctx, done, err := c.apiRun(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	slot, err := c.q.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer slot()
 	s := e.spec
 	want, ready, derr := c.desired(ctx, &s)
 	if derr != nil || !ready {
