@@ -602,3 +602,78 @@ func TestGateDashboardApprove(t *testing.T) {
 	b.wait("the held plan gone", `!document.querySelector('#held-plan')`, 30*time.Second)
 	t.Logf("approved: %s", b.shot("02-approved"))
 }
+
+// Spread mode with two members: the task's owner holds its plan; a member
+// that does not own the task forwards the held plan's read and its
+// approval to the owner, which applies it.
+func TestGateSpreadOwnerHolds(t *testing.T) {
+	skipShort(t)
+	c := newHACluster(t)
+	out := t.TempDir()
+	for _, id := range []string{"cts-a", "cts-b"} {
+		c.add(&haInstance{id: id}, func(in *haInstance) string {
+			return spreadHeader(in, c.consul.Addr, "DEBUG", "e2e") + fmt.Sprintf(`
+task {
+  name      = "gated"
+  module    = %q
+  variables = { dir = %q }
+  approval {
+    required = true
+  }
+  condition "services" {
+    names = ["svc-0"]
+  }
+}
+`, module("services_file"), out)
+		})
+	}
+	for _, in := range c.insts {
+		in.start(t)
+	}
+	// Both members up and agreeing on the owner (the task has no instance
+	// yet: nothing to hold), then the change.
+	var owners map[string]string
+	testutil.Eventually(t, 60*time.Second, "both members seeing each other and the same owner", func() bool {
+		for _, in := range c.insts {
+			code, _, body := haGet(in.port, "/v1/status/cluster")
+			if code != http.StatusOK || strings.Count(string(body), `"healthy":true`) != 2 {
+				return false
+			}
+		}
+		a, okA := spreadOwners(c.insts[0].port, 1)
+		b, okB := spreadOwners(c.insts[1].port, 1)
+		owners = a
+		return okA && okB && a["gated"] == b["gated"]
+	})
+	c.register("svc-0-1", "svc-0", 9000)
+	var owner, other *haInstance
+	for _, in := range c.insts {
+		if owners["gated"] == in.id {
+			owner = in
+		} else {
+			other = in
+		}
+	}
+	if owner == nil || other == nil {
+		t.Fatalf("owners %v", owners)
+	}
+	api := gateAPI{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", other.port)}
+	p := api.waitPlanUnless("gated", "pending with svc-0-1", func(p gate.Plan) bool {
+		return p.State == gate.Pending && p.Reason == "approval required" && strings.Contains(p.Text, "svc-0-1")
+	}, func() string {
+		if got := haReadServices(out); got != nil && ids(got) == "svc-0-1" {
+			return "applied instead of held"
+		}
+		return ""
+	})
+	if len(haLines(owner.proc(), "task held: its plan waits for approval", "task_name=gated", "run_id="+p.ID)) == 0 {
+		t.Errorf("the plan %s served by %s was not held by the owner %s", p.ID, other.id, owner.id)
+	}
+	if len(haLines(other.proc(), "task held", "run_id="+p.ID)) != 0 {
+		t.Errorf("%s, which does not own the task, held plan %s", other.id, p.ID)
+	}
+	if code, body := api.decide("gated", p.ID, "approve", ""); code != http.StatusOK {
+		t.Fatalf("approve through %s: %d %s", other.id, code, body)
+	}
+	waitFile(t, out, "svc-0-1", 60*time.Second)
+}
