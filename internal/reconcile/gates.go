@@ -184,8 +184,9 @@ func (c *Controller) gatedRun(ctx context.Context, log *slog.Logger, e *entry, s
 		Text: c.redact(hp.Text), Changes: changeLines(changes(r.prev, r.inputs)), Fingerprint: r.want.Fingerprint}
 
 	// Policy: a deny is final for this desired state; an evaluation
-	// error leaves the verdict unknown, so nothing is applied either.
-	if s.Policy != nil {
+	// error leaves the verdict unknown, so nothing is applied either. A
+	// plan without changes passes.
+	if s.Policy != nil && hp.Changes {
 		msgs, perr := c.checkPolicy(ctx, s, hp, r.trigger)
 		if perr != nil || len(msgs) > 0 {
 			c.discard(ctx, e, hp)
