@@ -428,11 +428,18 @@ func approval(action, id string) func(hookNote) bool {
 // is not there.
 func (a gateAPI) metric(metric, name string) float64 {
 	a.t.Helper()
+	return a.series(fmt.Sprintf("%s{task=%q}", metric, name))
+}
+
+// series reads one series (a metric name with its labels, as /metrics
+// prints them) from /metrics, -1 when it is not there.
+func (a gateAPI) series(series string) float64 {
+	a.t.Helper()
 	code, body := a.do("GET", "/metrics", a.read)
 	if code != http.StatusOK {
 		return -1
 	}
-	prefix := fmt.Sprintf("%s{task=%q} ", metric, name)
+	prefix := series + " "
 	for _, l := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(l, prefix); ok {
 			f, err := strconv.ParseFloat(v, 64)

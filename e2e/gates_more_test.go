@@ -1,7 +1,7 @@
 package e2e
 
 // More of the safety gates end to end (docs/safety.md): a held plan over a
-// restart.
+// restart, an approval racing a change.
 
 import (
 	"fmt"
@@ -43,4 +43,35 @@ func TestGateRestartReholds(t *testing.T) {
 		t.Fatalf("approve after the restart: %d %s", code, body)
 	}
 	waitRules(t, dir, "web-1")
+}
+
+// An approval that races a change: the catalog changes while a plan is
+// held, and the operator approves the held plan as soon as the daemon has
+// read the change from Consul (its watch has started its next read), most
+// often while the change waits out the task's buffer period, before the
+// task plans again. The held plan is not applied: the approval finds the
+// desired state moved on, a new plan is made and held, and the answer is
+// 409 naming it. (Approved a little later, once the new plan is under way,
+// the answer is the same.)
+func TestGateApproveRightAfterChange(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	g, dir, old := startEmptyCatalog(t, c, "", "")
+	reads := g.series("ctsync_watch_fetches_total")
+	registerWeb(t, c, 5)
+	testutil.Eventually(t, 60*time.Second, "the watch to read the change", func() bool {
+		return g.series("ctsync_watch_fetches_total") > reads
+	})
+	code, body := g.decide("web", old.ID, "approve", gateWriteSecret)
+	if code != http.StatusConflict || !strings.Contains(body, "superseded by plan") {
+		t.Fatalf("approve right after the change: %d %s; want 409 naming the newer plan", code, body)
+	}
+	newer := g.waitPendingUnless("web", emptyCatalogReason, rulesChanged(dir, "web-1,web-2,web-3,web-4"), old.ID)
+	if !strings.Contains(body, newer.ID) {
+		t.Errorf("the 409 does not name the plan held now (%s): %s", newer.ID, body)
+	}
+	if newer.Add != 1 || newer.Destroy != 3 {
+		t.Errorf("newer plan %+v: want 1 add, 3 destroy", newer)
+	}
+	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after the approval that raced the change")
 }
