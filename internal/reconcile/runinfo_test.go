@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/driver/terraform/tftext"
 	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
@@ -54,7 +55,7 @@ func TestChangesBetweenRuns(t *testing.T) {
 
 func TestErrorSummaryIsTheDiagnosticLine(t *testing.T) {
 	stderr := "╷\n│ Error: local-exec provisioner error\n│\n│   with null_resource.x,\n│   on main.tf line 3:\n│\n│ Error running command '/usr/bin/configure-firewall --zone a --apply all rules': exit status 1.\n╵\n"
-	err := &driver.Error{Op: "apply", Summary: driver.Summarize(stderr), Headline: driver.Headline(stderr)}
+	err := &driver.Error{Op: "apply", Summary: tftext.Summarize(stderr), Headline: tftext.Headline(stderr)}
 	if got := driver.ErrorSummary(fmt.Errorf("wrapped: %w", err)); got != "Error: local-exec provisioner error" {
 		t.Fatalf("summary %q", got)
 	}

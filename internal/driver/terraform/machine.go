@@ -10,6 +10,7 @@ import (
 	tfjson "github.com/hashicorp/terraform-json"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/driver/terraform/tftext"
 )
 
 // machineUIVersion is the first Terraform whose plan, apply and destroy
@@ -122,7 +123,7 @@ func (d *Driver) diagnostics() (diags driver.Diagnostics, text, stderr string) {
 	ui, _, _ := d.sink.report()
 	stdout, stderr := d.sink.output()
 	if diags = ui.Errors(); len(diags) == 0 {
-		return driver.ParseDiagnostics(stderr), stderr, stderr
+		return tftext.ParseDiagnostics(stderr), stderr, stderr
 	}
 	return diags, stdout, stderr
 }

@@ -32,6 +32,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/driver/terraform/tftext"
 	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -672,10 +673,10 @@ func (d *Driver) fail(op string, err error) error {
 	diags, text, stderr := d.diagnostics()
 	sum := diags.Summary()
 	if sum == "" {
-		sum = driver.Summarize(stderr)
+		sum = tftext.Summarize(stderr)
 	}
 	if sum == "" && err != nil {
-		sum = driver.Summarize(err.Error())
+		sum = tftext.Summarize(err.Error())
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		if sum == "" {
@@ -688,7 +689,7 @@ func (d *Driver) fail(op string, err error) error {
 			// Killed from outside (a crash, the OOM killer, kill -9): stderr
 			// has nothing, and "signal: killed" alone does not say whose.
 			msg := fmt.Sprintf("terraform was terminated by signal %q before it finished (it crashed or was killed)", ws.Signal().String())
-			if sum != "" && sum != driver.Summarize(err.Error()) {
+			if sum != "" && sum != tftext.Summarize(err.Error()) {
 				msg += "; " + sum
 			}
 			sum = msg

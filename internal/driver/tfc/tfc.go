@@ -59,6 +59,7 @@ import (
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/driver/terraform"
+	"github.com/ctsync/ctsync/internal/driver/terraform/tftext"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -972,12 +973,12 @@ func (d *Driver) finish(ctx context.Context, op string, r *tfe.Run, res driver.R
 		return res, nil // held, whatever the server's step (planned, cost estimated, policy checked)
 	}
 	text := planLog + "\n" + applyLog
-	summary := driver.Summarize(text)
+	summary := tftext.Summarize(text)
 	if summary == "" {
 		summary = "the run ended " + string(r.Status)
 	}
 	return res, &driver.Error{Op: op, Summary: fmt.Sprintf("run %s %s: %s", res.RunURL, r.Status, summary),
-		Err: fmt.Errorf("run %s: %s", r.ID, r.Status), Terminal: driver.TerminalDiagnostic(text)}
+		Err: fmt.Errorf("run %s: %s", r.ID, r.Status), Terminal: tftext.TerminalDiagnostic(text)}
 }
 
 var (
