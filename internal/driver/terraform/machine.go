@@ -102,9 +102,9 @@ func (d *Driver) counts(op string, failed bool) (add, change, destroy int) {
 	_, changes, ui := d.sink.report()
 	if !ui {
 		out, _ := d.sink.output()
-		add, change, destroy = parseApplyCounts(out)
+		add, change, destroy = tftext.ApplyCounts(out)
 		if failed && add+change+destroy == 0 {
-			add, change, destroy = parsePlanCounts(out)
+			add, change, destroy = tftext.PlanCounts(out)
 		}
 		return add, change, destroy
 	}

@@ -14,6 +14,7 @@ import (
 	tfjson "github.com/hashicorp/terraform-json"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/driver/terraform/tftext"
 	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -182,7 +183,7 @@ func (d *Driver) plan(ctx context.Context, run driver.Run, in *task.Inputs, keep
 		return held, d.fail("plan", err)
 	default:
 		d.sink.note("cannot read the plan as JSON (%v); counting from the text", err)
-		res.Add, res.Change, res.Destroy = parsePlanCounts(text)
+		res.Add, res.Change, res.Destroy = tftext.PlanCounts(text)
 	}
 	if !keep {
 		return held, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/driver/terraform/tftext"
 )
 
 func TestStateKVPath(t *testing.T) {
@@ -101,19 +102,19 @@ func TestConsulBackendDefaultsAndEnv(t *testing.T) {
 
 func TestParseCounts(t *testing.T) {
 	out := "module.x: Creating...\n\nApply complete! Resources: 2 added, 1 changed, 3 destroyed.\n"
-	if a, c, d := parseApplyCounts(out); a != 2 || c != 1 || d != 3 {
+	if a, c, d := tftext.ApplyCounts(out); a != 2 || c != 1 || d != 3 {
 		t.Fatal(a, c, d)
 	}
-	if a, c, d := parseApplyCounts("Apply complete! Resources: 1 imported, 4 added, 0 changed, 0 destroyed."); a != 4 || c != 0 || d != 0 {
+	if a, c, d := tftext.ApplyCounts("Apply complete! Resources: 1 imported, 4 added, 0 changed, 0 destroyed."); a != 4 || c != 0 || d != 0 {
 		t.Fatal(a, c, d)
 	}
-	if a, c, d := parseApplyCounts("Destroy complete! Resources: 5 destroyed.\n"); a != 0 || c != 0 || d != 5 {
+	if a, c, d := tftext.ApplyCounts("Destroy complete! Resources: 5 destroyed.\n"); a != 0 || c != 0 || d != 5 {
 		t.Fatal(a, c, d)
 	}
-	if a, c, d := parseApplyCounts("Error: boom"); a+c+d != 0 {
+	if a, c, d := tftext.ApplyCounts("Error: boom"); a+c+d != 0 {
 		t.Fatal(a, c, d)
 	}
-	if a, c, d := parsePlanCounts("...\nPlan: 1 to add, 2 to change, 3 to destroy.\n"); a != 1 || c != 2 || d != 3 {
+	if a, c, d := tftext.PlanCounts("...\nPlan: 1 to add, 2 to change, 3 to destroy.\n"); a != 1 || c != 2 || d != 3 {
 		t.Fatal(a, c, d)
 	}
 	plan := &tfjson.Plan{ResourceChanges: []*tfjson.ResourceChange{

@@ -1,6 +1,7 @@
 package tftext
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -48,5 +49,18 @@ func TestHeadline(t *testing.T) {
 	}
 	if Headline("plain failure") != "" {
 		t.Fatal("a headline without diagnostics")
+	}
+}
+
+func TestSummaryCounts(t *testing.T) {
+	if a, c, d := PlanCounts("...\nPlan: 1 to add, 2 to change, 3 to destroy.\n"); a != 1 || c != 2 || d != 3 {
+		t.Fatal(a, c, d)
+	}
+	all := regexp.MustCompile(`(?:Apply|Destroy) complete! Resources: (\d+) added, (\d+) changed, (\d+) destroyed`)
+	if a, c, d := SummaryCounts("Apply complete! Resources: 4 added, 0 changed, 1 destroyed.\n", all); a != 4 || c != 0 || d != 1 {
+		t.Fatal(a, c, d)
+	}
+	if a, c, d := SummaryCounts("Destroy complete! Resources: 5 destroyed.\n", all); a+c+d != 0 {
+		t.Fatal(a, c, d)
 	}
 }
