@@ -464,3 +464,11 @@ func removeRule(t *testing.T, dir, id string) {
 	t.Helper()
 	must(t, os.Remove(filepath.Join(dir, id+".rule")))
 }
+
+// mkdir makes dir/name and returns it.
+func mkdir(t *testing.T, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	must(t, os.MkdirAll(p, 0o755))
+	return p
+}
