@@ -95,6 +95,13 @@ func (c *Controller) dropDriverLocked(e *entry) {
 
 // exportsOutputs reports whether another task receives the task's outputs.
 // c.mu is held.
+func (c *Controller) exportsOutputs(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exportsOutputsLocked(name)
+}
+
+// exportsOutputsLocked is exportsOutputs with c.mu held.
 func (c *Controller) exportsOutputsLocked(name string) bool {
 	for _, e := range c.tasks {
 		if slices.Contains(e.spec.OutputTasks(), name) {

@@ -126,7 +126,9 @@ type Controller struct {
 	inspecting map[string]*entry
 	// q is the work queue: the names of the tasks due to run, and the run
 	// slots (queue.go).
-	q     workQueue
+	q workQueue
+	// rec runs the tasks the queue hands out (reconciler.go).
+	rec   *reconciler
 	notes []note // notifications from views, handled by the note loop
 	// noted holds the notes in notes: a note already waiting is not queued
 	// again (handling it reads the current data anyway), so the backlog is
@@ -280,6 +282,7 @@ func New(opts Options, specs []task.Spec) *Controller {
 		depth = opts.Metrics.QueueDepth
 	}
 	c.q = newWorkQueue(opts.MaxParallel, opts.Clock, depth)
+	c.rec = &reconciler{opts: &c.opts, log: c.log, host: c}
 	if !opts.Standby {
 		close(c.active)
 	}
@@ -321,6 +324,9 @@ func (c *Controller) digest(key string) (watch.Digest, bool) {
 	d, err := watch.DigestOf(v)
 	return d, err == nil
 }
+
+// redact removes secrets from text that reaches events and logs.
+func (c *Controller) redact(text string) string { return c.opts.redact(text) }
 
 // get adapts the watcher to a Getter.
 func (c *Controller) get(key string) (any, bool) {

@@ -11,7 +11,9 @@
 //     (lifecycle.go: the phase, the run that is due, the timer, the
 //     failures). transition is the table of the lifecycle; only
 //     lifecycle.go writes entry.lc.
-//   - the reconciler (reconciler.go): one run of one task from a Request
+//   - the reconciler (reconciler.go): one run of one task from a Request,
+//     without state of its own (it returns an outcome, which the Controller
+//     applies)
 //     (desired.go, inputs.go, chain.go's upstream check, the driver, the
 //     record in the store).
 //   - management: the notifications and trigger rules (notes.go), the API's

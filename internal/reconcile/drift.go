@@ -81,7 +81,7 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 		return // shutting down
 	}
 	start := time.Now()
-	res, err := c.drive(ctx, e, &s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
+	res, err := c.rec.drive(ctx, e, &s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
 	release()
 	drifted := err == nil && res.Changes
 	c.mu.Lock()

@@ -172,7 +172,7 @@ func (c *Controller) gatedRun(ctx context.Context, log *slog.Logger, e *entry, s
 			}
 			return outcome{failed: true, err: err, plan: hp.Text}
 		}
-		return c.recordRun(ctx, log, e, s, r)
+		return c.rec.recordRun(ctx, log, e, s, r)
 	}
 	if err != nil {
 		return fail(err)
@@ -247,7 +247,7 @@ func (c *Controller) gatedRun(ctx context.Context, log *slog.Logger, e *entry, s
 
 // planHeld makes the task's driver (when needed) and a held plan.
 func (c *Controller) planHeld(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
-	if err := c.ensureDriver(ctx, e, s); err != nil {
+	if err := c.rec.ensureDriver(ctx, e, s); err != nil {
 		return driver.HeldPlan{}, err
 	}
 	ph, ok := e.drv.(driver.PlanHolder)
@@ -282,7 +282,7 @@ func (c *Controller) applyHeld(ctx context.Context, log *slog.Logger, e *entry, 
 	r.res, r.err, r.end = res, err, time.Now()
 	r.phases = eventPhases(e.initStart, e.initEnd, r.res.Phases, r.kind, r.start, r.end)
 	e.initStart, e.initEnd = time.Time{}, time.Time{}
-	return c.recordRun(ctx, log, e, s, r)
+	return c.rec.recordRun(ctx, log, e, s, r)
 }
 
 // expireHeld drops the pending plan id when approval.expire has passed:
@@ -394,6 +394,9 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 		c.opts.Metrics.RunStarted(name)
 	}
 	out := c.applyHeld(ctx, log, e, &s, &r, g.drv)
+	c.mu.Lock()
+	c.ranLocked(e, out) // what the apply did, in the task's state
+	c.mu.Unlock()
 	if out.failed && errors.Is(out.err, driver.ErrPlanStale) {
 		// Nothing was applied: the state moved under the plan.
 		c.mu.Lock()

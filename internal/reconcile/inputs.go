@@ -564,3 +564,19 @@ func dedupe(qs []watch.Query) []watch.Query {
 	}
 	return out
 }
+
+// inputs builds what the task's module receives: its Consul data and the
+// outputs of the tasks it receives them from.
+func (c *Controller) inputs(s *task.Spec) (task.Inputs, bool) {
+	in, ready := BuildInputs(s, c.get)
+	if !ready {
+		return in, false
+	}
+	if outs, _ := c.upstreamOutputs(s); outs != nil {
+		in.TaskOutputs = make(map[string]json.RawMessage, len(outs))
+		for k, v := range outs {
+			in.TaskOutputs[k] = v
+		}
+	}
+	return in, true
+}

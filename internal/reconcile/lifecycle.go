@@ -483,18 +483,44 @@ func (c *Controller) release(e *entry) {
 	c.undeferLocked(e)
 }
 
-// startedLocked records that a run of the task has read complete data:
-// buffer periods apply from now on. c.mu is held.
-func (c *Controller) startedLocked(e *entry) {
+// readData records that a run of the task has read complete data: buffer
+// periods apply from now on.
+func (c *Controller) readData(e *entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	e.lc.ranOnce = true
 }
 
-// waitLocked records why the task cannot run yet ("" when it can), and
-// reports whether the reason is new. c.mu is held.
+// wait records why the task cannot run yet ("" when it can), and reports
+// whether the reason is new.
+func (c *Controller) wait(e *entry, why string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.waitLocked(e, why)
+}
+
+// waitLocked is wait with c.mu held.
 func (c *Controller) waitLocked(e *entry, why string) (changed bool) {
 	changed = e.lc.waiting != why
 	e.lc.waiting = why
 	return changed
+}
+
+// ranLocked keeps what a run did (the reconciler's outcome) in the task's
+// state: the desired state it was for (the failures of an older one do not
+// count against it), the Consul data of its recorded event, and its
+// success. c.mu is held.
+func (c *Controller) ranLocked(e *entry, res outcome) {
+	if res.fingerprint != "" {
+		c.runsLocked(e, res.fingerprint)
+	}
+	if res.recorded {
+		e.prevInputs = res.inputs
+	}
+	if res.applied {
+		e.drifted = false // just applied: matches the configuration again
+		c.succeededLocked(e)
+	}
 }
 
 // runsLocked records the fingerprint of the desired state a run applies:

@@ -71,3 +71,32 @@ func touchesLC(x ast.Expr) bool {
 		}
 	}
 }
+
+// TestReconcilerKeepsNoState checks that the reconciler (reconciler.go)
+// neither takes the controller's lock nor touches a task's lifecycle
+// state: it asks the controller through runHost and returns an outcome,
+// which the controller applies under its lock.
+func TestReconcilerKeepsNoState(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "reconciler.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.SelectorExpr:
+			if n.Sel.Name == "mu" || n.Sel.Name == "lc" {
+				t.Errorf("%s: the reconciler uses .%s", fset.Position(n.Pos()), n.Sel.Name)
+			}
+		case *ast.FuncDecl:
+			if n.Recv != nil {
+				if s, ok := n.Recv.List[0].Type.(*ast.StarExpr); ok {
+					if id, ok := s.X.(*ast.Ident); ok && id.Name == "Controller" {
+						t.Errorf("%s: %s is a method of the Controller in reconciler.go", fset.Position(n.Pos()), n.Name.Name)
+					}
+				}
+			}
+		}
+		return true
+	})
+}

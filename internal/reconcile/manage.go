@@ -207,7 +207,7 @@ func (c *Controller) plan(ctx context.Context, e *entry, s *task.Spec) (PlanResu
 	}
 	defer release()
 	in, _ := BuildInputs(s, c.get)
-	res, err := c.drive(ctx, e, s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
+	res, err := c.rec.drive(ctx, e, s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
 	if err != nil {
 		return PlanResult{}, err
 	}

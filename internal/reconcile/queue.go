@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 // workQueue is the controller's work queue: the names of the tasks due to
@@ -93,6 +95,20 @@ func (q *workQueue) acquire(ctx context.Context) (release func(), err error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// reconcile hands one run of the task e, which the caller holds (phase
+// running), to the reconciler, and applies what the run did to the task's
+// state (ranLocked).
+func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req Request) outcome {
+	c.mu.Lock()
+	prev := e.prevInputs
+	c.mu.Unlock()
+	res := c.rec.Run(ctx, job{Request: req, spec: s, e: e, prev: prev})
+	c.mu.Lock()
+	c.ranLocked(e, res)
+	c.mu.Unlock()
+	return res
 }
 
 // worker takes task names off the queue and runs them, one at a time.

@@ -18,7 +18,58 @@ import (
 	"github.com/google/uuid"
 )
 
-// outcome is what one reconcile did.
+// reconciler decides and drives one run of one task (Run). It keeps no
+// state: it is given the run (a job), asks the controller through host for
+// what lies outside the task (the watched data, the other tasks of a
+// chain, the task's held plan), and returns what happened (an outcome),
+// which the controller applies to the task's state under its lock
+// (Controller.reconcile). It never takes the controller's lock and never
+// writes a task's lifecycle state (TestReconcilerKeepsNoState).
+type reconciler struct {
+	opts *Options
+	log  *slog.Logger
+	host runHost
+}
+
+// runHost is what the reconciler asks of the controller during a run. The
+// controller implements it; each method takes the controller's lock
+// itself when it needs it.
+type runHost interface {
+	// desired is the task's desired state (desired.go).
+	desired(ctx context.Context, s *task.Spec) (Desired, bool, error)
+	// inputs is what the task's module receives (inputs.go).
+	inputs(s *task.Spec) (task.Inputs, bool)
+	// upstreamHold and upstreamDigest are the task's upstream tasks as
+	// they are now (chain.go).
+	upstreamHold(ctx context.Context, s *task.Spec) string
+	upstreamDigest(s *task.Spec) string
+	// exportsOutputs reports whether another task receives the task's
+	// outputs (chain.go).
+	exportsOutputs(name string) bool
+	// readData and wait report, while the run goes on, that it has read
+	// complete data (buffer periods apply from then on) and why it cannot
+	// run ("" when it can; true when the reason is new) (lifecycle.go).
+	readData(e *entry)
+	wait(e *entry, why string) bool
+	// gateSettled, supersedeHeld and gatedRun are the safety gates
+	// (gates.go).
+	gateSettled(e *entry, fingerprint string) bool
+	supersedeHeld(ctx context.Context, e *entry, newer, fingerprint string)
+	gatedRun(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, req Request, r *runRecord, in *task.Inputs) outcome
+}
+
+// job is one run as the controller gives it to the reconciler.
+type job struct {
+	Request
+	spec *task.Spec
+	// e is the task: the run reads its driver and the times of the
+	// driver's init, which only the run holding the task touches.
+	e *entry
+	// prev is the Consul data of the task's last recorded run.
+	prev *inputsDigest
+}
+
+// outcome is what one run did.
 type outcome struct {
 	failed   bool
 	waiting  bool // not run: it waits (ErrWaiting); retried, not recorded
@@ -27,6 +78,13 @@ type outcome struct {
 	plan     string
 	held     string        // not run: an upstream task has something left to do (chain.go)
 	dur      time.Duration // how long the run took (a worker's)
+
+	// What the controller keeps of the run in the task's state
+	// (ranLocked):
+	fingerprint string        // the desired state the run was for ("": none ran)
+	recorded    bool          // the run's event is stored; inputs is its Consul data
+	inputs      *inputsDigest //
+	applied     bool          // the run succeeded and is recorded
 }
 
 // unreadable is recorded as the failed fingerprint when a task's desired
@@ -34,14 +92,15 @@ type outcome struct {
 // match it.
 const unreadable = "unreadable"
 
-// reconcile runs one task once: compute its desired state, decide whether
-// it must run, drive Terraform, and record the outcome. A task runs when
+// Run runs one task once: compute its desired state, decide whether it
+// must run, drive Terraform, and record the outcome. A task runs when
 // its desired state differs from the one last applied successfully, or
 // when its last run failed (unless that failure was terminal and the
 // desired state is still the same), or when req.Force is set. A plan
 // (ModePlan) records nothing.
-func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req Request) outcome {
-	log := c.log.With("task_name", s.Name)
+func (r *reconciler) Run(ctx context.Context, j job) outcome {
+	e, s, req := j.e, j.spec, j.Request
+	log := r.log.With("task_name", s.Name)
 	inspect := req.Mode == ModePlan
 	trigger := req.Trigger.String()
 	// The desired state is taken before the inputs are built: if the data
@@ -49,45 +108,37 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req 
 	// as applied, and the next notification runs the task once more. The
 	// other order could store a newer fingerprint than what was applied
 	// and lose that change.
-	want, ready, derr := c.desired(ctx, s)
+	want, ready, derr := r.host.desired(ctx, s)
 	if !ready {
 		log.Debug("waiting for watched data before running")
 		return outcome{}
 	}
 	// From here on the task has run as far as buffering is concerned: a
 	// change that arrives during this run waits out the buffer period.
-	c.mu.Lock()
-	c.startedLocked(e)
-	c.mu.Unlock()
+	r.host.readData(e)
 	if derr != nil && errors.Is(derr, ErrWaiting) && !inspect {
-		c.mu.Lock()
-		first := e.lc.waiting == ""
-		c.waitLocked(e, derr.Error())
-		c.mu.Unlock()
-		if first {
+		if r.host.wait(e, derr.Error()) {
 			log.Warn("task waits before it can run", "reason", derr.Error())
 		}
 		return outcome{failed: true, waiting: true, err: derr}
 	}
-	c.mu.Lock()
-	c.waitLocked(e, "")
-	c.mu.Unlock()
+	r.host.wait(e, "")
 	if derr != nil {
-		return c.unreadableState(ctx, s, trigger, derr, inspect)
+		return r.unreadableState(ctx, s, trigger, derr, inspect)
 	}
-	st := c.opts.Store.Run(s.Name)
+	st := r.opts.Store.Run(s.Name)
 	if !inspect && !req.Force {
 		var run bool
-		if trigger, run = c.mustRun(log, s.Name, st, want, req.Trigger); !run {
-			c.supersedeHeld(ctx, e, "", want.Fingerprint) // the desired state is the one applied again (gates.go)
+		if trigger, run = r.mustRun(log, s.Name, st, want, req.Trigger); !run {
+			r.host.supersedeHeld(ctx, e, "", want.Fingerprint) // the desired state is the one applied again (gates.go)
 			return outcome{}
 		}
-		if c.gateSettled(e, want.Fingerprint) { // held, rejected or expired as it is (gates.go)
-			c.skipped(s.Name)
+		if r.host.gateSettled(e, want.Fingerprint) { // held, rejected or expired as it is (gates.go)
+			r.skipped(s.Name)
 			return outcome{}
 		}
 	}
-	in, ready := c.inputs(s)
+	in, ready := r.host.inputs(s)
 	if !ready { // a view went away in between (a regexp match left)
 		return outcome{}
 	}
@@ -95,73 +146,70 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req 
 	// read, so that an upstream found up to date has applied data at least
 	// as new as the inputs (chain.go).
 	if !inspect && req.Trigger.Kind != TriggerOnce {
-		if why := c.upstreamHold(ctx, s); why != "" {
-			c.mu.Lock()
-			first := c.waitLocked(e, why)
-			c.mu.Unlock()
-			if first {
+		if why := r.host.upstreamHold(ctx, s); why != "" {
+			if r.host.wait(e, why) {
 				log.Info("task held: it runs after the tasks it depends on", "reason", why)
 			}
 			return outcome{held: why}
 		}
-		if want.Parts[driver.PartUpstream] != c.upstreamDigest(s) {
+		if want.Parts[driver.PartUpstream] != r.host.upstreamDigest(s) {
 			// An upstream task applied since the desired state was read
 			// (it was running then, idle now): decide again with what it
 			// applied, rather than apply with a stale fingerprint and run
 			// again to catch up.
 			log.Debug("an upstream task applied meanwhile; reading the desired state again")
-			return c.reconcile(ctx, e, s, req)
+			return r.Run(ctx, j)
 		}
 	}
-	c.mu.Lock()
-	c.runsLocked(e, want.Fingerprint)
-	c.mu.Unlock()
+	out := r.run(ctx, log, j, &in, &runRecord{id: uuid.NewString(), trigger: trigger, once: req.Trigger.Kind == TriggerOnce,
+		kind: store.KindApply, want: want, before: st, actor: actorFrom(ctx), inputs: digest(&in), seen: req.Seen, prev: j.prev})
+	out.fingerprint = want.Fingerprint // its failures do not count against another desired state
+	return out
+}
 
-	r := &runRecord{id: uuid.NewString(), trigger: trigger, once: req.Trigger.Kind == TriggerOnce, kind: store.KindApply, want: want, before: st,
-		actor: actorFrom(ctx), inputs: digest(&in)}
-	c.mu.Lock()
-	r.seen = req.Seen
-	r.prev = e.prevInputs
-	c.mu.Unlock()
+// run drives the run rec of the task, decided to run with the inputs in,
+// and records it (not a plan).
+func (r *reconciler) run(ctx context.Context, log *slog.Logger, j job, in *task.Inputs, rec *runRecord) outcome {
+	e, s, req, inspect := j.e, j.spec, j.Request, j.Mode == ModePlan
 	if gated(s) {
-		return c.gatedRun(ctx, log, e, s, req, r, &in) // gates.go
+		return r.host.gatedRun(ctx, log, e, s, req, rec, in) // gates.go
 	}
 	if inspect {
-		r.kind = store.KindPlan
-	} else if err := c.opts.Store.StartRun(ctx, s.Name, r.id); err != nil {
+		rec.kind = store.KindPlan
+	} else if err := r.opts.Store.StartRun(ctx, s.Name, rec.id); err != nil {
 		// The marker is in the store before Terraform starts: if this
 		// instance dies or loses the lead during the run, the next
 		// leader runs the task again.
 		log.Error("not running task: its in-flight marker could not be stored", "error", err)
 		return outcome{failed: true, err: fmt.Errorf("storing the in-flight marker: %w", err)}
 	}
-	if c.opts.Metrics != nil {
-		c.opts.Metrics.RunStarted(s.Name)
+	if r.opts.Metrics != nil {
+		r.opts.Metrics.RunStarted(s.Name)
 	}
-	log.Info("executing task", "run_id", r.id, "trigger", trigger, "mode", r.kind, "instances", len(in.Services))
-	r.start = time.Now()
-	r.res, r.err = c.drive(ctx, e, s, driver.Run{ID: r.id}, &in, req.Mode)
-	r.end = time.Now()
-	r.phases = eventPhases(e.initStart, e.initEnd, r.res.Phases, r.kind, r.start, r.end)
+	log.Info("executing task", "run_id", rec.id, "trigger", rec.trigger, "mode", rec.kind, "instances", len(in.Services))
+	rec.start = time.Now()
+	rec.res, rec.err = r.drive(ctx, e, s, driver.Run{ID: rec.id}, in, req.Mode)
+	rec.end = time.Now()
+	rec.phases = eventPhases(e.initStart, e.initEnd, rec.res.Phases, rec.kind, rec.start, rec.end)
 	e.initStart, e.initEnd = time.Time{}, time.Time{}
 	if inspect {
-		if c.opts.Metrics != nil {
-			c.opts.Metrics.RunFinished(s.Name, r.kind, r.err == nil, r.end.Sub(r.start))
+		if r.opts.Metrics != nil {
+			r.opts.Metrics.RunFinished(s.Name, rec.kind, rec.err == nil, rec.end.Sub(rec.start))
 		}
-		return outcome{failed: r.err != nil, err: r.err, plan: r.res.Output}
+		return outcome{failed: rec.err != nil, err: rec.err, plan: rec.res.Output}
 	}
-	return c.recordRun(ctx, log, e, s, r)
+	return r.recordRun(ctx, log, e, s, rec)
 }
 
 // mustRun decides whether a task runs, from its desired state and the run
 // state in the store, and returns the run's trigger: what changed since
 // its last success (the watched key, or the parts of the desired state).
-func (c *Controller) mustRun(log *slog.Logger, name string, st store.RunState, want Desired, due Trigger) (string, bool) {
+func (r *reconciler) mustRun(log *slog.Logger, name string, st store.RunState, want Desired, due Trigger) (string, bool) {
 	trigger := due.String()
 	switch {
 	case st.Dirty() && st.Terminal && st.Failed == want.Fingerprint:
 		log.Debug("last run failed with a terminal error and the desired state has not changed since: not running")
-		c.skipped(name)
+		r.skipped(name)
 		return trigger, false
 	case st.Dirty():
 		if due.Kind != TriggerRetry {
@@ -173,28 +221,12 @@ func (c *Controller) mustRun(log *slog.Logger, name string, st store.RunState, w
 		}
 	case want.Fingerprint == st.Applied:
 		log.Debug("desired state unchanged since last apply, skipping run", "fingerprint", short(want.Fingerprint))
-		c.skipped(name)
+		r.skipped(name)
 		return trigger, false
 	default:
 		trigger = changeTrigger(due, changedParts(st.Parts, want.Parts))
 	}
 	return trigger, true
-}
-
-// inputs builds what the task's module receives: its Consul data and the
-// outputs of the tasks it receives them from.
-func (c *Controller) inputs(s *task.Spec) (task.Inputs, bool) {
-	in, ready := BuildInputs(s, c.get)
-	if !ready {
-		return in, false
-	}
-	if outs, _ := c.upstreamOutputs(s); outs != nil {
-		in.TaskOutputs = make(map[string]json.RawMessage, len(outs))
-		for k, v := range outs {
-			in.TaskOutputs[k] = v
-		}
-	}
-	return in, true
 }
 
 // runRecord is one run of a task (not a plan), from its start to its
@@ -217,20 +249,20 @@ type runRecord struct {
 
 // recordRun records a run's outcome: its event and the task's next run
 // state, in one write (finish); a run is not a success until recorded.
-func (c *Controller) recordRun(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, r *runRecord) outcome {
-	res, err, st := r.res, r.err, r.before
+func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, rec *runRecord) outcome {
+	res, err, st := rec.res, rec.err, rec.before
 	terminal := driver.IsTerminal(err)
-	ev := store.Event{ID: r.id, TaskName: s.Name, Success: err == nil, StartTime: r.start, EndTime: r.end,
-		Kind: r.kind, Trigger: r.trigger, InputsHash: r.want.Used, Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: c.redact(tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL,
-		ErrorSummary: c.redact(driver.ErrorSummary(err)), Actor: r.actor, Phases: r.phases, Changes: changes(r.prev, r.inputs)}
-	if !r.seen.IsZero() {
-		ev.DetectedAt = &r.seen
+	ev := store.Event{ID: rec.id, TaskName: s.Name, Success: err == nil, StartTime: rec.start, EndTime: rec.end,
+		Kind: rec.kind, Trigger: rec.trigger, InputsHash: rec.want.Used, Config: eventConfig(s), LogPath: res.LogPath,
+		LogTail: r.redact(tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL,
+		ErrorSummary: r.redact(driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs)}
+	if !rec.seen.IsZero() {
+		ev.DetectedAt = &rec.seen
 	}
 	if res.Add+res.Change+res.Destroy > 0 || err == nil {
 		ev.Plan = &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
 	}
-	next := store.RunState{Applied: r.want.Fingerprint, Parts: r.want.Parts, Outputs: st.Outputs}
+	next := store.RunState{Applied: rec.want.Fingerprint, Parts: rec.want.Parts, Outputs: st.Outputs}
 	if err == nil && e.drv != nil && e.exports {
 		next.Outputs = res.Outputs
 		if next.Outputs == nil {
@@ -239,71 +271,68 @@ func (c *Controller) recordRun(ctx context.Context, log *slog.Logger, e *entry, 
 		}
 	}
 	if err != nil {
-		ev.Error = &store.EventError{Message: c.redact(err.Error())}
+		ev.Error = &store.EventError{Message: r.redact(err.Error())}
 		// The last success stays recorded (what changed is told against
 		// it); the failure makes the task dirty until a run succeeds.
-		next = store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: r.want.Fingerprint, Terminal: terminal, Outputs: st.Outputs}
-		log.Error("error applying task", "run_id", r.id, "error", c.redact(err.Error()), "terminal", terminal, "log", res.LogPath)
+		next = store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: rec.want.Fingerprint, Terminal: terminal, Outputs: st.Outputs}
+		log.Error("error applying task", "run_id", rec.id, "error", r.redact(err.Error()), "terminal", terminal, "log", res.LogPath)
 	}
-	recErr := c.finish(ctx, s.Name, next, &ev)
-	if recErr == nil {
-		c.mu.Lock()
-		e.prevInputs = r.inputs
-		c.mu.Unlock()
-	}
+	recErr := r.finish(ctx, s.Name, next, &ev)
+	out := outcome{recorded: recErr == nil, inputs: rec.inputs}
 	if recErr != nil && err == nil {
 		// Applied but not recorded: not reported as a success. The task
 		// stays dirty here, and the in-flight marker (still set in the
 		// store) makes the next leader run it again.
 		err = fmt.Errorf("the run succeeded but could not be recorded: %w", recErr)
 	}
-	if c.opts.Metrics != nil {
-		c.opts.Metrics.RunFinished(s.Name, r.kind, err == nil, r.end.Sub(r.start))
+	if r.opts.Metrics != nil {
+		r.opts.Metrics.RunFinished(s.Name, rec.kind, err == nil, rec.end.Sub(rec.start))
 	}
 	if err != nil {
-		return outcome{failed: true, terminal: terminal, err: err}
+		out.failed, out.terminal, out.err = true, terminal, err
+		return out
 	}
-	if !r.once { // -once logs its tasks in order (RunOnce)
-		log.Info("task completed", "run_id", r.id, "added", res.Add, "changed", res.Change,
-			"destroyed", res.Destroy, "duration", r.end.Sub(r.start).Round(time.Millisecond))
+	if !rec.once { // -once logs its tasks in order (RunOnce)
+		log.Info("task completed", "run_id", rec.id, "added", res.Add, "changed", res.Change,
+			"destroyed", res.Destroy, "duration", rec.end.Sub(rec.start).Round(time.Millisecond))
 	}
-	c.mu.Lock()
-	e.drifted = false // just applied: matches the configuration again
-	c.succeededLocked(e)
-	c.mu.Unlock()
-	return outcome{}
+	out.applied = true
+	return out
 }
 
 // unreadableState records that a task's desired state could not be read (a
 // module directory or file that vanished): an error event naming what, and
 // the task stays dirty, retried with backoff like a failed run.
-func (c *Controller) unreadableState(ctx context.Context, s *task.Spec, trigger string, derr error, inspect bool) outcome {
+func (r *reconciler) unreadableState(ctx context.Context, s *task.Spec, trigger string, derr error, inspect bool) outcome {
 	err := fmt.Errorf("reading the task's desired state: %w", derr)
 	if inspect {
 		return outcome{failed: true, err: err}
 	}
-	c.log.Error("task not run: its desired state cannot be read", "task_name", s.Name, "error", err)
-	st := c.opts.Store.Run(s.Name)
+	r.log.Error("task not run: its desired state cannot be read", "task_name", s.Name, "error", err)
+	st := r.opts.Store.Run(s.Name)
 	now := time.Now()
 	ev := store.Event{ID: uuid.NewString(), TaskName: s.Name, StartTime: now, EndTime: now, Kind: store.KindApply,
-		Trigger: trigger, Config: eventConfig(s), Error: &store.EventError{Message: c.redact(err.Error())}}
+		Trigger: trigger, Config: eventConfig(s), Error: &store.EventError{Message: r.redact(err.Error())}}
 	next := store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: unreadable}
-	_ = c.finish(ctx, s.Name, next, &ev) // logged there; the task is retried either way
+	_ = r.finish(ctx, s.Name, next, &ev) // logged there; the task is retried either way
 	return outcome{failed: true, err: err}
 }
 
-func (c *Controller) skipped(name string) {
-	if c.opts.Metrics != nil {
-		c.opts.Metrics.RunSkipped(name)
+func (r *reconciler) skipped(name string) {
+	if r.opts.Metrics != nil {
+		r.opts.Metrics.RunSkipped(name)
 	}
 }
 
 // redact removes secrets from text that reaches events and logs.
-func (c *Controller) redact(text string) string {
-	if c.opts.Redact == nil {
+func (r *reconciler) redact(text string) string { return r.opts.redact(text) }
+
+// redact removes secrets from text that reaches events and logs.
+func (o *Options) redact(text string) string {
+	if o.Redact == nil {
 		return text
 	}
-	return c.opts.Redact(text)
+	return o.Redact(text)
 }
 
 // Recording a run's outcome is retried: the run is not over until the
@@ -318,26 +347,26 @@ const (
 // the event to the event hook. A failed write is retried with backoff; a
 // write refused because this instance no longer leads is not (the new
 // leader runs the task again, its in-flight marker still being set).
-func (c *Controller) finish(ctx context.Context, name string, st store.RunState, ev *store.Event) error {
+func (r *reconciler) finish(ctx context.Context, name string, st store.RunState, ev *store.Event) error {
 	for attempt := 1; ; attempt++ {
-		err := c.opts.Store.FinishRun(context.WithoutCancel(ctx), name, st, ev) // the outcome is recorded even when the run was cancelled
+		err := r.opts.Store.FinishRun(context.WithoutCancel(ctx), name, st, ev) // the outcome is recorded even when the run was cancelled
 		if err == nil {
-			if ev != nil && c.opts.OnEvent != nil {
-				c.opts.OnEvent(*ev)
+			if ev != nil && r.opts.OnEvent != nil {
+				r.opts.OnEvent(*ev)
 			}
 			return nil
 		}
 		if errors.Is(err, store.ErrNotLeader) {
-			c.log.Warn("run outcome not recorded: this instance no longer leads or owns the task; the new leader or owner runs the task again",
+			r.log.Warn("run outcome not recorded: this instance no longer leads or owns the task; the new leader or owner runs the task again",
 				"task_name", name, "error", err)
 			return err
 		}
 		if attempt == finishAttempts || ctx.Err() != nil {
-			c.log.Error("run outcome not recorded in the store", "task_name", name, "attempts", attempt, "error", err)
+			r.log.Error("run outcome not recorded in the store", "task_name", name, "attempts", attempt, "error", err)
 			return err
 		}
 		delay := retryPolicy(finishRetryBase, finishRetryMax).Delay(attempt)
-		c.log.Warn("recording the run outcome failed; retrying", "task_name", name, "attempt", attempt,
+		r.log.Warn("recording the run outcome failed; retrying", "task_name", name, "attempt", attempt,
 			"delay", delay.Round(time.Millisecond), "error", err)
 		backoff.Sleep(ctx, delay)
 	}
@@ -345,8 +374,8 @@ func (c *Controller) finish(ctx context.Context, name string, st store.RunState,
 
 // drive creates and initialises the task's driver when needed, then plans
 // or applies.
-func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs, mode Mode) (driver.Result, error) {
-	if err := c.ensureDriver(ctx, e, s); err != nil {
+func (r *reconciler) drive(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs, mode Mode) (driver.Result, error) {
+	if err := r.ensureDriver(ctx, e, s); err != nil {
 		return driver.Result{}, err
 	}
 	if mode == ModePlan {
@@ -356,13 +385,11 @@ func (c *Controller) drive(ctx context.Context, e *entry, s *task.Spec, run driv
 }
 
 // ensureDriver creates and initialises the task's driver when needed.
-func (c *Controller) ensureDriver(ctx context.Context, e *entry, s *task.Spec) error {
+func (r *reconciler) ensureDriver(ctx context.Context, e *entry, s *task.Spec) error {
 	if e.drv == nil {
 		spec := *s
-		c.mu.Lock()
-		spec.ExportOutputs = c.exportsOutputsLocked(s.Name)
-		c.mu.Unlock()
-		d, err := c.opts.NewDriver(spec)
+		spec.ExportOutputs = r.host.exportsOutputs(s.Name)
+		d, err := r.opts.NewDriver(spec)
 		if err != nil {
 			// The task's configuration cannot make a driver (a name
 			// Terraform refuses, a provider that is not configured):
