@@ -152,6 +152,7 @@ type Controller struct {
 	runCtx  context.Context
 	closing bool
 	apiRuns sync.WaitGroup
+	apiOpen int // the API runs not over yet: the workers wait for them at shutdown
 
 	// changed is closed (and replaced) each time a task changes phase or
 	// is marked for deletion: a waiter (Delete, the API, high
@@ -474,11 +475,20 @@ func (c *Controller) apiRun(ctx context.Context) (context.Context, func(), error
 		return nil, nil, errors.New("ctsync is shutting down: no new runs")
 	}
 	c.apiRuns.Add(1)
+	c.apiOpen++
 	base := c.runCtx
 	c.mu.Unlock()
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(base, cancel)
-	return rctx, func() { stop(); cancel(); c.apiRuns.Done() }, nil
+	return rctx, func() {
+		stop()
+		cancel()
+		c.mu.Lock()
+		c.apiOpen--
+		c.mu.Unlock()
+		c.q.wake() // a worker waiting for the API runs to end looks again
+		c.apiRuns.Done()
+	}, nil
 }
 
 // WaitActive blocks until the controller is active (it leads, or high

@@ -11,14 +11,15 @@
 //     (lifecycle.go: the phase, the run that is due, the timer, the
 //     failures). transition is the table of the lifecycle; only
 //     lifecycle.go writes entry.lc.
-//   - the reconciler (reconciler.go): one run of one task from a Request,
-//     without state of its own (it returns an outcome, which the Controller
-//     applies)
+//   - the reconciler (reconciler.go): one run of one task from a Request
 //     (desired.go, inputs.go, chain.go's upstream check, the driver, the
-//     record in the store).
+//     record in the store), without state of its own: it returns an
+//     outcome, which the Controller applies to the task's state.
 //   - management: the notifications and trigger rules (notes.go), the API's
 //     operations (manage.go), -once (once.go), drift checks (drift.go),
 //     schedules (schedule.go), chains (chain.go), high availability
 //     (controller.go's SetActive, owned.go). They move tasks by lifecycle
-//     events and wait for states; -once hands its runs to the queue.
+//     events and wait for states; -once hands its runs to the queue, and
+//     the API's runs, drift checks and destroys are handed to its workers
+//     (handOff).
 package reconcile

@@ -76,13 +76,16 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	if !ready {
 		return
 	}
-	release, err := c.q.acquire(ctx)
-	if err != nil {
+	var (
+		start time.Time
+		res   driver.Result
+	)
+	if herr := c.handOff(ctx, func(ctx context.Context) {
+		start = time.Now()
+		res, err = c.rec.drive(ctx, e, &s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
+	}); herr != nil {
 		return // shutting down
 	}
-	start := time.Now()
-	res, err := c.rec.drive(ctx, e, &s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
-	release()
 	drifted := err == nil && res.Changes
 	c.mu.Lock()
 	e.drifted = drifted
@@ -106,21 +109,10 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 		Kind: store.KindDrift, Trigger: "drift-check", InputsHash: hash,
 		Plan:    &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy},
 		LogPath: res.LogPath, LogTail: c.redact(tail(res.LogPath, 4096)), TFCRunURL: res.RunURL}
-	c.record(ctx, ev)
+	c.rec.record(ctx, ev)
 	if remediate {
 		c.mu.Lock()
 		c.forceLocked(e, Due(TriggerDrift), true) // running: queued again when released
 		c.mu.Unlock()
-	}
-}
-
-// record stores an event that is not a run's outcome (a drift check) and
-// hands it to the event hook.
-func (c *Controller) record(ctx context.Context, ev store.Event) {
-	if err := c.opts.Store.AddEvent(context.WithoutCancel(ctx), ev); err != nil {
-		c.log.Warn("event not recorded in the store", "task_name", ev.TaskName, "kind", ev.Kind, "error", err)
-	}
-	if c.opts.OnEvent != nil {
-		c.opts.OnEvent(ev)
 	}
 }

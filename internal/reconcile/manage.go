@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/ctsync/ctsync/internal/backoff"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
@@ -196,18 +195,21 @@ func (c *Controller) Inspect(ctx context.Context, spec task.Spec) (PlanResult, e
 	return c.plan(ctx, e, &spec)
 }
 
-// plan waits for the task's data and plans it.
+// plan waits for the task's data and has a worker plan it.
 func (c *Controller) plan(ctx context.Context, e *entry, s *task.Spec) (PlanResult, error) {
 	if err := c.waitReady(ctx, e, s, syncWait); err != nil {
 		return PlanResult{}, err
 	}
-	release, err := c.q.acquire(ctx)
-	if err != nil {
-		return PlanResult{}, err
+	var (
+		res driver.Result
+		err error
+	)
+	if herr := c.handOff(ctx, func(ctx context.Context) {
+		in, _ := BuildInputs(s, c.get)
+		res, err = c.rec.drive(ctx, e, s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
+	}); herr != nil {
+		return PlanResult{}, herr
 	}
-	defer release()
-	in, _ := BuildInputs(s, c.get)
-	res, err := c.rec.drive(ctx, e, s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
 	if err != nil {
 		return PlanResult{}, err
 	}
@@ -277,7 +279,8 @@ func (c *Controller) RunNow(ctx context.Context, name string) error {
 	return err
 }
 
-// runReserved runs a task the caller has marked running, then releases it.
+// runReserved has a worker run a task the caller has marked running, then
+// releases it.
 func (c *Controller) runReserved(ctx context.Context, e *entry, req Request) (outcome, error) {
 	defer c.release(e)
 	ctx, done, err := c.apiRun(ctx)
@@ -289,12 +292,10 @@ func (c *Controller) runReserved(ctx context.Context, e *entry, req Request) (ou
 	if err := c.waitReady(ctx, e, &s, syncWait); err != nil {
 		return outcome{}, err
 	}
-	release, err := c.q.acquire(ctx)
-	if err != nil {
+	var res outcome
+	if err := c.handOff(ctx, func(ctx context.Context) { res = c.reconcile(ctx, e, &s, req) }); err != nil {
 		return outcome{}, err
 	}
-	res := c.reconcile(ctx, e, &s, req)
-	release()
 	if res.held != "" {
 		return res, fmt.Errorf("%w: task '%s' cannot run now: %s", ErrActive, s.Name, res.held)
 	}
@@ -326,7 +327,14 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 	c.mu.Unlock()
 	if destroy {
 		s := e.spec
-		if err := c.destroy(ctx, e, &s); err != nil {
+		var res outcome
+		err := c.handOff(ctx, func(ctx context.Context) {
+			res = c.reconcile(ctx, e, &s, Request{Name: name, Trigger: Due(TriggerAPI), Mode: ModeDestroy})
+		})
+		if err == nil {
+			err = res.err
+		}
+		if err != nil {
 			c.mu.Lock()
 			c.stepLocked(e, evDone, wake{}) // the task stays, disabled
 			c.mu.Unlock()
@@ -335,60 +343,6 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 	}
 	c.remove(ctx, name)
 	return nil
-}
-
-// destroy runs terraform destroy for the task and removes its working
-// directory.
-func (c *Controller) destroy(ctx context.Context, e *entry, s *task.Spec) error {
-	release, err := c.q.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if e.drv == nil {
-		d, err := c.opts.NewDriver(*s)
-		if err != nil {
-			return err
-		}
-		if err := d.Init(ctx); err != nil {
-			return err
-		}
-		e.drv = d
-	}
-	start := time.Now()
-	var (
-		res driver.Result
-		id  string
-	)
-	// A state lock held by someone else (a previous leader's Terraform that
-	// was killed: its lock lives until Consul expires its session) always
-	// ends: wait for it, as runs do (LockRetryCap), for as long as ctx.
-	for attempt := 1; ; attempt++ {
-		id = uuid.NewString()
-		res, err = e.drv.Destroy(ctx, driver.Run{ID: id})
-		if !errors.Is(err, driver.ErrStateLocked) || ctx.Err() != nil {
-			break
-		}
-		delay := lockPolicy(c.opts.RetryBase).Step(attempt)
-		c.log.Info("destroy waits: the task's Terraform state is locked by another process", "task_name", s.Name,
-			"attempt", attempt, "retry_in", delay)
-		backoff.Sleep(ctx, delay)
-	}
-	c.log.Info("destroyed task infrastructure", "task_name", s.Name, "destroyed", res.Destroy, "error", err,
-		"duration", time.Since(start).Round(time.Millisecond))
-	// The destroy is an event of the task: a failed one stays in its
-	// history (the task is kept), where task delete -destroy reads it.
-	ev := store.Event{ID: id, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: time.Now(),
-		Kind: store.KindDestroy, Trigger: Due(TriggerAPI).String(), Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: c.redact(tail(res.LogPath, 4096)), Plan: &store.PlanSummary{Destroy: res.Destroy}}
-	if err != nil {
-		ev.Error = &store.EventError{Message: c.redact(err.Error())}
-	}
-	c.record(ctx, ev)
-	if err != nil {
-		return err
-	}
-	return e.drv.Forget(ctx)
 }
 
 // remove forgets a task: its watches, events and state.

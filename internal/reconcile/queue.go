@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -16,6 +17,12 @@ import (
 // the kick channel.
 type workQueue struct {
 	names []string
+	// work is the runs handed to the workers by callers that wait for
+	// them (handOff), taken before names.
+	work []*work
+	// workers is how many workers are taking work (the controller's Run,
+	// or RunOnce, has started them and they have not stopped).
+	workers int
 	// since is when the queue last made progress while not empty (zero
 	// when empty): Live reports a queue that waits too long.
 	since time.Time
@@ -111,22 +118,109 @@ func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req 
 	return res
 }
 
-// worker takes task names off the queue and runs them, one at a time.
+// work is a run that a caller hands to the workers and waits for (an API
+// call's run or plan, a drift check's plan, a deletion's destroy): the
+// task is the caller's already (reserved, or being deleted). A worker
+// takes a run slot with ctx and calls run with it.
+type work struct {
+	ctx  context.Context
+	run  func(ctx context.Context)
+	done chan error // nil once run returned; ctx's error when no slot was free before it ended
+}
+
+// errStopped is the error of a run handed to the workers once they have
+// stopped.
+var errStopped = errors.New("ctsync is shutting down: no new runs")
+
+// handOff hands run to a worker, which takes a run slot with ctx and calls
+// run with it, and waits until run returns. It fails, without calling
+// run, when ctx ends before a worker took it or before a slot was free,
+// or when the workers have stopped (shutdown). Before the workers start
+// (the daemon waits for Consul) it waits for them.
+func (c *Controller) handOff(ctx context.Context, run func(ctx context.Context)) error {
+	w := &work{ctx: ctx, run: run, done: make(chan error, 1)}
+	c.mu.Lock()
+	if c.closing && c.q.workers == 0 {
+		c.mu.Unlock()
+		return errStopped
+	}
+	c.q.work = append(c.q.work, w)
+	c.mu.Unlock()
+	c.q.wake()
+	select {
+	case err := <-w.done:
+		return err
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	waiting := slices.Contains(c.q.work, w)
+	c.q.work = slices.DeleteFunc(c.q.work, func(o *work) bool { return o == w })
+	c.mu.Unlock()
+	if waiting {
+		return ctx.Err()
+	}
+	return <-w.done // a worker has it
+}
+
+// takeWork takes the first run handed to the workers; nil when none
+// waits. c.mu is held.
+func (q *workQueue) takeWork() *work {
+	if len(q.work) == 0 {
+		return nil
+	}
+	w := q.work[0]
+	q.work = q.work[1:]
+	if len(q.work) > 0 {
+		q.wake() // more: wake another worker
+	}
+	return w
+}
+
+// perform runs w holding a run slot.
+func (q *workQueue) perform(w *work) {
+	release, err := q.acquire(w.ctx)
+	if err != nil {
+		w.done <- err
+		return
+	}
+	w.run(w.ctx)
+	release()
+	w.done <- nil
+}
+
+// worker takes the runs handed to the workers and the task names off the
+// queue, and runs them, one at a time. Once ctx ends it takes no more
+// names, but the runs handed over until the runs requested through the
+// API are over (Run waits for them).
 func (c *Controller) worker(ctx, runCtx context.Context) {
+	c.mu.Lock()
+	c.q.workers++
+	c.mu.Unlock()
 	for {
 		c.mu.Lock()
-		if c.standby || !c.runnableLocked() { // runnableLocked: owned.go
+		if w := c.q.takeWork(); w != nil {
 			c.mu.Unlock()
+			c.q.perform(w)
+			continue
+		}
+		stopping := ctx.Err() != nil
+		if stopping && c.apiOpen == 0 {
+			c.q.workers--
+			c.mu.Unlock()
+			c.q.wake() // the other workers stop too
+			return
+		}
+		if stopping || c.standby || !c.runnableLocked() { // runnableLocked: owned.go
+			c.mu.Unlock()
+			done := ctx.Done()
+			if stopping {
+				done = nil // woken when the last API run ends (apiRun)
+			}
 			select {
-			case <-ctx.Done():
-				return
+			case <-done:
 			case <-c.q.kick:
 			}
 			continue
-		}
-		if ctx.Err() != nil {
-			c.mu.Unlock()
-			return
 		}
 		name, _ := c.q.pop() // runnableLocked: not empty
 		e := c.tasks[name]

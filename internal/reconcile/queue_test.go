@@ -55,3 +55,30 @@ func TestWorkQueueSlotHonoursContext(t *testing.T) {
 	}
 	release()
 }
+
+// TestHandOff checks the runs handed to the workers (API runs, drift
+// checks, destroys): a caller whose context ends before a worker takes
+// its run gets the context's error and the run never happens; once the
+// workers run, each handed run is done by a worker holding a run slot,
+// the caller waiting; after shutdown a handed run is refused.
+func TestHandOff(t *testing.T) {
+	c := New(Options{Watcher: newFakeWatcher(), MaxParallel: 1}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	ran := false
+	if err := c.handOff(ctx, func(context.Context) { ran = true }); !errors.Is(err, context.Canceled) || ran {
+		t.Fatalf("handOff before the workers start, context ended: %v (ran %v), want context.Canceled and no run", err, ran)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = c.Run(runCtx); close(done) }()
+	slots := -1
+	if err := c.handOff(context.Background(), func(context.Context) { slots = len(c.q.slots) }); err != nil || slots != 1 {
+		t.Fatalf("handOff: %v, slots taken during the run %d; want nil and 1", err, slots)
+	}
+	stop()
+	<-done
+	if err := c.handOff(context.Background(), func(context.Context) { t.Error("a run handed over after shutdown ran") }); !errors.Is(err, errStopped) {
+		t.Fatalf("handOff after shutdown: %v, want errStopped", err)
+	}
+}

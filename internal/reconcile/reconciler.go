@@ -100,6 +100,9 @@ const unreadable = "unreadable"
 // (ModePlan) records nothing.
 func (r *reconciler) Run(ctx context.Context, j job) outcome {
 	e, s, req := j.e, j.spec, j.Request
+	if req.Mode == ModeDestroy {
+		return outcome{err: r.destroy(ctx, e, s)}
+	}
 	log := r.log.With("task_name", s.Name)
 	inspect := req.Mode == ModePlan
 	trigger := req.Trigger.String()
@@ -405,6 +408,68 @@ func (r *reconciler) ensureDriver(ctx context.Context, e *entry, s *task.Spec) e
 		e.drv, e.exports = d, spec.ExportOutputs
 	}
 	return nil
+}
+
+// destroy runs terraform destroy for the task (ModeDestroy: a deletion
+// with destroy), records it as an event of the task, and removes its
+// working directory.
+func (r *reconciler) destroy(ctx context.Context, e *entry, s *task.Spec) error {
+	if e.drv == nil {
+		d, err := r.opts.NewDriver(*s)
+		if err != nil {
+			return err
+		}
+		if err := d.Init(ctx); err != nil {
+			return err
+		}
+		e.drv = d
+	}
+	start := time.Now()
+	var (
+		res driver.Result
+		id  string
+		err error
+	)
+	// A state lock held by someone else (a previous leader's Terraform that
+	// was killed: its lock lives until Consul expires its session) always
+	// ends: wait for it, as runs do (LockRetryCap), for as long as ctx.
+	for attempt := 1; ; attempt++ {
+		id = uuid.NewString()
+		res, err = e.drv.Destroy(ctx, driver.Run{ID: id})
+		if !errors.Is(err, driver.ErrStateLocked) || ctx.Err() != nil {
+			break
+		}
+		delay := lockPolicy(r.opts.RetryBase).Step(attempt)
+		r.log.Info("destroy waits: the task's Terraform state is locked by another process", "task_name", s.Name,
+			"attempt", attempt, "retry_in", delay)
+		backoff.Sleep(ctx, delay)
+	}
+	r.log.Info("destroyed task infrastructure", "task_name", s.Name, "destroyed", res.Destroy, "error", err,
+		"duration", time.Since(start).Round(time.Millisecond))
+	// The destroy is an event of the task: a failed one stays in its
+	// history (the task is kept), where task delete -destroy reads it.
+	ev := store.Event{ID: id, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: time.Now(),
+		Kind: store.KindDestroy, Trigger: Due(TriggerAPI).String(), Config: eventConfig(s), LogPath: res.LogPath,
+		LogTail: r.redact(tail(res.LogPath, 4096)), Plan: &store.PlanSummary{Destroy: res.Destroy}}
+	if err != nil {
+		ev.Error = &store.EventError{Message: r.redact(err.Error())}
+	}
+	r.record(ctx, ev)
+	if err != nil {
+		return err
+	}
+	return e.drv.Forget(ctx)
+}
+
+// record stores an event that is not a run's outcome (a drift check, a
+// destroy) and hands it to the event hook.
+func (r *reconciler) record(ctx context.Context, ev store.Event) {
+	if err := r.opts.Store.AddEvent(context.WithoutCancel(ctx), ev); err != nil {
+		r.log.Warn("event not recorded in the store", "task_name", ev.TaskName, "kind", ev.Kind, "error", err)
+	}
+	if r.opts.OnEvent != nil {
+		r.opts.OnEvent(ev)
+	}
 }
 
 func eventConfig(s *task.Spec) *store.EventConfig {
