@@ -20,6 +20,6 @@
 //     schedules (schedule.go), chains (chain.go), high availability
 //     (controller.go's SetActive, owned.go). They move tasks by lifecycle
 //     events and wait for states; -once hands its runs to the queue, and
-//     the API's runs, drift checks and destroys are handed to its workers
-//     (handOff).
+//     the API's runs and approvals, drift checks and destroys are handed
+//     to its workers (handOff).
 package reconcile

@@ -358,17 +358,21 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 	}
 	defer c.release(e)
 	// The apply goes on when the caller goes away, as a run the API
-	// started does, and takes a run slot.
+	// started does, and is handed to a worker (which takes a run slot).
 	ctx, done, err := c.apiRun(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	slot, err := c.q.acquire(ctx)
-	if err != nil {
+	var aerr error
+	if err := c.handOff(ctx, func(ctx context.Context) { aerr = c.approve(ctx, e, g, name, id, who) }); err != nil {
 		return err
 	}
-	defer slot()
+	return aerr
+}
+
+// approve is Approve's run, on a worker holding a run slot.
+func (c *Controller) approve(ctx context.Context, e *entry, g gateState, name, id, who string) error {
 	s := e.spec
 	want, ready, derr := c.desired(ctx, &s)
 	if derr != nil || !ready {
