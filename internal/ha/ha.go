@@ -8,7 +8,7 @@
 // The daemon takes part through one Coordinator, chosen once at start from
 // the configuration (NewCoordinator): Solo without high availability,
 // Leader (the election below) or Spread (spread_tasks: the members share
-// the tasks, spread.go). It gives the daemon its state store, the fence of
+// the tasks, Spreader). It gives the daemon its state store, the fence of
 // the task drivers, the controller the API uses, the API's view of the
 // cluster and the long-lived parts to run for the controller.
 //

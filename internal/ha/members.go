@@ -29,18 +29,32 @@ type Member struct {
 // (Registered), with this elector's view of the leader.
 func (e *Elector) Members(ctx context.Context, cluster, serviceName string) ([]Member, error) {
 	leaderID, leaderAddr := e.Leader()
-	return Registered(ctx, e.o.Client, cluster, serviceName, e.o.ID, e.o.Address, leaderID, leaderAddr)
+	return Registered(ctx, e.o.Client, Lookup{Cluster: cluster, ServiceName: serviceName,
+		SelfID: e.o.ID, SelfAddr: e.o.Address, LeaderID: leaderID, LeaderAddr: leaderAddr})
+}
+
+// Lookup says which cluster Registered lists and what this instance knows
+// of it.
+type Lookup struct {
+	// Cluster is the cluster's name (its tag, ClusterTag) and ServiceName
+	// the service the instances register as.
+	Cluster, ServiceName string
+	// SelfID and SelfAddr are this instance's ID and advertised address.
+	SelfID, SelfAddr string
+	// LeaderID is the leader's ID ("" when none) and LeaderAddr its
+	// advertised address.
+	LeaderID, LeaderAddr string
 }
 
 // Registered lists the cluster from the self-registrations in Consul: the
-// instances of serviceName tagged with the cluster tag. The leader ("" when
-// none) and this instance (selfID, selfAddr) are listed even when they are
-// not registered (registration disabled or lost): both are known to be
-// alive, this one because it answers and the leader because its session
-// holds the lock.
-func Registered(ctx context.Context, client *api.Client, cluster, serviceName, selfID, selfAddr, leaderID, leaderAddr string) ([]Member, error) {
+// instances of l.ServiceName tagged with the cluster tag. The leader and
+// this instance are listed even when they are not registered (registration
+// disabled or lost): both are known to be alive, this one because it
+// answers and the leader because its session holds the lock.
+func Registered(ctx context.Context, client *api.Client, l Lookup) ([]Member, error) {
+	serviceName, leaderID := l.ServiceName, l.LeaderID
 	q := (&api.QueryOptions{}).WithContext(ctx)
-	entries, _, err := client.Health().Service(serviceName, ClusterTag(cluster), false, q)
+	entries, _, err := client.Health().Service(serviceName, ClusterTag(l.Cluster), false, q)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +68,7 @@ func Registered(ctx context.Context, client *api.Client, cluster, serviceName, s
 		m := Member{ID: en.Service.ID, ServiceName: en.Service.Service,
 			Healthy: en.Checks.AggregatedStatus() == api.HealthPassing, Leader: en.Service.ID == leaderID}
 		if m.Leader {
-			m.Address = leaderAddr
+			m.Address = l.LeaderAddr
 		}
 		out = append(out, m)
 	}
@@ -69,8 +83,8 @@ func Registered(ctx context.Context, client *api.Client, cluster, serviceName, s
 		}
 		out = append(out, m)
 	}
-	add(selfID, selfAddr)
-	add(leaderID, leaderAddr)
+	add(l.SelfID, l.SelfAddr)
+	add(l.LeaderID, l.LeaderAddr)
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }

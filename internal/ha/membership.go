@@ -180,7 +180,8 @@ func (c *membership) modules() []Module {
 // members lists the members registered in Consul (Registered), given the
 // leader ("" none).
 func (c *membership) members(ctx context.Context, leaderID, leaderAddr string) ([]Member, error) {
-	return Registered(ctx, c.o.Client, c.h.ClusterName, c.o.ServiceName, c.o.ID, c.address, leaderID, leaderAddr)
+	return Registered(ctx, c.o.Client, Lookup{Cluster: c.h.ClusterName, ServiceName: c.o.ServiceName,
+		SelfID: c.o.ID, SelfAddr: c.address, LeaderID: leaderID, LeaderAddr: leaderAddr})
 }
 
 // status is the cluster status without its members.

@@ -13,7 +13,8 @@ import (
 
 // This file holds the rules of spread mode as pure functions of what an
 // instance saw and when (times are passed in), so that they can be tested
-// without Consul or waiting; spread.go carries them out.
+// without Consul or waiting; the Spreader (spread.go, spread_term.go,
+// spread_claim.go) carries them out.
 
 // memberRec is the value of a member key (spread/members/<id>).
 type memberRec struct {
@@ -259,7 +260,7 @@ func decide(now time.Time, self Candidate, session string, s snapshot, sl *silen
 			p.drain = append(p.drain, t)
 		case owned[t]:
 			// Treated as owned but the key says otherwise (not yet seen
-			// after acquiring, or lost): spread.go checks with Consul.
+			// after acquiring, or lost): the Spreader checks with Consul.
 		case !want:
 		case !ok || o.session == "":
 			if !blind {
