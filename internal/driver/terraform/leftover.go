@@ -46,7 +46,8 @@ func newMarker(task string) string {
 
 // running wraps one driver verb (Init, Plan, Apply, Destroy, Forget): it
 // first ends what a killed daemon left running for this task (once per
-// driver), records the run (runFile), collects Terraform's TRACE log when
+// driver) and removes the held plans it left (once per process,
+// sweepHeld), records the run (runFile), collects Terraform's TRACE log when
 // persist_log is set, and stops Terraform and its children when ctx ends.
 // The returned function undoes all of it, in reverse order. A verb called
 // by another (Apply runs Init first) only adds the stop on ctx.
@@ -58,6 +59,7 @@ func (d *Driver) running(ctx context.Context) (end func()) {
 	if !d.reaped {
 		d.reaped = true
 		d.endLeftovers()
+		d.sweepHeld() // heldsweep.go
 	}
 	d.recordRun()
 	stopLog := d.persistLog()

@@ -159,6 +159,9 @@ func (d *Driver) plan(ctx context.Context, run driver.Run, in *task.Inputs, keep
 		if err == nil {
 			_, err = writeFileAtomic(strings.TrimSuffix(planPath, heldSuffix)+heldInputs, inputs, 0o600)
 		}
+		if err == nil {
+			err = recordHolder(planDir) // heldsweep.go
+		}
 		if err != nil {
 			return held, &driver.Error{Op: "plan", Err: fmt.Errorf("keeping the plan's inputs: %w", err)}
 		}

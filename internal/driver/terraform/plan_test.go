@@ -81,7 +81,7 @@ func testHeldPlan(t *testing.T, dir string, o Options) {
 	}
 
 	// Changed inputs in between do not matter: the saved plan is applied,
-	// by a new driver too (a restart).
+	// by a driver built again too (as when its provider values are renewed).
 	if err := d.writeInputs(services("other")); err != nil {
 		t.Fatal(err)
 	}

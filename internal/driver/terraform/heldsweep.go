@@ -1,0 +1,88 @@
+package terraform
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// holderFile, in the plan folder, names the process that holds plans
+// there (its pid and host): written when a plan is held, read by
+// sweepHeld.
+const holderFile = "holder"
+
+// swept holds the working directories (resolved) whose leftover held plans
+// this process already removed. Held plans live in the memory of the
+// process that made them, so the files found before this process's first
+// driver of a task ran are leftovers of a process that is gone; a driver
+// built again for the same task later (the task updated, provider values
+// renewed) must not remove the plans this process holds.
+var swept sync.Map
+
+// sweepHeld removes, once per working directory and process, the held
+// plans (their saved plan and inputs files: every value of their run,
+// secrets included) that a previous daemon, stopped or killed while it
+// held them, left in the plan folder. A folder whose holder is another
+// live process on this host (a second ctsync sharing the working
+// directory) is left alone.
+func (d *Driver) sweepHeld() {
+	if _, done := swept.LoadOrStore(d.realDir, true); done {
+		return
+	}
+	dir := filepath.Join(d.workDir, planDirName)
+	if pid, host := readHolder(dir); pid > 0 && pid != os.Getpid() && host == hostname() && processAlive(pid) {
+		d.log.Info("leaving the held plans in the working directory alone: another running ctsync holds them", "pid", pid)
+		return
+	}
+	var files []string
+	for _, pattern := range []string{heldPrefix + "*", "." + heldPrefix + "*"} { // "." : writeFileAtomic's temporary files
+		m, _ := filepath.Glob(filepath.Join(dir, pattern))
+		files = append(files, m...)
+	}
+	plans := 0
+	for _, f := range files {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.log.Warn("cannot remove a held plan file a previous ctsync left", "file", filepath.Base(f), "error", err)
+			continue
+		}
+		if strings.HasSuffix(f, heldSuffix) {
+			plans++
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, holderFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		d.log.Warn("cannot remove the held plans' holder record", "error", err)
+	}
+	if len(files) > 0 {
+		d.log.Info("removed the held plans a previous ctsync left in the working directory (held plans end with the process that held them)",
+			"plans", plans, "files", len(files))
+	} else {
+		d.log.Debug("no held plans left in the working directory", "plans", 0)
+	}
+}
+
+// recordHolder writes holderFile in the plan folder dir: this process
+// holds plans there.
+func recordHolder(dir string) error {
+	_, err := writeFileAtomic(filepath.Join(dir, holderFile), fmt.Appendf(nil, "pid=%d\nhost=%s\n", os.Getpid(), hostname()), 0o600)
+	return err
+}
+
+// readHolder reads holderFile in dir (zero pid: none or unreadable).
+func readHolder(dir string) (pid int, host string) {
+	b, err := os.ReadFile(filepath.Join(dir, holderFile))
+	if err != nil {
+		return 0, ""
+	}
+	if _, err := fmt.Sscanf(string(b), "pid=%d\nhost=%s\n", &pid, &host); err != nil {
+		return 0, ""
+	}
+	return pid, host
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
