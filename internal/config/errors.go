@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/ctsync/ctsync/internal/errlist"
 )
 
 // Error is one configuration problem: where it is (Range, which may be the
@@ -46,24 +48,7 @@ func (e *Error) Error() string {
 
 // Errors is returned when configuration has more than one problem. Its
 // message holds one problem per line, and errors.As finds each *Error in it.
-type Errors []*Error
-
-func (es Errors) Error() string {
-	lines := make([]string, len(es))
-	for i, e := range es {
-		lines[i] = e.Error()
-	}
-	return strings.Join(lines, "\n")
-}
-
-// Unwrap lets errors.Is and errors.As look at every problem.
-func (es Errors) Unwrap() []error {
-	out := make([]error, len(es))
-	for i, e := range es {
-		out[i] = e
-	}
-	return out
-}
+type Errors = errlist.List[*Error]
 
 // AsList returns the individual problems held by an error returned from
 // Load or LoadTaskFile: the Errors, a single *Error, or nil when err is nil

@@ -33,6 +33,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/types"
 
 	"github.com/ctsync/ctsync/internal/task"
+
+	"github.com/ctsync/ctsync/internal/errlist"
 )
 
 // Query is what a plan is checked against: the messages of the deny rules
@@ -62,25 +64,9 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s", e.File, e.Msg)
 }
 
-// Errors are all the problems found in a set of policy files.
-type Errors []*Error
-
-func (es Errors) Error() string {
-	lines := make([]string, len(es))
-	for i, e := range es {
-		lines[i] = e.Error()
-	}
-	return strings.Join(lines, "\n")
-}
-
-// Unwrap lets errors.As find each *Error.
-func (es Errors) Unwrap() []error {
-	out := make([]error, len(es))
-	for i, e := range es {
-		out[i] = e
-	}
-	return out
-}
+// Errors are all the problems found in a set of policy files, one per
+// line; errors.As finds each *Error.
+type Errors = errlist.List[*Error]
 
 // Set is a task's compiled policy files, ready to evaluate plans. It is
 // safe for concurrent use.
