@@ -60,12 +60,15 @@ type HeldError struct{ Reason string }
 func (e *HeldError) Error() string { return "held for approval: " + e.Reason + " (nothing applied)" }
 
 // gateEvent hands what a gate did to the gate hook.
-func (c *Controller) gateEvent(ev gate.Event) {
+func (c *Controller) gateEvent(ev gate.Event) { emitGate(&c.opts, ev) }
+
+// emitGate hands what a gate did to the gate hook of opts.
+func emitGate(opts *Options, ev gate.Event) {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
-	if c.opts.OnGate != nil {
-		c.opts.OnGate(ev)
+	if opts.OnGate != nil {
+		opts.OnGate(ev)
 	}
 }
 
@@ -126,13 +129,40 @@ func clonePlan(p gate.Plan) gate.Plan {
 // discard drops a driver's plan (logged on failure: the plan is no longer
 // held either way).
 func (c *Controller) discard(ctx context.Context, e *entry, p driver.HeldPlan) {
+	discardPlan(ctx, c.log.With("task_name", e.spec.Name), e, p)
+}
+
+// discardPlan drops the driver's plan p of the task e.
+func discardPlan(ctx context.Context, log *slog.Logger, e *entry, p driver.HeldPlan) {
 	ph, ok := e.drv.(driver.PlanHolder)
 	if p.ID == "" || !ok {
 		return
 	}
 	if err := ph.DiscardPlan(context.WithoutCancel(ctx), p); err != nil {
-		c.log.Warn("discarding a held plan failed", "task_name", e.spec.Name, "plan", p.ID, "error", err)
+		log.Warn("discarding a held plan failed", "plan", p.ID, "error", err)
 	}
+}
+
+// heldRun is a plan a gate holds, as a run's outcome gives it to the
+// controller (holdLocked).
+type heldRun struct {
+	plan   gate.Plan
+	drv    driver.HeldPlan
+	run    *runRecord
+	expire time.Duration // approval.expire; 0: never
+}
+
+// holdLocked keeps the plan a run held as the task's pending plan, with
+// its expiry timer. c.mu is held.
+func (c *Controller) holdLocked(e *entry, h *heldRun) {
+	g := &e.gates
+	g.plan, g.drv, g.run = h.plan, h.drv, h.run
+	g.settled = ""
+	if h.expire > 0 {
+		id := h.plan.ID
+		g.expire = c.opts.Clock.AfterFunc(h.expire, func() { c.expireHeld(e, id) })
+	}
+	c.changedLocked()
 }
 
 // gatedRun is a run of a task with safety gates (reconcile decided it
@@ -140,39 +170,41 @@ func (c *Controller) discard(ctx context.Context, e *entry, p driver.HeldPlan) {
 // approval rules, and holds it or applies exactly it. In -inspect and
 // -once, where nobody can approve, a plan the gates hold or deny fails the
 // run, saying why, and nothing is applied.
-func (c *Controller) gatedRun(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, req Request, r *runRecord, in *task.Inputs) outcome {
+//
+// A plan the approval rules hold is returned in the outcome (hold), and
+// the controller keeps it (holdLocked); the plans the controller dropped
+// while the task ran come with the job (orphans) and are discarded here,
+// where the driver is not used by anything else.
+func (rc *reconciler) gatedRun(ctx context.Context, log *slog.Logger, j job, r *runRecord, in *task.Inputs) outcome {
+	e, s, req := j.e, j.spec, j.Request
 	dry := req.Mode == ModePlan || req.Trigger.Kind == TriggerOnce
 	if req.Mode == ModePlan {
 		r.kind = store.KindPlan
 	}
-	c.mu.Lock()
-	orphans := e.gates.orphans
-	e.gates.orphans = nil
-	c.mu.Unlock()
-	for _, p := range orphans {
-		c.discard(ctx, e, p)
+	for _, p := range j.orphans {
+		discardPlan(ctx, log, e, p)
 	}
 	if !dry {
-		c.supersedeHeld(ctx, e, r.id, "") // this run replaces it
+		rc.host.supersedeHeld(ctx, e, r.id, "") // this run replaces it
 	}
-	if c.opts.Metrics != nil {
-		c.opts.Metrics.RunStarted(s.Name)
+	if rc.opts.Metrics != nil {
+		rc.opts.Metrics.RunStarted(s.Name)
 	}
 	log.Info("executing task", "run_id", r.id, "trigger", r.trigger, "mode", r.kind, "instances", len(in.Services), "gates", true)
 	r.start = time.Now()
-	hp, err := c.planHeld(ctx, e, s, driver.Run{ID: r.id}, in)
+	hp, err := rc.planHeld(ctx, e, s, driver.Run{ID: r.id}, in)
 	r.res = hp.Result
 	fail := func(err error) outcome {
 		r.err, r.end = err, time.Now()
 		r.phases = eventPhases(e.initStart, e.initEnd, r.res.Phases, r.kind, r.start, r.end)
 		e.initStart, e.initEnd = time.Time{}, time.Time{}
 		if dry && req.Mode == ModePlan {
-			if c.opts.Metrics != nil {
-				c.opts.Metrics.RunFinished(s.Name, r.kind, false, r.end.Sub(r.start))
+			if rc.opts.Metrics != nil {
+				rc.opts.Metrics.RunFinished(s.Name, r.kind, false, r.end.Sub(r.start))
 			}
 			return outcome{failed: true, err: err, plan: hp.Text}
 		}
-		return c.rec.recordRun(ctx, log, e, s, r)
+		return rc.recordRun(ctx, log, e, s, r)
 	}
 	if err != nil {
 		return fail(err)
@@ -181,15 +213,15 @@ func (c *Controller) gatedRun(ctx context.Context, log *slog.Logger, e *entry, s
 	r.res.Add, r.res.Change, r.res.Destroy, r.res.Changes = counts.Add, counts.Change, counts.Destroy, hp.Changes
 	plan := gate.Plan{ID: r.id, Task: s.Name, Created: r.start.UTC(), State: gate.Pending,
 		Add: counts.Add, Change: counts.Change, Destroy: counts.Destroy, InState: counts.InState,
-		Text: c.redact(hp.Text), Changes: changeLines(changes(r.prev, r.inputs)), Fingerprint: r.want.Fingerprint}
+		Text: rc.opts.redact(hp.Text), Changes: changeLines(changes(r.prev, r.inputs)), Fingerprint: r.want.Fingerprint}
 
 	// Policy: a deny is final for this desired state; an evaluation
 	// error leaves the verdict unknown, so nothing is applied either. A
 	// plan without changes passes.
 	if s.Policy != nil && hp.Changes {
-		msgs, perr := c.checkPolicy(ctx, s, hp, r.trigger)
+		msgs, perr := checkPolicy(ctx, s, hp, r.trigger)
 		if perr != nil || len(msgs) > 0 {
-			c.discard(ctx, e, hp)
+			discardPlan(ctx, log, e, hp)
 			if perr != nil {
 				log.Error("policy could not be evaluated: nothing applied", "run_id", r.id, "error", perr)
 				return fail(&driver.Error{Op: "policy", Summary: "the policy could not be evaluated; nothing applied: " + perr.Error(), Err: perr})
@@ -199,7 +231,7 @@ func (c *Controller) gatedRun(ctx context.Context, log *slog.Logger, e *entry, s
 			if req.Mode != ModePlan {
 				r.kind = store.KindPolicy
 				plan.State = ""
-				c.gateEvent(gate.Event{Kind: gate.EventPolicy, Action: gate.ActionDenied, Task: s.Name, Plan: plan, Messages: msgs, Trigger: r.trigger})
+				emitGate(rc.opts, gate.Event{Kind: gate.EventPolicy, Action: gate.ActionDenied, Task: s.Name, Plan: plan, Messages: msgs, Trigger: r.trigger})
 			}
 			return fail(&driver.Error{Op: "policy", Summary: denied.Error(), Err: denied, Terminal: true})
 		}
@@ -208,7 +240,7 @@ func (c *Controller) gatedRun(ctx context.Context, log *slog.Logger, e *entry, s
 	// The approval rules.
 	if reason := gate.Hold(s.Approval, counts); reason != "" {
 		if dry {
-			c.discard(ctx, e, hp)
+			discardPlan(ctx, log, e, hp)
 			log.Warn("a safety gate would hold the plan for approval: nothing applied", "run_id", r.id, "reason", reason)
 			return fail(&HeldError{Reason: reason})
 		}
@@ -217,37 +249,27 @@ func (c *Controller) gatedRun(ctx context.Context, log *slog.Logger, e *entry, s
 			plan.Expires = plan.Created.Add(d)
 		}
 		r.end = time.Now()
-		if c.opts.Metrics != nil { // a plan: nothing changed yet
-			c.opts.Metrics.RunFinished(s.Name, store.KindPlan, true, r.end.Sub(r.start))
+		if rc.opts.Metrics != nil { // a plan: nothing changed yet
+			rc.opts.Metrics.RunFinished(s.Name, store.KindPlan, true, r.end.Sub(r.start))
 		}
-		c.mu.Lock()
-		e.gates.plan, e.gates.drv, e.gates.run = plan, hp, r
-		e.gates.settled = ""
-		if d := s.Approval.Expire.D(); d > 0 {
-			id := plan.ID
-			e.gates.expire = c.opts.Clock.AfterFunc(d, func() { c.expireHeld(e, id) })
-		}
-		c.changedLocked()
-		c.mu.Unlock()
 		log.Warn("task held: its plan waits for approval", "run_id", r.id, "reason", reason,
 			"add", counts.Add, "change", counts.Change, "destroy", counts.Destroy)
-		c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionHeld, Task: s.Name, Plan: clonePlan(plan), Trigger: r.trigger})
-		return outcome{}
+		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r, expire: s.Approval.Expire.D()}}
 	}
 	if req.Mode == ModePlan {
-		c.discard(ctx, e, hp)
+		discardPlan(ctx, log, e, hp)
 		r.end = time.Now()
-		if c.opts.Metrics != nil {
-			c.opts.Metrics.RunFinished(s.Name, r.kind, true, r.end.Sub(r.start))
+		if rc.opts.Metrics != nil {
+			rc.opts.Metrics.RunFinished(s.Name, r.kind, true, r.end.Sub(r.start))
 		}
 		return outcome{plan: hp.Text}
 	}
-	return c.applyHeld(ctx, log, e, s, r, hp)
+	return rc.applyHeld(ctx, log, e, s, r, hp)
 }
 
 // planHeld makes the task's driver (when needed) and a held plan.
-func (c *Controller) planHeld(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
-	if err := c.rec.ensureDriver(ctx, e, s); err != nil {
+func (rc *reconciler) planHeld(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
+	if err := rc.ensureDriver(ctx, e, s); err != nil {
 		return driver.HeldPlan{}, err
 	}
 	ph, ok := e.drv.(driver.PlanHolder)
@@ -260,7 +282,7 @@ func (c *Controller) planHeld(ctx context.Context, e *entry, s *task.Spec, run d
 
 // checkPolicy evaluates the task's policy files, as they are now, on the
 // plan's JSON.
-func (c *Controller) checkPolicy(ctx context.Context, s *task.Spec, hp driver.HeldPlan, trigger string) ([]string, error) {
+func checkPolicy(ctx context.Context, s *task.Spec, hp driver.HeldPlan, trigger string) ([]string, error) {
 	if len(hp.JSON) == 0 {
 		return nil, errors.New("the driver gave no JSON form of the plan")
 	}
@@ -268,9 +290,9 @@ func (c *Controller) checkPolicy(ctx context.Context, s *task.Spec, hp driver.He
 }
 
 // applyHeld applies exactly the plan hp as the run r and records it.
-func (c *Controller) applyHeld(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, r *runRecord, hp driver.HeldPlan) outcome {
-	if err := c.opts.Store.StartRun(ctx, s.Name, r.id); err != nil {
-		c.discard(ctx, e, hp)
+func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, r *runRecord, hp driver.HeldPlan) outcome {
+	if err := rc.opts.Store.StartRun(ctx, s.Name, r.id); err != nil {
+		discardPlan(ctx, log, e, hp)
 		log.Error("not applying the plan: the in-flight marker could not be stored", "error", err)
 		return outcome{failed: true, err: fmt.Errorf("storing the in-flight marker: %w", err)}
 	}
@@ -282,7 +304,7 @@ func (c *Controller) applyHeld(ctx context.Context, log *slog.Logger, e *entry, 
 	r.res, r.err, r.end = res, err, time.Now()
 	r.phases = eventPhases(e.initStart, e.initEnd, r.res.Phases, r.kind, r.start, r.end)
 	e.initStart, e.initEnd = time.Time{}, time.Time{}
-	return c.rec.recordRun(ctx, log, e, s, r)
+	return rc.recordRun(ctx, log, e, s, r)
 }
 
 // expireHeld drops the pending plan id when approval.expire has passed:
@@ -397,7 +419,7 @@ func (c *Controller) approve(ctx context.Context, e *entry, g gateState, name, i
 	if c.opts.Metrics != nil {
 		c.opts.Metrics.RunStarted(name)
 	}
-	out := c.applyHeld(ctx, log, e, &s, &r, g.drv)
+	out := c.rec.applyHeld(ctx, log, e, &s, &r, g.drv)
 	c.mu.Lock()
 	c.ranLocked(e, out) // what the apply did, in the task's state
 	c.mu.Unlock()

@@ -521,6 +521,9 @@ func (c *Controller) ranLocked(e *entry, res outcome) {
 		e.drifted = false // just applied: matches the configuration again
 		c.succeededLocked(e)
 	}
+	if res.hold != nil {
+		c.holdLocked(e, res.hold) // gates.go
+	}
 }
 
 // runsLocked records the fingerprint of the desired state a run applies:

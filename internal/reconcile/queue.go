@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -109,12 +110,18 @@ func (q *workQueue) acquire(ctx context.Context) (release func(), err error) {
 // state (ranLocked).
 func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req Request) outcome {
 	c.mu.Lock()
-	prev := e.prevInputs
+	j := job{Request: req, spec: s, e: e, prev: e.prevInputs}
+	if gated(s) {
+		j.orphans, e.gates.orphans = e.gates.orphans, nil
+	}
 	c.mu.Unlock()
-	res := c.rec.Run(ctx, job{Request: req, spec: s, e: e, prev: prev})
+	res := c.rec.Run(ctx, j)
 	c.mu.Lock()
 	c.ranLocked(e, res)
 	c.mu.Unlock()
+	if h := res.hold; h != nil {
+		c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionHeld, Task: s.Name, Plan: clonePlan(h.plan), Trigger: h.run.trigger})
+	}
 	return res
 }
 

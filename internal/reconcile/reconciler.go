@@ -51,11 +51,10 @@ type runHost interface {
 	// run ("" when it can; true when the reason is new) (lifecycle.go).
 	readData(e *entry)
 	wait(e *entry, why string) bool
-	// gateSettled, supersedeHeld and gatedRun are the safety gates
-	// (gates.go).
+	// gateSettled and supersedeHeld are the task's held plan (the safety
+	// gates, gates.go).
 	gateSettled(e *entry, fingerprint string) bool
 	supersedeHeld(ctx context.Context, e *entry, newer, fingerprint string)
-	gatedRun(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, req Request, r *runRecord, in *task.Inputs) outcome
 }
 
 // job is one run as the controller gives it to the reconciler.
@@ -67,6 +66,9 @@ type job struct {
 	e *entry
 	// prev is the Consul data of the task's last recorded run.
 	prev *inputsDigest
+	// orphans are held plans the controller dropped while the task ran
+	// (gates.go): a gated run discards them.
+	orphans []driver.HeldPlan
 }
 
 // outcome is what one run did.
@@ -77,6 +79,7 @@ type outcome struct {
 	err      error
 	plan     string
 	held     string        // not run: an upstream task has something left to do (chain.go)
+	hold     *heldRun      // a safety gate holds the run's plan for approval (gates.go)
 	dur      time.Duration // how long the run took (a worker's)
 
 	// What the controller keeps of the run in the task's state
@@ -175,7 +178,7 @@ func (r *reconciler) Run(ctx context.Context, j job) outcome {
 func (r *reconciler) run(ctx context.Context, log *slog.Logger, j job, in *task.Inputs, rec *runRecord) outcome {
 	e, s, req, inspect := j.e, j.spec, j.Request, j.Mode == ModePlan
 	if gated(s) {
-		return r.host.gatedRun(ctx, log, e, s, req, rec, in) // gates.go
+		return r.gatedRun(ctx, log, j, rec, in) // gates.go
 	}
 	if inspect {
 		rec.kind = store.KindPlan
