@@ -13,8 +13,11 @@ import (
 	"time"
 )
 
-// DefaultHistory is how many events are kept per task unless configured.
-const DefaultHistory = 50
+// DefaultHistory is how many events are kept per task unless configured:
+// the default of history { runs_per_task } (config.DefaultRunsPerTask,
+// which cannot import this package; a test in internal/cli keeps the two
+// equal).
+const DefaultHistory = 200
 
 // Event is one run of a task. The fields up to Config are the CTS event
 // shape; the rest are ctsync additions.
