@@ -28,7 +28,14 @@ func (c *Controller) scheduleLoop(ctx context.Context) {
 				// new leader reconciles every task when it takes over)
 				// and waits for the next one: it must not spin on a
 				// tick in the past.
-				if !c.standby {
+				switch {
+				case c.standby:
+				case e.lc.phase == phaseRunning:
+					// As CTS: a tick that finds the task running is
+					// skipped; the next tick runs it.
+					c.log.Warn("scheduled task is active: this tick is skipped", "task_name", e.spec.Name,
+						"tick", e.nextCron.Format(time.RFC3339))
+				default:
 					// A tick runs the task even when its desired state
 					// is unchanged, as CTS does: a schedule is a
 					// promise to run.

@@ -48,3 +48,39 @@ func TestScheduleTaskCreatedAtRunTimeTicks(t *testing.T) {
 	}
 	testutil.WaitFor(t, "the enabled task's next tick to be set", func() bool { return !h.ctrl.NextRun("cron").IsZero() })
 }
+
+// A cron tick that comes while the task runs is skipped, as CTS skips a
+// scheduled task that is active when its cron fires: the run in progress
+// is not followed by another one for that tick.
+func TestScheduleTickDuringRunIsSkipped(t *testing.T) {
+	clk := reconciletest.NewClock()
+	cron := task.Spec{Name: "cron", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
+		Condition: task.Condition{Schedule: &task.ScheduleCondition{Cron: "*/10 * * * * * *"}}}
+	h := start(t, 2, []string{"cron"}, cron, func(o *Options) { o.Clock = clk })
+	// The start-up run is in the driver, held there.
+	testutil.WaitFor(t, "the start-up run to be in the driver", func() bool {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		return h.rec.running["cron"] == 1
+	})
+	testutil.WaitFor(t, "the next tick to be set", func() bool { return !h.ctrl.NextRun("cron").IsZero() })
+	tick := h.ctrl.NextRun("cron")
+	testutil.WaitFor(t, "the schedule loop to wait for the tick", func() bool { return clk.WaitPending(1, 0) })
+	clk.Advance(tick.Sub(clk.Now()))
+	testutil.WaitFor(t, "the tick to be handled", func() bool { return h.ctrl.NextRun("cron").After(tick) })
+
+	h.gates["cron"] <- struct{}{} // the start-up run ends
+	h.waitApplied(t, "cron")
+	testutil.WaitFor(t, "the task to settle or run again", func() bool {
+		h.rec.mu.Lock()
+		again := h.rec.running["cron"] > 0
+		h.rec.mu.Unlock()
+		return again || h.ctrl.Settled()
+	})
+	h.rec.mu.Lock()
+	again := h.rec.running["cron"] > 0
+	h.rec.mu.Unlock()
+	if again {
+		t.Fatal("the task runs again for a tick that came during its run")
+	}
+}
