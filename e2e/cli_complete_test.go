@@ -69,9 +69,9 @@ func TestCLIAutocompleteInstall(t *testing.T) {
 
 	// The line installed works: bash calls the binary with COMP_LINE.
 	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "COMP_LINE=ctsync task r", "COMP_POINT=16")
+	cmd.Env = append(os.Environ(), "COMP_LINE=ctsync task ru", "COMP_POINT=17")
 	if out, err := cmd.Output(); err != nil || strings.TrimSpace(string(out)) != "run" {
-		t.Fatalf("completion of 'ctsync task r': %v %q", err, out)
+		t.Fatalf("completion of 'ctsync task ru': %v %q", err, out)
 	}
 }
 

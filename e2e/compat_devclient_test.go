@@ -39,7 +39,11 @@ func TestDevelopmentClient(t *testing.T) {
 	if strings.Contains(p.out.String(), "using terraform binary") {
 		t.Fatal("the development client looked for Terraform")
 	}
-	if evs := apiEvents(t, port, "web-task"); len(evs) < 2 || !evs[0].Success {
+	// The run is recorded once the driver returns, after its log line.
+	testutil.Eventually(t, 30*time.Second, "the second run's event", func() bool {
+		return len(apiEvents(t, port, "web-task")) >= 2
+	})
+	if evs := apiEvents(t, port, "web-task"); !evs[0].Success {
 		t.Fatalf("events: %+v", evs)
 	}
 }
