@@ -64,10 +64,24 @@ func onlySaveErrors(diags driver.Diagnostics) bool {
 // it was. A push Terraform refuses for good (the backend holds a newer
 // state or another lineage: someone applied since) moves the file aside
 // (errored.tfstate.<unix time>.refused) with a warning, so that it does not
-// stop every later run. Without a file it does nothing.
+// stop every later run. An empty file (no state: Terraform had none to
+// save) is removed, and a file Terraform cannot read (damaged) is moved
+// aside (errored.tfstate.<unix time>.unreadable): no attempt could ever
+// push either, and retrying them failed every later run of the task.
+// Without a file it does nothing.
 func (d *Driver) pushErrored(ctx context.Context, bound time.Duration) (pushed bool, err error) {
 	path := filepath.Join(d.workDir, erroredState)
 	if !fileExists(path) {
+		return false, nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+		// An empty file holds no state: `state push` refuses it ("no
+		// state") at every attempt.
+		if rmErr := os.Remove(path); rmErr != nil {
+			return false, fmt.Errorf("%s is empty (no state to push back) and cannot be removed: %w", path, rmErr)
+		}
+		d.sink.note("%s is empty: there is no state to push back; removed", erroredState)
+		d.log.Warn("removed an empty "+erroredState+": Terraform left no state to push back", "file", path)
 		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, bound)
@@ -85,9 +99,19 @@ func (d *Driver) pushErrored(ctx context.Context, bound time.Duration) (pushed b
 			d.log.Info("pushed the state Terraform could not save back to the backend", "attempts", attempt)
 			return true, nil
 		}
+		if unreadablePush(stderr + "\n" + err.Error()) {
+			aside, mvErr := moveAside(path, "unreadable")
+			if mvErr != nil {
+				return false, fmt.Errorf("terraform cannot read the state in %s and it cannot be moved aside: %w", path, mvErr)
+			}
+			d.sink.note("terraform cannot read %s (damaged): moved aside to %s", erroredState, filepath.Base(aside))
+			d.log.Warn("terraform cannot read the state it could not save (the file is damaged): moved aside; "+
+				"the resources of the run that wrote it may have to be imported", "file", aside, "error", usableErr(err))
+			return false, nil
+		}
 		if refusedPush(stderr + "\n" + err.Error()) {
-			aside := fmt.Sprintf("%s.%d.refused", path, time.Now().Unix())
-			if mvErr := os.Rename(path, aside); mvErr != nil {
+			aside, mvErr := moveAside(path, "refused")
+			if mvErr != nil {
 				return false, fmt.Errorf("the backend refuses the state in %s and it cannot be moved aside: %w", path, mvErr)
 			}
 			d.log.Warn("the backend refuses the state Terraform could not save (it holds a newer state or another lineage): moved aside; "+
@@ -106,4 +130,18 @@ func (d *Driver) pushErrored(ctx context.Context, bound time.Duration) (pushed b
 // refuses that state for good.
 func refusedPush(out string) bool {
 	return strings.Contains(out, "cannot import state") || strings.Contains(out, "cannot overwrite existing state")
+}
+
+// unreadablePush reports whether a failed push's output says Terraform
+// cannot read the file it was asked to push (not a state, or a damaged
+// one): no later attempt pushes it.
+func unreadablePush(out string) bool {
+	return strings.Contains(out, "Error reading source state")
+}
+
+// moveAside renames path to path.<unix time>.<why> and returns the new
+// name.
+func moveAside(path, why string) (string, error) {
+	aside := fmt.Sprintf("%s.%d.%s", path, time.Now().Unix(), why)
+	return aside, os.Rename(path, aside)
 }

@@ -171,3 +171,61 @@ func TestErroredStateRefusedMovedAside(t *testing.T) {
 		t.Fatalf("the refused state is not moved aside: %v", aside)
 	}
 }
+
+// An errored.tfstate that no push can ever save does not stop the task's
+// runs. An empty one (Terraform had no state to save: `state push` answers
+// "no state") is removed; a damaged one is moved aside
+// (errored.tfstate.<unix time>.unreadable). Before, each run retried the
+// push for pushBound and failed, so the task never applied again (a soak
+// under chaos found a task stuck so, and its run outlasting the shutdown's
+// grace period).
+func TestErroredStateUnpushableDoesNotStopRuns(t *testing.T) {
+	bin := needTerraform(t)
+	ctx := testCtx(t)
+	bound := pushBound
+	defer func() { pushBound = bound }()
+	pushBound = 20 * time.Second
+	for _, tc := range []struct {
+		name, content, aside string
+	}{
+		{"empty", "", ""},
+		{"damaged", `{"version": 4, "lineage": `, ".*.unreadable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			d := mustNew(t, localTask(t, dir, "unpushable-"+tc.name, bin))
+			if _, err := d.Apply(ctx, run("a1"), services("web-1")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(d.WorkDir(), erroredState), []byte(tc.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			res, err := d.Apply(ctx, run("a2"), services("web-1", "web-2"))
+			if err != nil {
+				t.Fatalf("apply with an unpushable %s: %v", erroredState, err)
+			}
+			if took := time.Since(start); took >= pushBound {
+				t.Errorf("the apply took %s: it retried a push that cannot succeed", took)
+			}
+			if !res.Changes {
+				t.Errorf("apply: %+v, want the new instance applied", res)
+			}
+			if fileExists(filepath.Join(d.WorkDir(), erroredState)) {
+				t.Fatalf("%s is still in the task's directory", erroredState)
+			}
+			aside, _ := filepath.Glob(filepath.Join(d.WorkDir(), erroredState+".*"))
+			if tc.aside == "" && len(aside) != 0 {
+				t.Errorf("an empty %s is moved aside instead of removed: %v", erroredState, aside)
+			}
+			if tc.aside != "" {
+				kept, _ := filepath.Glob(filepath.Join(d.WorkDir(), erroredState+tc.aside))
+				if len(kept) != 1 {
+					t.Errorf("the damaged state is not moved aside: %v", aside)
+				} else if b, _ := os.ReadFile(kept[0]); string(b) != tc.content {
+					t.Errorf("the file moved aside holds %q, want %q", b, tc.content)
+				}
+			}
+		})
+	}
+}
