@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,4 +108,61 @@ func TestFaultBackendDownMidApply(t *testing.T) {
 		t.Fatalf("the state in Consul lacks web-2:\n%s", state)
 	}
 	p.running(t)
+}
+
+// An empty errored.tfstate in a task's directory (state push: "no state";
+// a soak under chaos met one after Consul restarted during an apply) does
+// not stop the task: the next run removes it and applies the catalog
+// change at once, with no failed event, instead of retrying the push for
+// two minutes at every run; and the daemon stops at SIGTERM without
+// interrupting a run (exit 0, not 12).
+func TestFaultEmptyErroredState(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	work, out := t.TempDir(), t.TempDir()
+	mod := filepath.Join(work, "gated")
+	must(t, os.MkdirAll(mod, 0o755))
+	writeFile(t, mod, "main.tf", gatedModule)
+	vf := writeFile(t, out, "task.tfvars", fmt.Sprintf("dir = %q\n", out))
+	port := testutil.FreePort(t)
+	driverBlock := fmt.Sprintf("driver \"terraform\" {\n  backend \"consul\" {\n    address = %q\n    path = \"consul-terraform-sync/terraform\"\n  }\n}\n", c.Addr)
+	taskBlock := fmt.Sprintf("task {\n  name = \"gated\"\n  module = %q\n  variable_files = [%q]\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}", mod, vf)
+	cfg := writeFile(t, work, "config.hcl", faultConfig(t, c.Addr, filepath.Join(work, "sync-tasks"), port, driverBlock, taskBlock))
+	writeFile(t, out, "go", "")
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	p := startCtsync(t, work, "start", "-config-file", cfg)
+	events := func() (ok, failed int) {
+		for _, ev := range apiEvents(t, port, "gated") {
+			if ev.Success {
+				ok++
+			} else {
+				failed++
+			}
+		}
+		return ok, failed
+	}
+	testutil.Eventually(t, 60*time.Second, "the first apply", func() bool { ok, _ := events(); return ok == 1 })
+
+	errored := filepath.Join(work, "sync-tasks", "gated", "errored.tfstate")
+	writeFile(t, filepath.Dir(errored), "errored.tfstate", "")
+	start := time.Now()
+	c.RegisterService(t, reg("web-2", "web", 8002), "passing")
+	// A run takes seconds; the push of the empty file was retried for 2
+	// minutes before the run failed.
+	testutil.Eventually(t, 60*time.Second, "the change applied", func() bool { ok, _ := events(); return ok == 2 })
+	t.Logf("MEASURED the change applied %v after it was registered", time.Since(start).Round(time.Millisecond))
+	if _, failed := events(); failed != 0 {
+		t.Errorf("%d failed events", failed)
+	}
+	if fileExistsAt(errored) {
+		t.Error("the empty errored.tfstate is still there")
+	}
+	if m, _ := filepath.Glob(filepath.Join(out, "started-web-2*")); len(m) != 1 {
+		t.Error("web-2 is not applied")
+	}
+	p.waitOutput(t, 10*time.Second, "removed an empty errored.tfstate")
+	must(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	if code := p.wait(t, 60*time.Second); code != 0 {
+		t.Fatalf("exit %d at SIGTERM, want 0", code)
+	}
 }
