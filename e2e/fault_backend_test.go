@@ -46,18 +46,7 @@ func TestFaultBackendDownMidApply(t *testing.T) {
 	skipShort(t)
 	c := testutil.StartConsul(t)
 	proxy := testutil.StartFaultProxy(t, c.Addr)
-	work, out := t.TempDir(), t.TempDir()
-	mod := filepath.Join(work, "gated")
-	must(t, os.MkdirAll(mod, 0o755))
-	writeFile(t, mod, "main.tf", gatedModule)
-	vf := writeFile(t, out, "task.tfvars", fmt.Sprintf("dir = %q\n", out))
-	port := testutil.FreePort(t)
-	driverBlock := fmt.Sprintf("driver \"terraform\" {\n  backend \"consul\" {\n    address = %q\n    path = \"consul-terraform-sync/terraform\"\n  }\n}\n", proxy.Addr)
-	taskBlock := fmt.Sprintf("task {\n  name = \"gated\"\n  module = %q\n  variable_files = [%q]\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}", mod, vf)
-	cfg := writeFile(t, work, "config.hcl", faultConfig(t, c.Addr, filepath.Join(work, "sync-tasks"), port, driverBlock, taskBlock))
-	writeFile(t, out, "go", "")
-	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
-	p := startCtsync(t, work, "start", "-config-file", cfg)
+	p, work, out, port := startBackendTask(t, c, proxy.Addr)
 	succeeded := func() int {
 		n := 0
 		for _, ev := range apiEvents(t, port, "gated") {
@@ -119,18 +108,7 @@ func TestFaultBackendDownMidApply(t *testing.T) {
 func TestFaultEmptyErroredState(t *testing.T) {
 	skipShort(t)
 	c := testutil.StartConsul(t)
-	work, out := t.TempDir(), t.TempDir()
-	mod := filepath.Join(work, "gated")
-	must(t, os.MkdirAll(mod, 0o755))
-	writeFile(t, mod, "main.tf", gatedModule)
-	vf := writeFile(t, out, "task.tfvars", fmt.Sprintf("dir = %q\n", out))
-	port := testutil.FreePort(t)
-	driverBlock := fmt.Sprintf("driver \"terraform\" {\n  backend \"consul\" {\n    address = %q\n    path = \"consul-terraform-sync/terraform\"\n  }\n}\n", c.Addr)
-	taskBlock := fmt.Sprintf("task {\n  name = \"gated\"\n  module = %q\n  variable_files = [%q]\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}", mod, vf)
-	cfg := writeFile(t, work, "config.hcl", faultConfig(t, c.Addr, filepath.Join(work, "sync-tasks"), port, driverBlock, taskBlock))
-	writeFile(t, out, "go", "")
-	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
-	p := startCtsync(t, work, "start", "-config-file", cfg)
+	p, work, out, port := startBackendTask(t, c, c.Addr)
 	events := func() (ok, failed int) {
 		for _, ev := range apiEvents(t, port, "gated") {
 			if ev.Success {
@@ -165,4 +143,24 @@ func TestFaultEmptyErroredState(t *testing.T) {
 	if code := p.wait(t, 60*time.Second); code != 0 {
 		t.Fatalf("exit %d at SIGTERM, want 0", code)
 	}
+}
+
+// startBackendTask starts a daemon with one task, "gated" (gatedModule,
+// writing into out, waiting while out/go is missing), whose Terraform state
+// is in Consul at backendAddr, once web-1 is registered. It returns the
+// daemon, its folder, the module's output folder and the API port.
+func startBackendTask(t *testing.T, c *testutil.Consul, backendAddr string) (p *proc, work, out string, port int) {
+	t.Helper()
+	work, out = t.TempDir(), t.TempDir()
+	mod := filepath.Join(work, "gated")
+	must(t, os.MkdirAll(mod, 0o755))
+	writeFile(t, mod, "main.tf", gatedModule)
+	vf := writeFile(t, out, "task.tfvars", fmt.Sprintf("dir = %q\n", out))
+	port = testutil.FreePort(t)
+	driverBlock := fmt.Sprintf("driver \"terraform\" {\n  backend \"consul\" {\n    address = %q\n    path = \"consul-terraform-sync/terraform\"\n  }\n}\n", backendAddr)
+	taskBlock := fmt.Sprintf("task {\n  name = \"gated\"\n  module = %q\n  variable_files = [%q]\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}", mod, vf)
+	cfg := writeFile(t, work, "config.hcl", faultConfig(t, c.Addr, filepath.Join(work, "sync-tasks"), port, driverBlock, taskBlock))
+	writeFile(t, out, "go", "")
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	return startCtsync(t, work, "start", "-config-file", cfg), work, out, port
 }
