@@ -25,6 +25,7 @@ func TestDashboardRunsAndCharts(t *testing.T) {
 	shots := artifactsDir(t, "ui-runs")
 	c := testutil.StartConsul(t)
 	webDir, webVars := newTaskDir(t)
+	_, brokenVars := newTaskDir(t)
 	work := t.TempDir()
 	port := testutil.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
@@ -47,7 +48,16 @@ task {
     names = ["web"]
   }
 }
-`, module("services_file"), webVars, module("failing_apply")))
+task {
+  name           = "broken"
+  module         = %q
+  variable_files = [%q]
+  variables      = { not_in_module = "x" }
+  condition "services" {
+    names = ["web"]
+  }
+}
+`, module("services_file"), webVars, module("failing_apply"), module("services_file"), brokenVars))
 	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
 	startCtsync(t, work, "start", "-config-file", cfg)
 	waitServices(t, webDir, "web-1")
@@ -64,6 +74,11 @@ task {
 		jsString(row("firewall")+" td.next-run")), 30*time.Second)
 	if got := b.text(row("firewall") + " td.result"); strings.Contains(got, "firewall APPLY") {
 		t.Errorf("the list shows the provisioner's command line: %q", got)
+	}
+	// A terminal failure (the module refuses an argument) says so.
+	b.waitText(row("broken")+" td.result .err-summary", "Unsupported argument", 60*time.Second)
+	if got := b.text(row("broken") + " td.result .err-summary"); !strings.Contains(got, "terminal") {
+		t.Errorf("the terminal failure's error line %q does not say terminal", got)
 	}
 	if got := b.text(row("web") + " td.next-run"); got != "on change" {
 		t.Errorf("web next run %q, want on change", got)
@@ -84,6 +99,7 @@ task {
 		t.Fatalf("cancelled Run now ran the task (%d events, was %d)", n, before)
 	}
 	b.act("#run-now", "Run succeeded")
+	runNowID := taskEvents(t, base, "web")[0].ID
 	// A change in Consul: its run records what changed.
 	c.RegisterService(t, reg("web-2", "web", 8002), "passing")
 	waitServices(t, webDir, "web-1,web-2")
@@ -94,6 +110,11 @@ task {
 		fmt.Sprintf(`(f => f && +f.dataset.points >= %d && !!f.querySelector('canvas'))(document.getElementById('chart-duration'))`, before+2), 30*time.Second)
 	b.wait("the latency chart drawn", `(f => f && +f.dataset.points >= 1 && !!f.querySelector('canvas'))(document.getElementById('chart-latency'))`, 30*time.Second)
 	t.Logf("task page: %s", b.shot("02-task-charts"))
+
+	// The history says what changed in Consul before each run.
+	if got := b.text(fmt.Sprintf(`#history tbody tr[data-event=%s] td.changes`, jsString(changed.ID))); !strings.HasPrefix(got, "web-2") || !strings.HasSuffix(got, " added") || strings.Contains(got, ",") {
+		t.Errorf("the history's changes of the run after web-2 registered: %q, want web-2 added", got)
+	}
 
 	// ---- the run page, from its link in the history ----
 	b.click(fmt.Sprintf(`#history tbody tr[data-event=%s] a.run-link`, jsString(changed.ID)))
@@ -129,6 +150,24 @@ task {
 	b.do("reload the run page", chromedp.Reload())
 	b.waitText("#run-title", changed.ID, 30*time.Second)
 	b.waitText("#changes", "web-2", 10*time.Second)
+
+	// Who triggered a run: the dashboard's Run now, no api_auth.
+	b.do("open the Run now run", chromedp.Navigate(base+"/ui/#/runs/web/"+runNowID))
+	b.waitText("#run-actor", "an API request", 30*time.Second)
+	if got := b.text("#run-trigger"); got != "api" {
+		t.Errorf("the Run now run's trigger %q, want api", got)
+	}
+
+	// ---- a terminal failure on its task page ----
+	b.do("open broken", chromedp.Navigate(base+"/ui/#/tasks/broken"))
+	b.waitText("#last-error", "Unsupported argument", 30*time.Second)
+	b.waitText("dl.details", "yes: waits for a change", 10*time.Second)
+	if got := b.text("#history tbody tr:first-child td.error"); !strings.Contains(got, "terminal") {
+		t.Errorf("the terminal run's history row %q", got)
+	}
+	if got := b.eval(`!!document.querySelector('#retry-info')`); got != false {
+		t.Error("a terminal failure shows a pending retry")
+	}
 
 	// ---- the failing task: collapsed failures, filter, its run page ----
 	b.do("open firewall", chromedp.Navigate(base+"/ui/#/tasks/firewall"))

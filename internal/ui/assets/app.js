@@ -472,7 +472,7 @@ function runConfirmPanel(name) {
 function historyTable(name, evs) {
   if (!evs.length) return el('p', { class: 'muted', id: 'history' }, state.filter || state.page ? 'No runs match.' : 'No runs yet.');
   const head = el('thead', null, el('tr', null,
-    ['Started', 'Kind', 'Result', 'Plan', 'Trigger', 'Inputs', 'Duration', 'Error', ''].map((h) => el('th', { scope: 'col' }, h))));
+    ['Started', 'Kind', 'Result', 'Plan', 'Trigger', 'Changed in Consul', 'Inputs', 'Duration', 'Error', ''].map((h) => el('th', { scope: 'col' }, h))));
   const rows = collapse(evs).map(({ ev, count, oldest }) => el('tr', { dataset: { event: ev.id }, class: state.log && state.log.id === ev.id ? 'selected' : null },
     el('td', { class: 'started' }, el('a', { class: 'run-link', href: runHref(name, ev.id), title: 'open this run' }, fmtTime(ev.start_time))),
     el('td', { class: 'kind' }, ev.kind || ''),
@@ -480,6 +480,7 @@ function historyTable(name, evs) {
       ? [' ', el('span', { class: 'badge warn repeat', title: count + ' identical failures since ' + fmtTime(oldest.start_time) }, '×' + count)] : null),
     el('td', { class: 'plan-cell' }, planCell(ev.plan)),
     el('td', { class: 'trigger' }, ev.trigger ? el('code', null, ev.trigger) : ''),
+    el('td', { class: 'changes' }, changesLine(ev.changes)),
     el('td', { class: 'hash' }, ev.inputs_hash ? el('code', { title: ev.inputs_hash }, ev.inputs_hash.slice(0, 12)) : ''),
     el('td', null, fmtDuration(ev.start_time, ev.end_time)),
     el('td', { class: 'error', title: ev.error ? ev.error.message : null }, ev.error_summary || (ev.error ? ev.error.message.split('\n')[0] : ''),
@@ -667,6 +668,27 @@ function changesView(c) {
   if (!parts.length) return el('p', { class: 'muted', id: 'changes' }, 'Nothing changed in the Consul data since the previous run (the run had another cause: ' +
     'its configuration, module, a retry or a request).');
   return el('div', { id: 'changes' }, parts);
+}
+
+// changesLine is what changed in Consul before a run, in one line for the
+// history ("web-3 added, web-1 (status passing → critical)"): the first
+// three names, then how many more.
+function changesLine(c) {
+  if (!c) return '';
+  const names = [];
+  let more = 0;
+  for (const k of ['services', 'consul_kv', 'catalog_services', 'nodes']) {
+    const d = c[k];
+    if (!d) continue;
+    for (const [list, n, verb] of [[d.added, d.added_count, 'added'], [d.removed, d.removed_count, 'removed'], [d.changed, d.changed_count, 'changed']]) {
+      for (const x of list || []) {
+        if (names.length < 3) names.push(verb === 'changed' && x.includes('(') ? x : x + ' ' + verb);
+        else more++;
+      }
+      more += Math.max(0, (n || 0) - (list || []).length);
+    }
+  }
+  return names.join(', ') + (more ? ' and ' + more + ' more' : '');
 }
 
 // phasesView: init, plan and apply with their durations, as bars on the
