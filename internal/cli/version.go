@@ -20,10 +20,18 @@ type buildInfo struct {
 // revision and commit time Go records for a build in a git checkout
 // (go build / go install with VCS stamping on).
 func readBuildInfo() buildInfo {
+	info, _ := debug.ReadBuildInfo()
+	return buildInfoOf(info)
+}
+
+// buildInfoOf is readBuildInfo for the build information info (nil: none).
+func buildInfoOf(info *debug.BuildInfo) buildInfo {
 	b := buildInfo{version: Version, commit: Commit, date: BuildDate,
 		goVersion: runtime.Version(), platform: runtime.GOOS + "/" + runtime.GOARCH}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
+	if info == nil {
+		if b.date == "" {
+			b.date = "unknown"
+		}
 		return b
 	}
 	var rev, at string

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -22,5 +23,38 @@ func TestVersionFromLinkerFlags(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("version output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// Without linker flags (go build, go install in a git checkout), the
+// commit and date come from the VCS stamp Go records in the binary; a
+// build from modified sources says so.
+func TestVersionFromBuildInfo(t *testing.T) {
+	oldV, oldC, oldD := Version, Commit, BuildDate
+	t.Cleanup(func() { Version, Commit, BuildDate = oldV, oldC, oldD })
+	Version, Commit, BuildDate = "0.1.0-dev", "unknown", ""
+	const rev = "80cd67597e44a750ddf15b835afe26f8bd5fd884"
+	stamp := func(modified string) *debug.BuildInfo {
+		return &debug.BuildInfo{Settings: []debug.BuildSetting{
+			{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: rev},
+			{Key: "vcs.time", Value: "2026-11-26T04:35:30Z"}, {Key: "vcs.modified", Value: modified}}}
+	}
+	if b := buildInfoOf(stamp("false")); b.commit != rev || b.date != "2026-11-26T04:35:30Z" || b.version != "0.1.0-dev" {
+		t.Errorf("from the VCS stamp: %+v", b)
+	}
+	if b := buildInfoOf(stamp("true")); b.commit != rev+"-dirty" {
+		t.Errorf("modified sources: commit %q, want %s-dirty", b.commit, rev)
+	}
+	// No stamp (-buildvcs=false, a git worktree, a source tarball).
+	if b := buildInfoOf(&debug.BuildInfo{}); b.commit != "unknown" || b.date != "unknown" {
+		t.Errorf("without a stamp: %+v", b)
+	}
+	if b := buildInfoOf(nil); b.commit != "unknown" || b.date != "unknown" {
+		t.Errorf("without build information: %+v", b)
+	}
+	// The linker flags win over the stamp.
+	Commit, BuildDate = "0123456789abcdef0123456789abcdef01234567", "2026-01-02T03:04:05Z"
+	if b := buildInfoOf(stamp("true")); b.commit != Commit || b.date != BuildDate {
+		t.Errorf("linker flags and a stamp: %+v", b)
 	}
 }
