@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,18 @@ func TestFailedRunAtAGlance(t *testing.T) {
 	}
 	if p := st.LastRun.Plan; p == nil || p.Add != 1 {
 		t.Errorf("the failed apply's plan summary: %+v, want +1", p)
+	}
+
+	// ctsync status says the same: the pending retry (not "on change") and
+	// the one-line error.
+	var out string
+	testutil.Eventually(t, 60*time.Second, "ctsync status showing the retry", func() bool {
+		var code int
+		out, code = runCLI(ctsyncBin, []string{"CTS_ADDRESS=" + base}, "", "status")
+		return code == 0 && regexp.MustCompile(`(?m)^firewall .*failed.* retry \d+ in `).MatchString(out)
+	})
+	if !strings.Contains(out, "firewall: "+summary+"\n") || strings.Contains(out, "firewall APPLY") {
+		t.Errorf("ctsync status lacks the error summary, or shows the command line:\n%s", out)
 	}
 
 	// A change while it fails: the next run records what changed.

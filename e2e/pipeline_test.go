@@ -326,9 +326,12 @@ func TestInspectMode(t *testing.T) {
 	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
 	out, varFile := newTaskDir(t)
 	work := t.TempDir()
+	otherOut, otherVars := newTaskDir(t)
 	cfg := writeFile(t, work, "config.hcl", config(t, c.Addr, filepath.Join(work, "sync-tasks"),
 		taskSpec{name: "plan-me", module: module("services_file"), services: `"web"`,
-			extra: fmt.Sprintf("variable_files = [%q]", varFile)}))
+			extra: fmt.Sprintf("variable_files = [%q]", varFile)},
+		taskSpec{name: "not-me", module: module("services_file"), services: `"web"`,
+			extra: fmt.Sprintf("variable_files = [%q]", otherVars)}))
 	p := startCtsync(t, work, "start", "-inspect-task", "plan-me", "-config-file", cfg)
 	if code := p.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("exit code %d", code)
@@ -340,7 +343,11 @@ func TestInspectMode(t *testing.T) {
 			t.Fatalf("%q not printed:\n%s", want, p.out.String())
 		}
 	}
-	if readServices(t, out) != nil {
+	if readServices(t, out) != nil || readServices(t, otherOut) != nil {
 		t.Fatal("inspect applied the plan")
+	}
+	// CTS's line counts the tasks -inspect-task names, not the configured ones.
+	if got := p.out.String(); !strings.Contains(got, "running controller in inspect mode: tasks=1\n") || strings.Contains(got, "not-me") {
+		t.Errorf("the inspect line does not count only plan-me, or not-me was planned:\n%s", got)
 	}
 }
