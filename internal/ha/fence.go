@@ -72,11 +72,12 @@ func (x *fenced) do(ctx context.Context, op string, fn func(context.Context) (dr
 	}
 	defer cancel()
 	res, err := fn(rctx)
-	if rctx.Err() != nil && ctx.Err() == nil {
-		// The lead was lost during the run: say so, whatever Terraform said.
-		if err == nil {
-			err = fmt.Errorf("%s: %w", op, ErrNotLeader)
-		}
+	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+		// The lead was lost during the run and the run failed: say why,
+		// whatever Terraform said. A run that succeeded all the same (the
+		// driver finished before the interrupt could stop it, which the
+		// kill bound keeps before any other instance may lead) has
+		// applied, and is reported so.
 		err = &driver.Error{Op: op, Summary: "interrupted: this instance stopped leading", Err: err}
 	}
 	return res, err

@@ -92,6 +92,44 @@ func TestFenceDriver(t *testing.T) {
 	}
 }
 
+// finishingDriver's apply is interrupted while it saves its state, and
+// finishes all the same (Terraform printed its closing summary).
+type finishingDriver struct {
+	nullDriver
+	started chan struct{}
+}
+
+func (b *finishingDriver) Apply(ctx context.Context, _ driver.Run, _ *task.Inputs) (driver.Result, error) {
+	close(b.started)
+	<-ctx.Done()
+	return driver.Result{Add: 1, Changes: true}, nil
+}
+
+// A run that succeeds although the lead was lost while it ran (the driver
+// finished before the interrupt could stop it) has applied: it is reported
+// so, not as interrupted.
+func TestFenceDriverRunFinishedAfterLeadLost(t *testing.T) {
+	f := &fakeFencer{}
+	inner := &finishingDriver{started: make(chan struct{})}
+	d := FenceDriver(inner, f)
+	f.lead()
+	done := make(chan error, 1)
+	var res driver.Result
+	go func() {
+		var err error
+		res, err = d.Apply(context.Background(), driver.Run{ID: "r"}, &task.Inputs{})
+		done <- err
+	}()
+	<-inner.started
+	f.lose()
+	if err := <-done; err != nil {
+		t.Fatalf("a run that finished is reported failed: %v", err)
+	}
+	if res.Add != 1 || !res.Changes {
+		t.Fatalf("result: %+v", res)
+	}
+}
+
 func TestCompatChecks(t *testing.T) {
 	c := startConsul(t)
 	dir := t.TempDir()

@@ -115,6 +115,20 @@ func (d *Driver) counts(op string, failed bool) (add, change, destroy int) {
 	return c.Add, c.Change, c.Remove
 }
 
+// finished reports whether Terraform printed op's closing summary
+// ("Apply complete! Resources: ...", or its machine-readable change
+// summary): it does so only once the operation succeeded and its state was
+// saved.
+func (d *Driver) finished(op string) bool {
+	_, changes, ui := d.sink.report()
+	if ui {
+		_, ok := changes[op]
+		return ok
+	}
+	out, _ := d.sink.output()
+	return tftext.Completed(out)
+}
+
 // diagnostics returns the failed command's error diagnostics and the text
 // they came in: from its machine-readable UI, else (an older binary, or a
 // failure before Terraform could write any: a crash) read from its

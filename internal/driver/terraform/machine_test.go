@@ -1,15 +1,19 @@
 package terraform
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // The machine-readable UI is read line by line whatever the chunks it
@@ -143,5 +147,77 @@ func TestMachineUIOrText(t *testing.T) {
 				t.Fatalf("failed apply: %+v %#v", res, err)
 			}
 		})
+	}
+}
+
+// interruptStub is a terraform whose apply waits for an interrupt: then it
+// either finishes (prints its closing summary and exits 0, as Terraform
+// does when the interrupt comes while it saves the state) or stops (exit
+// 1). It touches started once it waits.
+func interruptStub(ui, finish bool) string {
+	done := `echo 'Apply complete! Resources: 1 added, 0 changed, 0 destroyed.'; exit 0`
+	stop := `echo 'Error: execution halted' >&2; exit 1`
+	if ui {
+		done = `echo '{"@message":"Apply complete! Resources: 1 added, 0 changed, 0 destroyed.","type":"change_summary","changes":{"add":1,"change":0,"remove":0,"operation":"apply"}}'; exit 0`
+		stop = `echo '{"@message":"Error: execution halted","type":"diagnostic","diagnostic":{"severity":"error","summary":"execution halted","detail":""}}'; exit 1`
+	}
+	on := stop
+	if finish {
+		on = done
+	}
+	ver := "0.15.2"
+	if ui {
+		ver = "1.11.4"
+	}
+	return "#!/bin/sh\ncase \"$1\" in\nversion) echo '{\"terraform_version\":\"" + ver + "\",\"platform\":\"linux_amd64\",\"provider_selections\":{}}' ;;\n" +
+		"apply)\n  trap '" + strings.ReplaceAll(on, "'", `'\''`) + "' INT\n  touch started\n  while :; do sleep 0.05; done ;;\nesac\nexit 0\n"
+}
+
+// An apply interrupted (a step-down, a shutdown) after Terraform had
+// finished it, so that it still printed its closing summary and exited 0,
+// has applied; one that Terraform stopped has not.
+func TestInterruptAfterFinish(t *testing.T) {
+	for _, ui := range []bool{false, true} {
+		for _, finish := range []bool{true, false} {
+			t.Run(fmt.Sprintf("ui=%v/finish=%v", ui, finish), func(t *testing.T) {
+				dir := t.TempDir()
+				bin := filepath.Join(dir, "terraform")
+				if err := os.WriteFile(bin, []byte(interruptStub(ui, finish)), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				o := localTask(t, dir, "v", bin)
+				o.Driver = config.TerraformDriver{Backend: o.Driver.Backend}
+				d := mustNew(t, o)
+				ctx, cancel := context.WithCancel(testCtx(t))
+				defer cancel()
+				type out struct {
+					res driver.Result
+					err error
+				}
+				done := make(chan out, 1)
+				go func() {
+					res, err := d.Apply(ctx, run("r"), services("web"))
+					done <- out{res, err}
+				}()
+				testutil.Eventually(t, 30*time.Second, "terraform applies", func() bool {
+					return fileExists(filepath.Join(d.WorkDir(), "started"))
+				})
+				cancel()
+				r := <-done
+				if finish {
+					if r.err != nil || r.res.Add != 1 || !r.res.Changes {
+						t.Fatalf("apply finished after the interrupt: %+v %v", r.res, r.err)
+					}
+					b, _ := os.ReadFile(r.res.LogPath)
+					if !strings.Contains(string(b), "the run has applied") {
+						t.Fatalf("run log:\n%s", b)
+					}
+					return
+				}
+				if r.err == nil {
+					t.Fatalf("apply stopped by the interrupt is reported applied: %+v", r.res)
+				}
+			})
+		}
 	}
 }

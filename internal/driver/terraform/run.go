@@ -175,6 +175,14 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 	} else {
 		res.Changes = res.Destroy > 0
 	}
+	if err != nil && ctxErr(err) != nil && d.finished(op) {
+		// Interrupted (a step-down, a shutdown) after Terraform had already
+		// finished: it printed its closing summary, which it does only once
+		// the changes are made and the state is saved. The run has applied.
+		d.sink.note("%s was interrupted after terraform had finished it (the changes are made and the state is saved): the run has applied", op)
+		d.log.Info("terraform finished before the interrupt reached it", "op", op, "run_id", run.ID)
+		err = nil
+	}
 	if err != nil {
 		diags, _, _ := d.diagnostics()
 		err = d.fail(op, err)

@@ -35,6 +35,10 @@ func SummaryCounts(text string, re *regexp.Regexp) (add, change, destroy int) {
 	return add, change, destroy
 }
 
+// Completed reports whether out has Terraform's closing line of a
+// successful apply or destroy ("Apply complete! Resources: ...").
+func Completed(out string) bool { return resourcesRE.MatchString(out) }
+
 // ApplyCounts reads "Apply complete! Resources: X added, Y changed, Z
 // destroyed." (or "Destroy complete! Resources: Z destroyed.").
 func ApplyCounts(out string) (add, change, destroy int) {
