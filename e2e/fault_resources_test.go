@@ -31,24 +31,36 @@ func openFDsOf(t *testing.T, pid int) int {
 
 // goroutinesOf reads go_goroutines from the daemon's /metrics, or -1.
 func goroutinesOf(port int) int {
+	g, _ := runtimeOf(port)
+	return g
+}
+
+// runtimeOf reads go_goroutines and go_memstats_heap_inuse_bytes (in MiB)
+// from the daemon's /metrics; -1 for what it could not read.
+func runtimeOf(port int) (goroutines int, heapMiB float64) {
+	goroutines, heapMiB = -1, -1
 	// A bound: the soak asks processes that may have just been stopped.
 	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 	if err != nil {
-		return -1
+		return
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
-			n, err := strconv.ParseFloat(v, 64)
-			if err == nil {
-				return int(n)
+			if n, err := strconv.ParseFloat(v, 64); err == nil {
+				goroutines = int(n)
+			}
+		}
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			if n, err := strconv.ParseFloat(v, 64); err == nil {
+				heapMiB = n / (1 << 20)
 			}
 		}
 	}
-	return -1
+	return
 }
 
 // 50 real Terraform applies (forced through POST /v1/tasks/{name}/run,

@@ -38,6 +38,7 @@ type haInstance struct {
 	extra string      // more high_availability settings
 	mod   string      // the task's fixture module (default services_file)
 	quiet bool        // its output is not printed when the test fails (the soak saves it)
+	bin   string      // the binary it runs (default ctsyncBin)
 }
 
 func (in *haInstance) proc() *proc { return in.procs[len(in.procs)-1] }
@@ -87,7 +88,11 @@ task {
 func (in *haInstance) start(t *testing.T, flags ...string) *proc {
 	t.Helper()
 	// CTSYNC_E2E_ID tells the heartbeat fixture module who runs it.
-	p := startCtsyncEnv(t, in.work, []string{"CTSYNC_E2E_ID=" + in.id}, append([]string{"start", "-config-file", in.cfg}, flags...)...)
+	bin := in.bin
+	if bin == "" {
+		bin = ctsyncBin
+	}
+	p := startBinary(t, bin, in.work, []string{"CTSYNC_E2E_ID=" + in.id}, append([]string{"start", "-config-file", in.cfg}, flags...)...)
 	p.quiet = in.quiet
 	in.procs = append(in.procs, p)
 	return p

@@ -89,11 +89,14 @@ type soakViolation struct {
 	known string
 }
 
-// soakConsulDownMidApply is the known limitation of docs/reliability.md
+// soakConsulDownMidApply is the documented case of docs/reliability.md
 // ("Not covered yet"): Consul, the state backend, goes away while a run
-// applies, so Terraform cannot save the state (or the run is interrupted
-// by the step-down that follows) after the module's side effects happened;
-// the run is reported failed although it applied.
+// applies, after the module's side effects happened; the owner or leader
+// steps down and its fence stops Terraform before it could save the state
+// (SIGINT, then SIGKILL within the kill bound). The run is reported failed,
+// which it is in Terraform's terms (no state saved), and the next run
+// applies again. A run Terraform finished all the same is reported applied
+// and is not this case.
 const soakConsulDownMidApply = "consul-down-mid-apply"
 
 // soakOverlaps: no two applies of one task have side effects at the same
@@ -232,7 +235,10 @@ func soakAppliedAndFailed(events []soakEvent, runs []soakRun, faults []soakFault
 				}
 				known := ""
 				for _, f := range faults {
-					if f.kind == fConsul && f.from.Before(ev.EndTime) && f.to.After(ev.StartTime) {
+					// Only the fence's interrupt of a Terraform that had not
+					// finished (it would have been reported applied) during a
+					// Consul restart is the documented case.
+					if f.kind == fConsul && f.from.Before(ev.EndTime) && f.to.After(ev.StartTime) && strings.Contains(msg, "stopped leading") {
 						known = soakConsulDownMidApply
 					}
 				}
@@ -248,6 +254,7 @@ func soakAppliedAndFailed(events []soakEvent, runs []soakRun, faults []soakFault
 type soakSample struct {
 	at         time.Time
 	rss        float64 // MiB
+	heap       float64 // MiB of Go heap in use (go_memstats_heap_inuse_bytes); -1 when /metrics did not answer
 	fds        int
 	goroutines int // -1 when /metrics did not answer
 }
@@ -259,22 +266,39 @@ type soakSample struct {
 // fitted to those minima. Only processes that lived minWindow after the
 // warm-up are judged: over a few minutes the heap (and the race
 // detector's shadow memory) is still growing to its working size.
+//
+// The memory bound applies to the RSS of a process built without the race
+// detector (the witness), and to the Go heap in use of a -race build: the
+// race detector's own memory, outside the Go heap, grows in a long-running
+// process and is not returned (golang/go#37233; Go's race detector
+// documentation: its allocations "will not show up in the output of
+// runtime.ReadMemStats"), so a -race build's RSS is reported, not judged.
 var soakSlopeBounds = struct {
 	rss, goroutines, fds float64
 	warmup, minWindow    time.Duration
 }{rss: 1.5, goroutines: 0.5, fds: 0.5, warmup: 2 * time.Minute, minWindow: 8 * time.Minute}
 
+// soakSlope is the growth per minute of each resource over a process's
+// life after its warm-up, and the window it covers (ok: long enough to
+// judge).
+type soakSlope struct {
+	rss, heap, gor, fds float64
+	window              time.Duration
+	ok                  bool
+}
+
 // soakSlopes returns the slopes (per minute) of the per-minute minima of
-// RSS, goroutines and file descriptors after the warm-up, the window they
-// cover, and whether it is long enough to judge.
-func soakSlopes(s []soakSample) (rss, gor, fds float64, window time.Duration, ok bool) {
+// RSS, Go heap, goroutines and file descriptors after the warm-up, the
+// window they cover, and whether it is long enough to judge.
+func soakSlopes(s []soakSample) soakSlope {
 	if len(s) == 0 {
-		return 0, 0, 0, 0, false
+		return soakSlope{}
 	}
 	t0 := s[0].at.Add(soakSlopeBounds.warmup)
-	type minute struct{ rss, gor, fds float64 }
+	type minute struct{ rss, heap, gor, fds float64 }
 	mins := map[int]*minute{}
 	var keys []int
+	var out soakSlope
 	for _, v := range s {
 		if v.at.Before(t0) {
 			continue
@@ -282,7 +306,7 @@ func soakSlopes(s []soakSample) (rss, gor, fds float64, window time.Duration, ok
 		k := int(v.at.Sub(t0) / time.Minute)
 		m, seen := mins[k]
 		if !seen {
-			m = &minute{math.Inf(1), math.Inf(1), math.Inf(1)}
+			m = &minute{math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)}
 			mins[k] = m
 			keys = append(keys, k)
 		}
@@ -290,28 +314,34 @@ func soakSlopes(s []soakSample) (rss, gor, fds float64, window time.Duration, ok
 		if v.goroutines >= 0 {
 			m.gor = min(m.gor, float64(v.goroutines))
 		}
-		window = v.at.Sub(t0)
+		if v.heap >= 0 {
+			m.heap = min(m.heap, v.heap)
+		}
+		out.window = v.at.Sub(t0)
 	}
 	if len(keys) < 2 {
-		return 0, 0, 0, window, false
+		return out
 	}
-	var x, yr, yf, xg, yg []float64
-	for _, k := range keys {
-		m := mins[k]
-		x = append(x, float64(k))
-		yr = append(yr, m.rss)
-		yf = append(yf, m.fds)
-		if !math.IsInf(m.gor, 1) {
-			xg = append(xg, float64(k))
-			yg = append(yg, m.gor)
+	// slope fits a line through the minutes where get has a value.
+	slope := func(get func(*minute) float64) float64 {
+		var x, y []float64
+		for _, k := range keys {
+			if v := get(mins[k]); !math.IsInf(v, 1) {
+				x, y = append(x, float64(k)), append(y, v)
+			}
 		}
+		if len(x) < 2 {
+			return 0
+		}
+		_, b := stat.LinearRegression(x, y, nil, false)
+		return b
 	}
-	_, rss = stat.LinearRegression(x, yr, nil, false)
-	_, fds = stat.LinearRegression(x, yf, nil, false)
-	if len(xg) >= 2 {
-		_, gor = stat.LinearRegression(xg, yg, nil, false)
-	}
-	return rss, gor, fds, window, window >= soakSlopeBounds.minWindow
+	out.rss = slope(func(m *minute) float64 { return m.rss })
+	out.heap = slope(func(m *minute) float64 { return m.heap })
+	out.gor = slope(func(m *minute) float64 { return m.gor })
+	out.fds = slope(func(m *minute) float64 { return m.fds })
+	out.ok = out.window >= soakSlopeBounds.minWindow
+	return out
 }
 
 // soakPercentile is the p-th percentile (nearest rank) of ds.
@@ -375,9 +405,17 @@ func TestSoakCheckers(t *testing.T) {
 	if v := soakAppliedAndFailed(evs, runs, nil); len(v) != 1 || v[0].known != "" {
 		t.Fatalf("applied and failed not found: %v", v)
 	}
-	if v := soakAppliedAndFailed(evs, runs, []soakFault{{kind: fConsul, from: at(1.5), to: at(8)}}); len(v) != 1 || v[0].known != soakConsulDownMidApply {
-		t.Fatalf("Consul restarting during the run is the known limitation: %v", v)
+	restart := []soakFault{{kind: fConsul, from: at(1.5), to: at(8)}}
+	if v := soakAppliedAndFailed(evs, runs, restart); len(v) != 1 || v[0].known != "" {
+		t.Fatalf("any failure during a Consul restart taken as the documented case: %v", v)
 	}
+	evs[0].Error = &struct {
+		Message string `json:"message"`
+	}{"apply: interrupted: this instance stopped leading"}
+	if v := soakAppliedAndFailed(evs, runs, restart); len(v) != 1 || v[0].known != soakConsulDownMidApply {
+		t.Fatalf("the fence stopping Terraform during a Consul restart is the documented case: %v", v)
+	}
+	evs[0].Error = nil
 	evs[0].Success = true
 	if v := soakAppliedAndFailed(evs, runs, nil); len(v) != 0 {
 		t.Fatal(v)
@@ -391,13 +429,13 @@ func TestSoakCheckers(t *testing.T) {
 		if i%3 == 0 {
 			fd = 20
 		}
-		samples = append(samples, soakSample{at: at(float64(i * 10)), rss: 50 + float64(i), fds: fd, goroutines: 30})
+		samples = append(samples, soakSample{at: at(float64(i * 10)), rss: 50 + float64(i), heap: 8 + float64(i)/6, fds: fd, goroutines: 30})
 	}
-	rss, gor, fds, win, ok := soakSlopes(samples)
-	if !ok || math.Abs(rss-6) > 0.01 || gor != 0 || fds != 0 || win < 17*time.Minute {
-		t.Fatalf("slopes %v %v %v %v %v", rss, gor, fds, win, ok)
+	sl := soakSlopes(samples)
+	if !sl.ok || math.Abs(sl.rss-6) > 0.01 || math.Abs(sl.heap-1) > 0.01 || sl.gor != 0 || sl.fds != 0 || sl.window < 17*time.Minute {
+		t.Fatalf("slopes %+v", sl)
 	}
-	if _, _, _, _, ok := soakSlopes(samples[:60]); ok {
+	if soakSlopes(samples[:60]).ok {
 		t.Fatal("10 minutes with a 2-minute warm-up judged")
 	}
 	if p := soakPercentile([]time.Duration{3, 1, 2, 4}, 50); p != 2 {

@@ -349,17 +349,22 @@ func (m *soakMode) finalChecks() {
 	b := soakSlopeBounds
 	for _, k := range keys {
 		s := samples[k]
-		rss, gor, fds, win, ok := soakSlopes(s)
+		sl := soakSlopes(s)
 		last := s[len(s)-1]
-		line := fmt.Sprintf("%s: %d samples, RSS %.0f→%.0f MiB (%+.2f MiB/min), goroutines %d→%d (%+.2f/min), fds %d→%d (%+.2f/min) over %s after warm-up",
-			k, len(s), s[0].rss, last.rss, rss, s[0].goroutines, last.goroutines, gor, s[0].fds, last.fds, fds, win.Round(time.Second))
-		if !ok {
+		build := "-race build: Go heap judged"
+		memory, bound := sl.heap, "Go heap"
+		if m.plain[k] {
+			build, memory, bound = "no -race: RSS judged", sl.rss, "RSS"
+		}
+		line := fmt.Sprintf("%s (%s): %d samples, RSS %.0f→%.0f MiB (%+.2f MiB/min), Go heap %.1f→%.1f MiB (%+.2f MiB/min), goroutines %d→%d (%+.2f/min), fds %d→%d (%+.2f/min) over %s after warm-up",
+			k, build, len(s), s[0].rss, last.rss, sl.rss, s[0].heap, last.heap, sl.heap, s[0].goroutines, last.goroutines, sl.gor, s[0].fds, last.fds, sl.fds, sl.window.Round(time.Second))
+		if !sl.ok {
 			line += " (too short to judge)"
 		}
 		m.slopes = append(m.slopes, line)
-		if ok && (rss > b.rss || gor > b.goroutines || fds > b.fds) {
-			m.violate(last.at, fmt.Sprintf("resources of %s grow faster than the bounds (RSS %.1f MiB/min, goroutines %.1f/min, fds %.1f/min): %s",
-				k, b.rss, b.goroutines, b.fds, line))
+		if sl.ok && (memory > b.rss || sl.gor > b.goroutines || sl.fds > b.fds) {
+			m.violate(last.at, fmt.Sprintf("resources of %s grow faster than the bounds (%s %.1f MiB/min, goroutines %.1f/min, fds %.1f/min): %s",
+				k, bound, b.rss, b.goroutines, b.fds, line))
 		}
 	}
 }

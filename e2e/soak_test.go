@@ -217,6 +217,7 @@ type soakMode struct {
 	versions   []soakVersion
 	current    map[string]int // task -> index in versions of the standing one
 	samples    map[string][]soakSample
+	plain      map[string]bool // processes (keys of samples) built without the race detector
 	owners     []soakOwners
 	events     map[string]soakEvent
 	violations []soakViolation
@@ -315,7 +316,7 @@ func newSoakMode(t *testing.T, mode string, seed int64, dur time.Duration, out s
 	m := &soakMode{t: t, mode: mode, seed: seed, dur: dur, out: out,
 		http:    &http.Client{Timeout: 30 * time.Second},
 		effects: filepath.Join(t.TempDir(), "effects.log"), dirs: map[string]string{},
-		current: map[string]int{}, samples: map[string][]soakSample{}, events: map[string]soakEvent{},
+		current: map[string]int{}, samples: map[string][]soakSample{}, plain: map[string]bool{}, events: map[string]soakEvent{},
 		counts: map[string]int{}, apiState: map[string]*soakAPIState{}, stopped: map[int]bool{}, killed: map[int]bool{}, fillers: map[int]string{},
 		stopChaos: make(chan struct{})}
 	for _, name := range m.taskNames() {
@@ -335,7 +336,11 @@ func newSoakMode(t *testing.T, mode string, seed int64, dur time.Duration, out s
 	m.cli = cli
 	m.c.logsSaved = true
 	for _, id := range []string{"cts-a", "cts-b", "cts-c"} {
-		m.c.add(&haInstance{id: id, quiet: true}, func(in *haInstance) string {
+		in := &haInstance{id: id, quiet: true}
+		if len(m.c.insts) == soakWitness {
+			in.bin = ctsyncPlainBin // "" without -race: ctsyncBin
+		}
+		m.c.add(in, func(in *haInstance) string {
 			work := filepath.Join(in.work, "sync-tasks")
 			must(t, os.MkdirAll(work, 0o755))
 			if err := mountSmallFS(t, work, soakDisk); err != nil {
@@ -897,13 +902,17 @@ func (m *soakMode) pollResources() {
 			continue
 		}
 		s.fds = len(fds)
+		s.heap = -1
 		if _, ok := m.proc(i); ok {
-			s.goroutines = goroutinesOf(in.port)
+			s.goroutines, s.heap = runtimeOf(in.port)
 		}
 		m.mu.Lock()
 		n := len(in.procs)
 		key := fmt.Sprintf("%s#%d", in.id, n)
 		m.samples[key] = append(m.samples[key], s)
+		if in.bin != "" && in.bin == ctsyncPlainBin {
+			m.plain[key] = true
+		}
 		m.mu.Unlock()
 	}
 }
