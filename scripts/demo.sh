@@ -8,7 +8,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-CTSYNC="$ROOT/bin/ctsync"
+CTSYNC="${CTSYNC_BIN:-$ROOT/bin/ctsync}" # make demo builds bin/ctsync; the e2e test gives its own
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 DEMO=$(mktemp -d /tmp/ctsync-demo.XXXXXX)
 PIDS=()
