@@ -15,9 +15,10 @@ import (
 // checkAllowed applies api_tasks to a task created through the API
 // (run=inspect included: a plan runs the module's code too): its module
 // must match allowed_modules and, once that is set, every variable it
-// sets must match allowed_variables and every Consul KV key it reads must
-// be under allowed_kv_prefixes. The error, a 403, names the module, the
-// variable or the key.
+// sets must match allowed_variables, every Consul KV key it reads must
+// be under allowed_kv_prefixes and it cannot receive other tasks' outputs
+// (module_input task_outputs). The error, a 403, names the module, the
+// variable, the key or the field.
 func checkAllowed(rules config.APITasks, spec task.Spec) error {
 	if err := allowedError(rules, spec); err != nil {
 		return &httpError{status: http.StatusForbidden, msg: err.Error()}
@@ -36,6 +37,12 @@ func allowedError(rules config.APITasks, spec task.Spec) error {
 			return fmt.Errorf("variable %q (task.variables.%s) is not allowed for tasks created through the API: the name must match one of api_tasks.allowed_variables (%s)",
 				name, name, listOrNone(rules.AllowedVariables))
 		}
+	}
+	// Another task's outputs (module_input "task-outputs") are data the
+	// allowlist does not cover: they come from modules and variables the
+	// operator chose for that task, secrets included.
+	if rules.Restricted() && spec.ModuleInput.TaskOutputs != nil {
+		return fmt.Errorf("task.module_input.task_outputs is not allowed for tasks created through the API once api_tasks.allowed_modules is set: other tasks' outputs are not covered by the allowlist (depends_on orders runs without passing data)")
 	}
 	for _, kv := range []struct {
 		field string

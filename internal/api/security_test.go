@@ -637,6 +637,16 @@ func TestVariableAndKVAllowlist(t *testing.T) {
 		}
 		h.do("GET", "/v1/tasks/"+c.name, "").expect(t, 404)
 	}
+	// Another task's outputs: not covered by the allowlist, refused;
+	// depends_on (no data) is allowed.
+	h.do("POST", "/v1/tasks", body("after", `"depends_on":["ok"],`+svc)).expect(t, 201)
+	for _, run := range []string{"", "?run=now", "?run=inspect"} {
+		r := h.do("POST", "/v1/tasks"+run, body("outs", svc+`,"module_input":{"task_outputs":{"tasks":["ok"]}}`)).expect(t, 403)
+		if msg := r.errMsg(t); !strings.Contains(msg, "task.module_input.task_outputs is not allowed") {
+			t.Errorf("task_outputs%s: message %q", run, msg)
+		}
+	}
+	h.do("GET", "/v1/tasks/outs", "").expect(t, 404)
 	// No allowed_variables: no variable at all.
 	strict := newHarness(t, nil, func(o *Options) { o.Tasks = config.APITasks{AllowedModules: []string{"./modules/*"}} })
 	r := strict.do("POST", "/v1/tasks", body("v", `"variables":{"a":"1"},`+svc)).expect(t, 403)
@@ -646,6 +656,7 @@ func TestVariableAndKVAllowlist(t *testing.T) {
 	// No allowlist: CTS.
 	open := newHarness(t, nil)
 	open.do("POST", "/v1/tasks", body("v", `"variables":{"reload_command":"\"x\""},"condition":{"consul_kv":{"path":"secrets/a"}}`)).expect(t, 201)
+	open.do("POST", "/v1/tasks", body("o", svc+`,"module_input":{"task_outputs":{"tasks":["v"]}}`)).expect(t, 201)
 }
 
 // A stored task (high availability) passes the same allowlist.
@@ -664,6 +675,11 @@ func TestStoredTaskAllowlist(t *testing.T) {
 	s.ModuleInput.ConsulKV = &task.ConsulKVSelector{Path: "secrets/a"}
 	if err := CheckStoredTask("x", s, rules, nil); err == nil || !strings.Contains(err.Error(), "secrets/a") {
 		t.Fatalf("kv: %v", err)
+	}
+	s.ModuleInput.ConsulKV = nil
+	s.ModuleInput.TaskOutputs = &task.TaskOutputsSelector{Tasks: []string{"db"}}
+	if err := CheckStoredTask("x", s, rules, nil); err == nil || !strings.Contains(err.Error(), "task_outputs") {
+		t.Fatalf("task outputs: %v", err)
 	}
 }
 
