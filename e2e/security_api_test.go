@@ -2,7 +2,8 @@ package e2e
 
 // Tasks created through the API against the real daemon, Consul and
 // Terraform (docs/security.md, docs/api): with an allowlist they set only
-// the variables and read only the KV keys it allows; every check of
+// the variables and read only the KV keys it allows, and no other task's
+// outputs; every check of
 // configuration loading answers before the 201; a deleted task's name is
 // "being deleted" (409) until its last run ends; under high availability a
 // create whose record Consul refuses leaves no trace; a JSON configuration
@@ -69,6 +70,8 @@ api_tasks {
 			`"variables":{`+dirVar+`},"condition":{"consul_kv":{"path":"secrets/db_password"}}`), `key \"secrets/db_password\"`},
 		{"a KV module input outside the prefixes", taskJSON("evil-kvin", "services_file",
 			`"variables":{`+dirVar+`},`+svc+`,"module_input":{"consul_kv":{"path":"secrets/","recurse":true}}`), `prefix \"secrets/\"`},
+		{"another task's outputs", taskJSON("evil-outs", "services_file",
+			`"variables":{`+dirVar+`},`+svc+`,"module_input":{"task_outputs":{"tasks":["slow"]}}`), `task.module_input.task_outputs is not allowed`},
 	} {
 		for _, run := range []string{"", "?run=now", "?run=inspect"} {
 			code, body := apiCall(t, "POST", base+"/v1/tasks"+run, c.body, nil)
@@ -99,7 +102,7 @@ api_tasks {
 	if strings.Contains(body, `"name"`) {
 		t.Errorf("a refused task exists: %s", body)
 	}
-	for _, name := range []string{"evil-var", "evil-kv", "evil-kvin", "fn", "nomod"} {
+	for _, name := range []string{"evil-var", "evil-kv", "evil-kvin", "evil-outs", "fn", "nomod"} {
 		if fileExistsAt(work, "sync-tasks", name) {
 			t.Errorf("the refused task %s has a working directory", name)
 		}
@@ -222,8 +225,9 @@ func TestHACreateIsAtomicEndToEnd(t *testing.T) {
 	}
 }
 
-// A JSON configuration file with an invalid provider argument name is a
-// configuration error (exit 15) naming file:line, not a run-time failure.
+// A JSON configuration file with an invalid provider argument or variable
+// name, or a local module folder that does not exist, is a configuration
+// error (exit 15) naming file:line, not a run-time failure.
 func TestJSONConfigBadNamesExit15EndToEnd(t *testing.T) {
 	skipShort(t)
 	work := t.TempDir()
@@ -240,6 +244,11 @@ func TestJSONConfigBadNamesExit15EndToEnd(t *testing.T) {
   "task": [{"name": "t", "module": "./m", "condition": {"services": {"names": ["web"]}},
     "variables": {"bad var": "1"}}]
 }`, `config.json:4: task "t".variables.bad var: "bad var" is not a valid name`},
+		{`{
+  "consul": {"address": "127.0.0.1:1"},
+  "task": [{"name": "t",
+    "module": "./m", "condition": {"services": {"names": ["web"]}}}]
+}`, `config.json:4: task "t".module: local module "./m" does not exist`},
 	} {
 		cfg := writeFile(t, work, "config.json", c.content)
 		p := startCtsync(t, work, "start", "-config-file", cfg)

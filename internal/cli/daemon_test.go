@@ -124,13 +124,13 @@ consul {
 }
 task {
   name    = "t"
-  module  = "./mod"
+  module  = %q
   enabled = false
   condition "services" {
     names = ["web"]
   }
 }
-`, port, filepath.Join(dir, "sync"), consulSrv.URL)
+`, port, filepath.Join(dir, "sync"), consulSrv.URL, t.TempDir())
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ notification "webhook" {
 }
 task {
   name    = "t"
-  module  = "./mod"
+  module  = %q
   enabled = false
   condition "services" {
     names = ["web"]
@@ -60,7 +60,7 @@ task {
     interval = "1h"
   }
 }
-`, port, filepath.Join(dir, "sync"), consulSrv.URL, hook.URL)
+`, port, filepath.Join(dir, "sync"), consulSrv.URL, hook.URL, t.TempDir())
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

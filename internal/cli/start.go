@@ -152,6 +152,16 @@ func buildApp(ctx context.Context, f *startFlags, stderr io.Writer) (*app, int) 
 		return nil, ExitFlagParse
 	}
 
+	// A local module folder that does not exist is a configuration error,
+	// as for a task created through the API (the development client runs
+	// no module).
+	if cfg.ClientType != config.ClientDevelopment {
+		if err := cfg.CheckLocalModules(); err != nil {
+			fmt.Fprintf(stderr, "configuration error: %v\n", err)
+			return nil, ExitConfig
+		}
+	}
+
 	var bin string
 	if cfg.ClientType == config.ClientDevelopment {
 		logger.Warn("development client: no Terraform runs; each run is logged with its inputs, and nothing is changed")
