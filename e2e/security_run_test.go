@@ -168,7 +168,9 @@ task {
 // SIGHUP: a token file that would give the read token the write token's
 // secret is refused as a whole (both tokens keep working as before, the
 // error is logged); a new client CA is taken (a client certificate it
-// signed is accepted from then on).
+// signed is accepted from then on); a broken server key is refused with the
+// token change of the same reload, and a renewed certificate is served
+// after the next one.
 func TestSIGHUPReloadChecked(t *testing.T) {
 	skipShort(t)
 	c := testutil.StartConsul(t)
@@ -180,6 +182,16 @@ func TestSIGHUPReloadChecked(t *testing.T) {
 	caB, err := os.ReadFile(first.CACert)
 	must(t, err)
 	caFile := writeFile(t, conf, "client-ca.pem", string(caB))
+	// The server's certificate and key, copies that SIGHUP reads again.
+	installServer := func(f testcerts.Files) {
+		t.Helper()
+		for src, dst := range map[string]string{f.ServerCert: "server.pem", f.ServerKey: "server-key.pem"} {
+			b, err := os.ReadFile(src)
+			must(t, err)
+			writeFile(t, conf, dst, string(b))
+		}
+	}
+	installServer(first)
 	port := testutil.FreePort(t)
 	cfg := writeFile(t, conf, "config.hcl", fmt.Sprintf(`
 working_dir = %q
@@ -206,7 +218,7 @@ api_auth {
     access      = "read"
   }
 }
-`, filepath.Join(conf, "sync-tasks"), port, c.Addr, first.ServerCert, first.ServerKey, caFile, opsFile, dashFile))
+`, filepath.Join(conf, "sync-tasks"), port, c.Addr, filepath.Join(conf, "server.pem"), filepath.Join(conf, "server-key.pem"), caFile, opsFile, dashFile))
 	p := startCtsync(t, conf, "start", "-config-file", cfg)
 	base := fmt.Sprintf("https://127.0.0.1:%d", port)
 	call := func(client *http.Client, method, path, token string) int {
@@ -261,6 +273,41 @@ api_auth {
 	p.waitOutput(t, 30*time.Second, "token files and TLS files reloaded")
 	if code := call(secondClient, "GET", "/v1/status", dash); code != 200 {
 		t.Errorf("a client of the new CA after the reload: %d, want 200", code)
+	}
+
+	// A broken server key, with a new read token secret in the same
+	// reload: refused as a whole (logged), the certificate and every token
+	// in force stay.
+	const dash2 = "dash-secret-renewed-0123456789"
+	writeFile(t, conf, "dash.token", dash2+"\n")
+	writeFile(t, conf, "server-key.pem", "not a key\n")
+	must(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	testutil.Eventually(t, 30*time.Second, "the second reload refused", func() bool { return p.count("reload refused") >= 2 })
+	if code := call(secondClient, "GET", "/v1/status", dash); code != 200 {
+		t.Errorf("the old certificate and read token after a refused reload: %d, want 200", code)
+	}
+	if code := call(secondClient, "GET", "/v1/status", dash2); code != 401 {
+		t.Errorf("the new read token after a refused reload: %d, want 401", code)
+	}
+
+	// A renewed certificate and key: served from the next handshake on,
+	// with the new token.
+	installServer(second)
+	renewed := mtlsClient(t, testcerts.Files{CACert: second.CACert, ClientCert: second.ClientCert, ClientKey: second.ClientKey})
+	renewed.Transport.(*http.Transport).DisableKeepAlives = true
+	if code := call(renewed, "GET", "/v1/status", dash2); code != -1 {
+		t.Fatalf("the renewed certificate is served before the reload: %d", code)
+	}
+	must(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	testutil.Eventually(t, 30*time.Second, "the third reload", func() bool { return p.count("token files and TLS files reloaded") >= 2 })
+	if code := call(renewed, "GET", "/v1/status", dash2); code != 200 {
+		t.Errorf("the renewed certificate and the new token after the reload: %d, want 200", code)
+	}
+	if code := call(secondClient, "GET", "/v1/status", dash); code != -1 {
+		t.Errorf("the old certificate is still served after the reload: %d", code)
+	}
+	if strings.Contains(p.out.String(), dash2) {
+		t.Error("a token secret is in the daemon's output")
 	}
 	p.running(t)
 }
