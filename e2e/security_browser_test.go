@@ -99,3 +99,58 @@ consul {
 		t.Errorf("the daemon logged a task creation")
 	}
 }
+
+// An API that listens beyond loopback without api_auth (the CTS default:
+// every interface, no token) is said at start (WARN), in GET /v1/status
+// "warnings" and in the dashboard's banner; with tokens none of the three.
+func TestExposureWarningAtStartAndOnDashboard(t *testing.T) {
+	skipShort(t)
+	chromium := findChromium(t)
+	c := testutil.StartConsul(t)
+	const warning = "without api_auth: anyone who can reach port"
+	start := func(extra string) (*proc, string) {
+		t.Helper()
+		work := t.TempDir()
+		port := testutil.FreePort(t)
+		cfg := writeFile(t, work, "config.hcl", fmt.Sprintf(`
+working_dir = %q
+port        = %d
+consul {
+  address = %q
+}
+%s`, filepath.Join(work, "sync-tasks"), port, c.Addr, extra))
+		p := startCtsync(t, work, "start", "-config-file", cfg)
+		base := fmt.Sprintf("http://127.0.0.1:%d", port)
+		testutil.Eventually(t, 30*time.Second, "the API", func() bool {
+			code, _, _ := haGet(port, "/v1/health")
+			return code == http.StatusOK
+		})
+		return p, base
+	}
+
+	open, base := start("")
+	open.waitOutput(t, 30*time.Second, "[WARN]", "listens beyond loopback", warning)
+	code, body := apiCall(t, "GET", base+"/v1/status", "", nil)
+	expectStatus(t, "status", 200, code, body)
+	if !strings.Contains(body, `"warnings":[`) || !strings.Contains(body, warning) {
+		t.Errorf("GET /v1/status lacks the warning: %s", body)
+	}
+	b := newBrowser(t, chromium, t.TempDir())
+	b.do("open the dashboard", chromedp.Navigate(base+"/"))
+	b.waitText("#setup-warning", warning, 30*time.Second)
+	if hidden, _ := b.eval(`document.getElementById('setup-warning').hidden`).(bool); hidden {
+		b.fail("the warning banner is hidden")
+	}
+
+	const secret = "exposure-token-0123456789abcdef"
+	closed, base := start(fmt.Sprintf("api_auth {\n  token {\n    name   = \"ops\"\n    secret = %q\n    access = \"read\"\n  }\n}\n", secret))
+	code, body = apiCall(t, "GET", base+"/v1/status", "", map[string]string{"Authorization": "Bearer " + secret})
+	expectStatus(t, "status with a token", 200, code, body)
+	if strings.Contains(body, "warnings") {
+		t.Errorf("a warning with api_auth set: %s", body)
+	}
+	closed.waitOutput(t, 30*time.Second, "api listening")
+	if closed.count("listens beyond loopback") > 0 {
+		t.Errorf("the start-up warned with api_auth set")
+	}
+}
