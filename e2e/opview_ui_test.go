@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,9 @@ task {
 	b.wait("the duration chart drawn with the runs",
 		fmt.Sprintf(`(f => f && +f.dataset.points >= %d && !!f.querySelector('canvas'))(document.getElementById('chart-duration'))`, before+2), 30*time.Second)
 	b.wait("the latency chart drawn", `(f => f && +f.dataset.points >= 1 && !!f.querySelector('canvas'))(document.getElementById('chart-latency'))`, 30*time.Second)
+	if got := b.text("#chart-duration figcaption"); !strings.HasSuffix(got, " runs, 100% succeeded") {
+		t.Errorf("the duration chart's caption %q, want the success rate 100%%", got)
+	}
 	t.Logf("task page: %s", b.shot("02-task-charts"))
 
 	// The history says what changed in Consul before each run.
@@ -173,6 +177,7 @@ task {
 	b.do("open firewall", chromedp.Navigate(base+"/ui/#/tasks/firewall"))
 	b.wait("collapsed identical failures", `!!document.querySelector('#history tbody tr:first-child .repeat')`, 30*time.Second)
 	b.waitText("#last-error", summary, 10*time.Second)
+	b.waitText("#chart-duration figcaption", " runs, 0% succeeded", 10*time.Second)
 	b.wait("the retry on the task page", `/attempt \d+/.test((document.querySelector('#retry-info') || {}).innerText || '')`, 30*time.Second)
 	rows := b.eval(`document.querySelectorAll('#history tbody tr').length`).(float64)
 	total := len(taskEvents(t, base, "firewall"))
@@ -195,6 +200,36 @@ task {
 		t.Errorf("full error %q", got)
 	}
 	t.Logf("failed run: %s", b.shot("05-failed-run"))
+
+	// ---- pages of 20 runs ----
+	for n := len(taskEvents(t, base, "web")); n <= 20; n++ {
+		resp, err := http.Post(base+"/v1/tasks/web/run", "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("run %d of web: %s", n+1, resp.Status)
+		}
+	}
+	total = len(taskEvents(t, base, "web"))
+	b.do("open web", chromedp.Navigate(base+"/ui/#/tasks/web"))
+	b.waitText("#page-info", fmt.Sprintf("1–20 of %d", total), 30*time.Second)
+	if n := b.eval(`document.querySelectorAll('#history tbody tr').length`).(float64); n != 20 {
+		t.Errorf("the first page has %v runs, want 20", n)
+	}
+	newest := b.eval(`document.querySelector('#history tbody tr').dataset.event`)
+	b.click("#older-page")
+	b.waitText("#page-info", fmt.Sprintf("21–%d of %d", total, total), 10*time.Second)
+	b.wait("the older runs", fmt.Sprintf(`document.querySelectorAll('#history tbody tr').length === %d`, total-20), 10*time.Second)
+	if b.eval(`document.getElementById('older-page').disabled`) != true || b.eval(`document.getElementById('newer-page').disabled`) != false {
+		t.Error("on the last page, Older is not disabled or Newer is")
+	}
+	b.click("#newer-page")
+	b.waitText("#page-info", "1–20 of ", 10*time.Second)
+	if got := b.eval(`document.querySelector('#history tbody tr').dataset.event`); got != newest {
+		t.Errorf("back on the first page, the newest run is %v, want %v", got, newest)
+	}
 
 	// ---- metrics as a summary ----
 	b.do("open metrics", chromedp.Navigate(base+"/ui/#/metrics"))

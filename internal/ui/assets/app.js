@@ -412,7 +412,7 @@ async function renderTask(name, seq) {
   if (state.confirmRun === name) nodes.push(runConfirmPanel(name));
   nodes.push(details,
     el('div', { class: 'charts' },
-      chartFigure('chart-duration', 'Run duration (s) and result', 'newest ' + runEvents(recent.runs).length + ' runs'),
+      chartFigure('chart-duration', 'Run duration (s) and result', successNote(runEvents(recent.runs))),
       chartFigure('chart-latency', 'Reaction latency (s): change seen → run ended')),
     el('h2', null, 'History'), historyControls(events.total || 0), historyTable(name, evs));
   if (state.log && state.log.task === name) nodes.push(logPanel());
@@ -427,6 +427,13 @@ async function renderTask(name, seq) {
   const newHeld = document.getElementById('held-plan-text');
   if (keptHeld && newHeld && newHeld.dataset.plan === keptHeld.plan) newHeld.scrollTop = keptHeld.top;
   drawTaskCharts(recent.runs);
+}
+
+// successNote: how many runs a chart shows and the share that succeeded.
+function successNote(runs) {
+  if (!runs.length) return 'no runs yet';
+  const ok = runs.filter((e) => e.success).length;
+  return 'newest ' + runs.length + ' runs, ' + Math.round(100 * ok / runs.length) + '% succeeded';
 }
 
 // historyControls: the result filter and the pages of the history.
