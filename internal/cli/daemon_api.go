@@ -100,16 +100,22 @@ func (a *app) selfRegister(ctx context.Context) (deregister func()) {
 }
 
 // validateAPITask checks what the API cannot know alone about a task
-// created through it: a local module is a directory here, and it may only
-// use providers that are configured (terraform_provider blocks).
+// created through it: a local module is a directory here, and a provider
+// alias it names is configured (a terraform_provider block with that
+// alias). A provider named without an alias needs no block: its default
+// configuration is used, as for a task in a configuration file and as CTS
+// does.
 func (a *app) validateAPITask(s task.Spec) error {
 	if err := task.CheckLocalModule(s.Module); err != nil {
 		return &task.FieldError{Field: "module", Msg: err.Error()}
 	}
 	for i, ref := range s.Providers {
+		if !strings.Contains(ref, ".") {
+			continue
+		}
 		if !slices.ContainsFunc(a.cfg.Providers, func(p config.Provider) bool { return p.Ref() == ref }) {
 			return &task.FieldError{Field: fmt.Sprintf("providers[%d]", i),
-				Msg: fmt.Sprintf("provider %q is not configured: add a terraform_provider block for it to the daemon's configuration", ref)}
+				Msg: fmt.Sprintf("provider %q is not configured: add a terraform_provider block with this alias to the daemon's configuration", ref)}
 		}
 	}
 	return nil
