@@ -70,6 +70,8 @@ task {
 	// CTS's usage lines, naming the binary as invoked.
 	for args, first := range map[string]string{
 		"-help":              "Usage CLI: consul-terraform-sync <command> [-help] [options]\n",
+		"-once -help":        "Usage CLI: consul-terraform-sync <command> [-help] [options]\n",
+		"-config-file=x -h":  "Usage CLI: consul-terraform-sync <command> [-help] [options]\n",
 		"start -help":        "Usage CLI: consul-terraform-sync start [-help] [options]\n",
 		"task enable -help":  "Usage: consul-terraform-sync task enable [-help] [options] <task name>\n",
 		"task disable -help": "Usage: consul-terraform-sync task disable [-help] [options] <task name>\n",

@@ -61,6 +61,16 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	}
 	if strings.HasPrefix(args[0], "-") {
 		// Flags without a sub-command: the deprecated CTS start-up form.
+		// As in CTS, a help flag anywhere prints the usage, and a version
+		// flag among the leading flags prints the version.
+		if isHelp(args) {
+			usage(stdout)
+			return ExitOK
+		}
+		if leadingVersionFlag(args) {
+			printVersion(stdout)
+			return ExitOK
+		}
 		if !hasConfigFlag(args) {
 			usage(stderr)
 			return ExitRequiredFlags
@@ -75,6 +85,21 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintln(stderr)
 	usage(stderr)
 	return ExitFlagParse
+}
+
+// leadingVersionFlag reports whether a version flag (-v, -version,
+// --version) comes among the flags before the first argument that is not
+// one (where CTS's command line reads a version flag).
+func leadingVersionFlag(args []string) bool {
+	for _, a := range args {
+		switch {
+		case a == "-v" || a == "-version" || a == "--version":
+			return true
+		case !strings.HasPrefix(a, "-") || a == "--":
+			return false
+		}
+	}
+	return false
 }
 
 // hasConfigFlag reports whether args give a configuration file or

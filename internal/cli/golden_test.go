@@ -87,6 +87,8 @@ func TestGolden(t *testing.T) {
 		{"start_bad_log_format", "", true, []string{"start", "-config-file=x.hcl", "-log-format=xml"}, nil},
 		{"start_stray_argument", "", true, []string{"start", "stray", "-config-file=x.hcl"}, nil},
 		{"commandless_no_config", "", true, []string{"-once"}, nil},
+		{"commandless_help", "", true, []string{"-once", "-help"}, nil},
+		{"commandless_config_help", "", true, []string{"-config-file=x.hcl", "-h"}, nil},
 
 		{"task_enable_help", "", true, []string{"task", "enable", "-help"}, nil},
 		{"task_enable_yes", "yes\n", true, []string{"task", "enable", "a"}, nil},

@@ -449,10 +449,8 @@ func taskDelete(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := commandContext()
 	defer cancel()
-	// Unlike CTS, an unknown task fails before the question is asked.
-	if _, err := cl.Task(ctx, name); err != nil {
-		return u.fail(fmt.Sprintf("Error: unable to delete '%s'", name), clientError(cl, err))
-	}
+	// As in CTS, the question comes first: an unknown task is the
+	// DELETE's 404.
 	if !*autoApprove {
 		u.info("Do you want to delete '%s'?", name)
 		u.output(" - This action cannot be undone.")

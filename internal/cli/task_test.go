@@ -288,7 +288,7 @@ func TestTaskCommandErrors(t *testing.T) {
 		{[]string{"task", "create", "-task-file=/does/not/exist.hcl", "extra"}, ExitError, "Warning: ignoring arguments after the flags: 'extra'"},
 		{[]string{"task", "enable", "nope"}, ExitError, "==> Error: unable to generate plan for 'nope'\n    404 Not Found: a task with name 'nope' does not exist or has not been initialized yet"},
 		{[]string{"task", "disable", "nope"}, ExitError, "a task with name 'nope' does not exist"},
-		{[]string{"task", "delete", "nope"}, ExitError, "==> Error: unable to delete 'nope'\n    404 Not Found: a task with name 'nope' does not exist"},
+		{[]string{"task", "delete", "-auto-approve", "nope"}, ExitError, "==> Error: unable to delete 'nope'\n    404 Not Found: a task with name 'nope' does not exist"},
 		{[]string{"task", "create", "-task-file=/does/not/exist.hcl"}, ExitError, "cannot read task file"},
 		{[]string{"status", "a", "b"}, ExitRequiredFlags, "at most one task name"},
 		{[]string{"status", "-status=bogus"}, ExitError, "query parameter status"},

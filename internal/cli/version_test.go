@@ -58,3 +58,19 @@ func TestVersionFromBuildInfo(t *testing.T) {
 		t.Errorf("linker flags and a stamp: %+v", b)
 	}
 }
+
+// CTS's deprecated form without a command prints the version when a
+// version flag comes among the leading flags, and nothing else runs.
+func TestVersionWithoutCommand(t *testing.T) {
+	for _, args := range [][]string{{"-once", "-v"}, {"-config-file=x.hcl", "-version"}, {"-inspect", "--version", "-config-file=x.hcl"}} {
+		code, out, errOut := run(t, "", args...)
+		if code != ExitOK || !strings.HasPrefix(out, "ctsync v") || errOut != "" {
+			t.Errorf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
+	}
+	// After a value that is not a flag, -version is start's (an unknown
+	// flag), as in CTS.
+	if code, _, _ := run(t, "", "-config-file", "x.hcl", "-version"); code != ExitFlagParse {
+		t.Errorf("-config-file x.hcl -version: exit %d, want %d", code, ExitFlagParse)
+	}
+}
