@@ -644,8 +644,33 @@ func TestHAStoredStateAcrossRestarts(t *testing.T) {
 	}
 
 	// The whole cluster restarts: the API changes are still there, and
-	// nothing runs again (the inputs are those last applied).
+	// nothing runs again (the inputs are those last applied); the run
+	// history, kept in Consul KV, too.
+	eventIDs := func(task string) []string {
+		t.Helper()
+		code, b := haDo(t, "GET", in.port, "/v1/tasks/"+task+"/events", "")
+		var r struct {
+			Events []struct {
+				ID string `json:"id"`
+			} `json:"events"`
+		}
+		if err := json.Unmarshal(b, &r); code != 200 || err != nil {
+			t.Fatalf("events of %s: %d %v %s", task, code, err, b)
+		}
+		var ids []string
+		for _, ev := range r.Events {
+			ids = append(ids, ev.ID)
+		}
+		return ids
+	}
+	before := map[string][]string{"web-task": eventIDs("web-task"), "api-task": eventIDs("api-task")}
 	p := restart()
+	for task, ids := range before {
+		got := eventIDs(task)
+		if len(ids) == 0 || slices.ContainsFunc(ids, func(id string) bool { return !slices.Contains(got, id) }) {
+			t.Errorf("the runs of %s after a restart: %v, before: %v", task, got, ids)
+		}
+	}
 	if got := haTasks(t, in.port); len(got) != 2 || got["web-task"] || !got["api-task"] {
 		t.Fatalf("tasks after a restart: %v", got)
 	}
