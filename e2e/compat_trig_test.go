@@ -128,6 +128,12 @@ func TestCompatTasksUpdate(t *testing.T) {
 	if code := p.wait(t, 60*time.Second); code != 0 {
 		t.Fatalf("exit code %d on SIGINT, want 0", code)
 	}
+	// CTS's lines, which operators' log alerts look for.
+	for _, want := range []string{"[INFO]  cli: signal received to initiate graceful shutdown: signal=interrupt ", "[INFO]  cli: graceful shutdown\n"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("the log lacks %q", want)
+		}
+	}
 }
 
 // A schedule task created through the CLI while the daemon runs

@@ -135,7 +135,8 @@ func TestGracefulShutdownDuringApply(t *testing.T) {
 		t.Fatalf("the apply in progress did not finish: services.json has %q", got)
 	}
 	// CTS's lines, which operators' log alerts look for.
-	for _, want := range []string{"[INFO]  ctrl: task completed: task_name=gated ", "[INFO]  cli: graceful shutdown\n"} {
+	for _, want := range []string{"[INFO]  ctrl: task completed: task_name=gated ",
+		"[INFO]  cli: signal received to initiate graceful shutdown: signal=terminated ", "[INFO]  cli: graceful shutdown\n"} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Errorf("the log lacks %q:\n%s", want, p.out.String())
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -112,7 +113,9 @@ func (a *app) runDaemon(ctx context.Context) int {
 			if f := gr.failure(); f != nil {
 				a.log.Info("stopping: a part failed; waiting for runs in progress", "grace", shutdownGrace, "error", f)
 			} else {
-				a.log.Info("signal received to initiate graceful shutdown: waiting for runs in progress", "grace", shutdownGrace)
+				// CTS's message and key (signal=interrupt), which
+				// operators' log alerts look for.
+				a.log.Info("signal received to initiate graceful shutdown", "signal", signalName(ctx), "grace", shutdownGrace)
 			}
 		}()
 		err := a.ctrl.Run(ctx)
@@ -146,6 +149,20 @@ func (a *app) runDaemon(ctx context.Context) int {
 	a.log.Info("graceful shutdown") // CTS's line: operators' alerts look for it
 	return ExitOK
 }
+
+// signalName is the name of the signal that ended ctx ("interrupt",
+// "terminated", "quit"), as Go prints it and so as CTS logs it; "" when no
+// signal did.
+func signalName(ctx context.Context) string {
+	cause := context.Cause(ctx)
+	if cause == nil || !strings.HasSuffix(cause.Error(), signalSuffix) {
+		return ""
+	}
+	return strings.TrimSuffix(cause.Error(), signalSuffix)
+}
+
+// signalSuffix ends the cause signal.NotifyContext gives its context.
+const signalSuffix = " signal received"
 
 // notifyFlush bounds how long the shutdown waits for queued notifications.
 const notifyFlush = 5 * time.Second
