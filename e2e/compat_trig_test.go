@@ -129,7 +129,8 @@ func TestCompatTasksUpdate(t *testing.T) {
 		t.Fatalf("exit code %d on SIGINT, want 0", code)
 	}
 	// CTS's lines, which operators' log alerts look for.
-	for _, want := range []string{"[INFO]  cli: signal received to initiate graceful shutdown: signal=interrupt ", "[INFO]  cli: graceful shutdown\n"} {
+	for _, want := range []string{"[INFO]  cli: running controller in daemon mode\n",
+		"[INFO]  cli: signal received to initiate graceful shutdown: signal=interrupt ", "[INFO]  cli: graceful shutdown\n"} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Errorf("the log lacks %q", want)
 		}

@@ -74,6 +74,7 @@ func (gr *group) failure() error {
 // the rest stop. Exit code: 0, 12 when runs had to be interrupted, 11 when
 // a part failed.
 func (a *app) runDaemon(ctx context.Context) int {
+	a.log.Info("running controller in daemon mode") // CTS's line, as -once's and -inspect's
 	// The API is bound before anything starts (a port in use is fatal),
 	// and serves before Consul is reachable.
 	srv, err := a.startAPI()
