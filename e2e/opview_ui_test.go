@@ -109,7 +109,7 @@ task {
 	b.do("reload web", chromedp.Reload())
 	b.wait("the duration chart drawn with the runs",
 		fmt.Sprintf(`(f => f && +f.dataset.points >= %d && !!f.querySelector('canvas'))(document.getElementById('chart-duration'))`, before+2), 30*time.Second)
-	b.wait("the latency chart drawn", `(f => f && +f.dataset.points >= 1 && !!f.querySelector('canvas'))(document.getElementById('chart-latency'))`, 30*time.Second)
+	b.wait("the latency chart drawn", `(f => f && /^[1-9]\d*,0$/.test(f.dataset.seriesPoints) && !!f.querySelector('canvas'))(document.getElementById('chart-latency'))`, 30*time.Second)
 	if got := b.text("#chart-duration figcaption"); !strings.HasSuffix(got, " runs, 100% succeeded") {
 		t.Errorf("the duration chart's caption %q, want the success rate 100%%", got)
 	}
@@ -178,6 +178,8 @@ task {
 	b.wait("collapsed identical failures", `!!document.querySelector('#history tbody tr:first-child .repeat')`, 30*time.Second)
 	b.waitText("#last-error", summary, 10*time.Second)
 	b.waitText("#chart-duration figcaption", " runs, 0% succeeded", 10*time.Second)
+	// The reaction latency of failed runs is its own (red) series.
+	b.wait("the failed runs' latency drawn apart", `/^0,[1-9]/.test(document.getElementById('chart-latency').dataset.seriesPoints || '')`, 10*time.Second)
 	b.wait("the retry on the task page", `/attempt \d+/.test((document.querySelector('#retry-info') || {}).innerText || '')`, 30*time.Second)
 	rows := b.eval(`document.querySelectorAll('#history tbody tr').length`).(float64)
 	total := len(taskEvents(t, base, "firewall"))

@@ -16,7 +16,8 @@ function chartFigure(id, title, note) {
 }
 
 // drawChart draws data ([xs, ...series]) in the figure id. The figure's
-// data-points says how many values were drawn (0: an empty chart says so).
+// data-points says how many values were drawn (0: an empty chart says so),
+// data-series-points how many each series has.
 function drawChart(id, series, data, opts) {
   const fig = document.getElementById(id);
   if (!fig) return;
@@ -24,8 +25,10 @@ function drawChart(id, series, data, opts) {
   if (old) { old.destroy(); charts.delete(id); }
   const box = fig.querySelector('.plot');
   box.replaceChildren();
-  const points = data.slice(1).reduce((n, ys) => n + ys.filter((v) => v !== null && v !== undefined).length, 0);
+  const counts = data.slice(1).map((ys) => ys.filter((v) => v !== null && v !== undefined).length);
+  const points = counts.reduce((a, b) => a + b, 0);
   fig.dataset.points = String(points);
+  fig.dataset.seriesPoints = counts.join(','); // per series, in order
   if (!points) {
     box.append(el('p', { class: 'muted empty' }, 'No data yet.'));
     return;
@@ -75,9 +78,11 @@ function drawTaskCharts(evs) {
   const dur = (e) => Math.max(0, secs(e.end_time) - secs(e.start_time));
   drawChart('chart-duration', [dots('succeeded', '#1a7f37'), dots('failed', '#cf222e')],
     [xs, runs.map((e) => (e.success ? dur(e) : null)), runs.map((e) => (e.success ? null : dur(e)))]);
+  // A failed run applied nothing: its latency is drawn apart, in red.
   const seen = runs.filter((e) => e.detected_at);
-  drawChart('chart-latency', [dots('change seen → applied', '#0969da')],
-    [seen.map((e) => secs(e.end_time)), seen.map((e) => Math.max(0, secs(e.end_time) - secs(e.detected_at)))]);
+  const latency = (e) => Math.max(0, secs(e.end_time) - secs(e.detected_at));
+  drawChart('chart-latency', [dots('change seen → applied', '#0969da'), dots('change seen → failed', '#cf222e')],
+    [seen.map((e) => secs(e.end_time)), seen.map((e) => (e.success ? latency(e) : null)), seen.map((e) => (e.success ? null : latency(e)))]);
 }
 
 // drawRunsPerMinute: the daemon's runs per minute over the last hour, from
