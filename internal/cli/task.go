@@ -239,6 +239,12 @@ func (c *clientCmd) taskName(args []string) (string, bool) {
 }
 
 func (c *clientCmd) client() (*client.Client, error) {
+	c.fs.Visit(func(f *flag.Flag) {
+		if f.Name == "port" { // CTS's warning, to stderr
+			fmt.Fprint(c.ui.err, prefixed(infoPrefix, "Warning: 'port' option is deprecated and will be removed in a later version. "+
+				"It is preferred to use the 'http-addr' option instead.\n"))
+		}
+	})
 	return client.New(c.cfg)
 }
 

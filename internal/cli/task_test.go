@@ -695,3 +695,17 @@ func TestInvokedName(t *testing.T) {
 		t.Errorf("task enable usage:\n%s", out+errOut)
 	}
 }
+
+// The deprecated -port replaces the address's port, with CTS's warning on
+// standard error.
+func TestTaskPortFlagWarns(t *testing.T) {
+	f := newFakeCtrl(specNamed("a"))
+	ts := serve(t, f)
+	_, port, _ := strings.Cut(strings.TrimPrefix(ts.URL, "http://"), ":")
+	t.Setenv("CTS_ADDRESS", "http://127.0.0.1:1")
+	code, out, errOut := run(t, "", "task", "disable", "-port="+port, "a")
+	if code != ExitOK || !strings.HasSuffix(out, "==> 'a' disable complete!\n") ||
+		errOut != "==> Warning: 'port' option is deprecated and will be removed in a later version. It is preferred to use the 'http-addr' option instead.\n\n" {
+		t.Fatalf("exit %d\n%s---\n%s", code, out, errOut)
+	}
+}
