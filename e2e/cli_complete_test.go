@@ -12,7 +12,7 @@ import (
 )
 
 // -autocomplete-install adds bash's `complete -C <binary> ctsync` to the
-// user's .bashrc and -autocomplete-uninstall removes it again, leaving the
+// user's .bashrc and start -autocomplete-uninstall removes it again, leaving the
 // rest of the file as it was; a second install fails and says why.
 //
 // The completion library finds the home directory in the password
@@ -60,7 +60,8 @@ func TestCLIAutocompleteInstall(t *testing.T) {
 	if out, err := run("-autocomplete-install"); err == nil || !strings.Contains(out, "already installed in "+rc) {
 		t.Fatalf("second -autocomplete-install: %v\n%s", err, out)
 	}
-	if out, err := run("-autocomplete-uninstall"); err != nil {
+	// As in CTS, also a flag of start.
+	if out, err := run("start", "-autocomplete-uninstall"); err != nil {
 		t.Fatalf("-autocomplete-uninstall: %v\n%s", err, out)
 	}
 	if got := readFile(t, rc); strings.Contains(got, "complete -C") || !strings.HasPrefix(got, original) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -124,30 +125,45 @@ func autocomplete(stdout io.Writer) bool {
 	return completer(stdout).Complete()
 }
 
+// The completion library's installer, replaced by tests.
+var (
+	installCompletion   = install.Install
+	uninstallCompletion = install.Uninstall
+)
+
 // autocompleteSetup handles -autocomplete-install and
-// -autocomplete-uninstall among the flags before the command, as CTS:
-// the line `complete -C <this binary> <name>` is added to (or removed
-// from) the rc files of the user's bash, zsh and fish. ok is false when
-// args hold neither flag.
+// -autocomplete-uninstall as CTS (whose command-line library reads them
+// anywhere before a "--", so also as flags of start): the line
+// `complete -C <this binary> <name>` is added to (or removed from) the rc
+// files of the user's bash, zsh and fish. ok is false when args hold
+// neither flag.
 func autocompleteSetup(args []string, stderr io.Writer) (code int, ok bool) {
+	var doInstall, doUninstall bool
 	for _, a := range args {
-		if !strings.HasPrefix(a, "-") || a == "--" {
+		if a == "--" {
 			break
 		}
-		var err error
-		switch strings.TrimLeft(a, "-") {
-		case flagAutocompleteInstall:
-			err = install.Install(Name)
-		case flagAutocompleteUninstall:
-			err = install.Uninstall(Name)
-		default:
-			continue
+		switch a {
+		case "-" + flagAutocompleteInstall, "--" + flagAutocompleteInstall:
+			doInstall = true
+		case "-" + flagAutocompleteUninstall, "--" + flagAutocompleteUninstall:
+			doUninstall = true
 		}
-		if err != nil {
-			fmt.Fprintf(stderr, "Error executing CLI: %s\n", err)
-			return ExitError, true
-		}
-		return ExitOK, true
 	}
-	return 0, false
+	var err error
+	switch {
+	case doInstall && doUninstall:
+		err = errors.New("Either the autocomplete install or uninstall flag may be specified, but not both.")
+	case doInstall:
+		err = installCompletion(Name)
+	case doUninstall:
+		err = uninstallCompletion(Name)
+	default:
+		return 0, false
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "Error executing CLI: %s\n", err)
+		return ExitError, true
+	}
+	return ExitOK, true
 }

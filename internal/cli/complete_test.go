@@ -60,3 +60,38 @@ func TestCommandFlags(t *testing.T) {
 		t.Fatalf("version's flags: %v", got)
 	}
 }
+
+// -autocomplete-install and -autocomplete-uninstall work where CTS reads
+// them: before the command or as flags of start; both at once is an error.
+func TestAutocompleteSetup(t *testing.T) {
+	var calls []string
+	oldI, oldU := installCompletion, uninstallCompletion
+	t.Cleanup(func() { installCompletion, uninstallCompletion = oldI, oldU })
+	installCompletion = func(name string) error { calls = append(calls, "install "+name); return nil }
+	uninstallCompletion = func(name string) error { calls = append(calls, "uninstall "+name); return nil }
+	for _, c := range []struct {
+		args []string
+		want string
+		code int
+	}{
+		{[]string{"-autocomplete-install"}, "install ctsync", ExitOK},
+		{[]string{"start", "-autocomplete-install"}, "install ctsync", ExitOK},
+		{[]string{"start", "--autocomplete-uninstall"}, "uninstall ctsync", ExitOK},
+		{[]string{"-autocomplete-uninstall"}, "uninstall ctsync", ExitOK},
+		{[]string{"-autocomplete-install", "-autocomplete-uninstall"}, "", ExitError},
+	} {
+		calls = nil
+		code, _, stderr := run(t, "", c.args...)
+		if got := strings.Join(calls, ";"); code != c.code || got != c.want {
+			t.Errorf("%v: exit %d, calls %q, want %d, %q (stderr %q)", c.args, code, got, c.code, c.want, stderr)
+		}
+		if c.code == ExitError && !strings.Contains(stderr, "Error executing CLI: Either the autocomplete install or uninstall flag may be specified, but not both.") {
+			t.Errorf("%v: stderr %q", c.args, stderr)
+		}
+	}
+	// After "--" they are arguments, not flags.
+	calls = nil
+	if code, _, _ := run(t, "", "start", "--", "-autocomplete-install"); len(calls) != 0 || code == ExitOK {
+		t.Errorf("start -- -autocomplete-install: exit %d, calls %v", code, calls)
+	}
+}
