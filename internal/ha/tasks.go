@@ -40,9 +40,10 @@ type Persisting struct {
 }
 
 // step saves rec as the task's record and runs do, holding Mu until the
-// controller shows the change (applied) or do returned. It returns do's
-// error, or the save's (then do did not run).
-func (p *Persisting) step(ctx context.Context, name string, rec store.TaskRecord, applied func(reconcile.TaskState) bool, do func() error) error {
+// controller shows the change (applied, given what Controller.Task says of
+// the task) or do returned. It returns do's error, or the save's (then do
+// did not run).
+func (p *Persisting) step(ctx context.Context, name string, rec store.TaskRecord, applied func(reconcile.TaskState, error) bool, do func() error) error {
 	if p.Mu != nil {
 		p.Mu.Lock()
 	}
@@ -59,7 +60,7 @@ func (p *Persisting) step(ctx context.Context, name string, rec store.TaskRecord
 	go func() { errc <- do() }()
 	for {
 		changed := p.Controller.StateChanged()
-		if st, err := p.Controller.Task(name); err == nil && applied(st) {
+		if st, err := p.Controller.Task(name); applied(st, err) {
 			unlock()
 			return <-errc
 		}
@@ -90,7 +91,7 @@ func (p *Persisting) Create(ctx context.Context, spec task.Spec, runNow bool) er
 	}
 	prev, had := p.Store.TaskRecords()[spec.Name]
 	saved := false
-	err := p.step(ctx, spec.Name, p.recordFor(spec), func(reconcile.TaskState) bool { return true }, func() error {
+	err := p.step(ctx, spec.Name, p.recordFor(spec), func(_ reconcile.TaskState, err error) bool { return err == nil }, func() error {
 		saved = true
 		return p.Controller.Create(ctx, spec, runNow)
 	})
@@ -123,7 +124,7 @@ func (p *Persisting) SetEnabled(ctx context.Context, name string, enabled bool, 
 	spec := st.Spec
 	spec.Enabled = enabled
 	var res reconcile.PlanResult
-	err = p.step(ctx, name, p.recordFor(spec), func(st reconcile.TaskState) bool { return st.Spec.Enabled == enabled }, func() error {
+	err = p.step(ctx, name, p.recordFor(spec), func(st reconcile.TaskState, err error) bool { return err == nil && st.Spec.Enabled == enabled }, func() error {
 		var err error
 		res, err = p.Controller.SetEnabled(ctx, name, enabled, mode)
 		return err
@@ -162,7 +163,10 @@ func (p *Persisting) restore(ctx context.Context, name string, prev store.TaskRe
 
 // Delete implements the API's Controller. The deletion is saved first, so
 // that a leader that dies while waiting for the task's run to end does not
-// lose it; a delete that fails puts the previous record back.
+// lose it, holding Mu until the controller has the task deleting or gone:
+// a refresh from Consul does not carry out (and so answer for) the
+// deletion in its place. A delete that fails puts the previous record
+// back.
 func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) error {
 	if _, err := p.Controller.Task(name); err != nil {
 		return p.Controller.Delete(ctx, name, destroy) // the controller's not-found error
@@ -175,10 +179,14 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 			rec.Spec = &spec // a new leader needs the task to finish the destroy
 		}
 	}
-	if err := p.Store.SaveTask(ctx, name, rec); err != nil {
-		return fmt.Errorf("saving the deletion of task %q in consul: %w", name, err)
+	saved := false
+	err := p.step(ctx, name, rec, func(st reconcile.TaskState, err error) bool { return err != nil || st.Deleting }, func() error {
+		saved = true
+		return p.Controller.Delete(ctx, name, destroy)
+	})
+	if !saved {
+		return fmt.Errorf("saving the deletion of task %q in consul: %w", name, errors.Unwrap(err))
 	}
-	err := p.Controller.Delete(ctx, name, destroy)
 	defer p.changed()
 	ctx = context.WithoutCancel(ctx) // what is left to record is recorded whatever became of the request
 	switch {

@@ -411,3 +411,55 @@ func TestPersistingOrderedWithRefreshes(t *testing.T) {
 		}
 	}
 }
+
+// A delete racing with the refreshes of the stored records (spread mode:
+// every member applies them on each change in Consul) is carried out by
+// the delete itself: it succeeds, and the task and its record agree.
+func TestPersistingDeleteOrderedWithRefreshes(t *testing.T) {
+	recs := &memTasks{recs: map[string]store.TaskRecord{}}
+	c := standbyController(t)
+	activate(t, c)
+	var mu sync.Mutex
+	p := &Persisting{Controller: c, Store: recs, Configured: map[string]bool{}, Mu: &mu}
+	for i := range 30 {
+		if err := p.Create(context.Background(), spec(fmt.Sprintf("t%d", i), false), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	refreshed := make(chan struct{})
+	go func() {
+		defer close(refreshed)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			mu.Lock()
+			_, err := ApplyStored(context.Background(), c, recs.TaskRecords(), nil, nil, nil)
+			mu.Unlock()
+			if err != nil {
+				t.Errorf("refresh: %v", err)
+				return
+			}
+		}
+	}()
+	for i := range 30 {
+		name := fmt.Sprintf("t%d", i)
+		if err := p.Delete(context.Background(), name, false); err != nil {
+			t.Errorf("delete %s: %v", name, err)
+		}
+	}
+	close(stop)
+	<-refreshed
+	for i := range 30 {
+		name := fmt.Sprintf("t%d", i)
+		if st, err := c.Task(name); err == nil && !st.Deleting {
+			t.Errorf("%s: still in the controller", name)
+		}
+		if rec := recs.TaskRecords()[name]; !rec.Deleted {
+			t.Errorf("%s: record %+v", name, rec)
+		}
+	}
+}
