@@ -108,11 +108,32 @@ task {
 		t.Fatalf("GET /v1/tasks/after: %s", body)
 	}
 
+	// The same through the CLI (task create -task-file), with depends_on
+	// only: created and run once, then run after each apply of up.
+	_, laterVars := newTaskDir(t)
+	taskFile := writeFile(t, work, "later.hcl", fmt.Sprintf(`
+task {
+  name           = "later"
+  module         = %q
+  variable_files = [%q]
+  depends_on     = ["up"]
+}
+`, module("services_file"), laterVars))
+	if o, code := runCLI(ctsyncBin, []string{fmt.Sprintf("CTS_ADDRESS=http://127.0.0.1:%d", port)}, "",
+		"task", "create", "-auto-approve", "-task-file", taskFile); code != 0 || !strings.Contains(o, "==> Task 'later' created") {
+		t.Fatalf("task create of a task with depends_on and no condition: exit %d\n%s", code, o)
+	}
+	testutil.Eventually(t, 30*time.Second, "later's first run to be recorded", func() bool { return len(apiEvents(t, port, "later")) == 1 })
+
 	c.RegisterService(t, reg("web-2", "web", 8002), "passing")
 	testutil.Eventually(t, 90*time.Second, "after to run with up's new outputs", func() bool { return read() == "web-1,web-2||2" })
 	testutil.Eventually(t, 30*time.Second, "after's second run to be recorded", func() bool { return len(apiEvents(t, port, "after")) >= 2 })
 	testutil.Eventually(t, 30*time.Second, "up's second run to be recorded", func() bool { return len(apiEvents(t, port, "up")) >= 2 })
+	testutil.Eventually(t, 60*time.Second, "later to run after up's apply", func() bool { return len(apiEvents(t, port, "later")) >= 2 })
 	if n := len(apiEvents(t, port, "after")); n != 2 {
 		t.Fatalf("after ran %d times for two changes of up, want 2", n)
+	}
+	if n := len(apiEvents(t, port, "later")); n != 2 {
+		t.Fatalf("later ran %d times (its creation and one change of up), want 2", n)
 	}
 }
