@@ -2,8 +2,8 @@ package e2e
 
 // Tasks created through the API against the real daemon, Consul and
 // Terraform (docs/security.md, docs/api): with an allowlist they set only
-// the variables and read only the KV keys it allows, and no other task's
-// outputs; every check of
+// the variables and read only the KV keys it allows, no other task's
+// outputs and no cts_user_defined_meta; every check of
 // configuration loading answers before the 201; a deleted task's name is
 // "being deleted" (409) until its last run ends; under high availability a
 // create whose record Consul refuses leaves no trace; a JSON configuration
@@ -72,6 +72,8 @@ api_tasks {
 			`"variables":{`+dirVar+`},`+svc+`,"module_input":{"consul_kv":{"path":"secrets/","recurse":true}}`), `prefix \"secrets/\"`},
 		{"another task's outputs", taskJSON("evil-outs", "services_file",
 			`"variables":{`+dirVar+`},`+svc+`,"module_input":{"task_outputs":{"tasks":["slow"]}}`), `task.module_input.task_outputs is not allowed`},
+		{"values for the module in cts_user_defined_meta", taskJSON("evil-meta", "services_file",
+			`"variables":{`+dirVar+`},"condition":{"services":{"names":["web"],"cts_user_defined_meta":{"cmd":"id"}}}`), `task.condition.services.cts_user_defined_meta is not allowed`},
 	} {
 		for _, run := range []string{"", "?run=now", "?run=inspect"} {
 			code, body := apiCall(t, "POST", base+"/v1/tasks"+run, c.body, nil)
@@ -102,7 +104,7 @@ api_tasks {
 	if strings.Contains(body, `"name"`) {
 		t.Errorf("a refused task exists: %s", body)
 	}
-	for _, name := range []string{"evil-var", "evil-kv", "evil-kvin", "evil-outs", "fn", "nomod"} {
+	for _, name := range []string{"evil-var", "evil-kv", "evil-kvin", "evil-outs", "evil-meta", "fn", "nomod"} {
 		if fileExistsAt(work, "sync-tasks", name) {
 			t.Errorf("the refused task %s has a working directory", name)
 		}

@@ -16,8 +16,9 @@ import (
 // (run=inspect included: a plan runs the module's code too): its module
 // must match allowed_modules and, once that is set, every variable it
 // sets must match allowed_variables, every Consul KV key it reads must
-// be under allowed_kv_prefixes and it cannot receive other tasks' outputs
-// (module_input task_outputs). The error, a 403, names the module, the
+// be under allowed_kv_prefixes, and it can neither receive other tasks'
+// outputs (module_input task_outputs) nor set cts_user_defined_meta (its
+// values reach the module). The error, a 403, names the module, the
 // variable, the key or the field.
 func checkAllowed(rules config.APITasks, spec task.Spec) error {
 	if err := allowedError(rules, spec); err != nil {
@@ -44,6 +45,18 @@ func allowedError(rules config.APITasks, spec task.Spec) error {
 	if rules.Restricted() && spec.ModuleInput.TaskOutputs != nil {
 		return fmt.Errorf("task.module_input.task_outputs is not allowed for tasks created through the API once api_tasks.allowed_modules is set: other tasks' outputs are not covered by the allowlist (depends_on orders runs without passing data)")
 	}
+	// cts_user_defined_meta reaches the module in var.services as a
+	// variable's value would, outside allowed_variables.
+	if rules.Restricted() {
+		for _, m := range []struct {
+			field string
+			sel   *task.ServicesSelector
+		}{{"condition.services", servicesOf(spec.Condition.Services)}, {"module_input.services", spec.ModuleInput.Services}} {
+			if m.sel != nil && len(m.sel.CTSUserDefinedMeta) > 0 {
+				return fmt.Errorf("task.%s.cts_user_defined_meta is not allowed for tasks created through the API once api_tasks.allowed_modules is set: its values reach the module (var.services) as variables do, and api_tasks.allowed_variables does not cover them", m.field)
+			}
+		}
+	}
 	for _, kv := range []struct {
 		field string
 		sel   *task.ConsulKVSelector
@@ -59,6 +72,13 @@ func allowedError(rules config.APITasks, spec task.Spec) error {
 			what, kv.sel.Path, kv.field, listOrNone(rules.AllowedKVPrefixes))
 	}
 	return nil
+}
+
+func servicesOf(c *task.ServicesCondition) *task.ServicesSelector {
+	if c == nil {
+		return nil
+	}
+	return &c.ServicesSelector
 }
 
 func kvOf(c *task.ConsulKVCondition) *task.ConsulKVSelector {

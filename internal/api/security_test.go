@@ -647,6 +647,16 @@ func TestVariableAndKVAllowlist(t *testing.T) {
 		}
 	}
 	h.do("GET", "/v1/tasks/outs", "").expect(t, 404)
+	// cts_user_defined_meta reaches the module like a variable: refused.
+	for _, c := range []struct{ rest, want string }{
+		{`"condition":{"services":{"names":["web"],"cts_user_defined_meta":{"cmd":"id"}}}`, "task.condition.services.cts_user_defined_meta"},
+		{`"condition":{"schedule":{"cron":"@daily"}},"module_input":{"services":{"names":["api"],"cts_user_defined_meta":{"cmd":"id"}}}`, "task.module_input.services.cts_user_defined_meta"},
+	} {
+		r := h.do("POST", "/v1/tasks?run=inspect", body("meta", c.rest)).expect(t, 403)
+		if msg := r.errMsg(t); !strings.Contains(msg, c.want+" is not allowed") {
+			t.Errorf("meta: message %q", msg)
+		}
+	}
 	// No allowed_variables: no variable at all.
 	strict := newHarness(t, nil, func(o *Options) { o.Tasks = config.APITasks{AllowedModules: []string{"./modules/*"}} })
 	r := strict.do("POST", "/v1/tasks", body("v", `"variables":{"a":"1"},`+svc)).expect(t, 403)
@@ -657,6 +667,7 @@ func TestVariableAndKVAllowlist(t *testing.T) {
 	open := newHarness(t, nil)
 	open.do("POST", "/v1/tasks", body("v", `"variables":{"reload_command":"\"x\""},"condition":{"consul_kv":{"path":"secrets/a"}}`)).expect(t, 201)
 	open.do("POST", "/v1/tasks", body("o", svc+`,"module_input":{"task_outputs":{"tasks":["v"]}}`)).expect(t, 201)
+	open.do("POST", "/v1/tasks", body("m", `"condition":{"services":{"names":["web"],"cts_user_defined_meta":{"a":"b"}}}`)).expect(t, 201)
 }
 
 // A stored task (high availability) passes the same allowlist.
