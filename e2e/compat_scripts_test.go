@@ -111,7 +111,9 @@ task {
 	// it before the request (CTS's TLS error scenarios): the HTTP client's
 	// own error is what is printed.
 	_, newVars := newTaskDir(t)
-	taskFile := writeFile(t, work, "new.hcl", fmt.Sprintf(`task {
+	// A whole configuration file as task file (CTS uses its task).
+	taskFile := writeFile(t, work, "new.hcl", fmt.Sprintf(`log_level = "INFO"
+task {
   name           = "new"
   module         = %q
   variable_files = [%q]
@@ -125,7 +127,8 @@ task {
 		t.Fatalf("task delete of an unknown task (exit %d):\n%s", code, o)
 	}
 	if o, code := run("", "task", "create", "-auto-approve", "-task-file="+taskFile, "stray"); code != 0 ||
-		!strings.Contains(o, "==> Task 'new' created\n") || !strings.Contains(o, "==> Warning: ignoring arguments after the flags: 'stray'") {
+		!strings.Contains(o, "==> Task 'new' created\n") || !strings.Contains(o, "==> Warning: ignoring arguments after the flags: 'stray'") ||
+		!strings.Contains(o, "new.hcl:1: log_level: ignored: only the task block of a task file is used\n") {
 		t.Fatalf("task create with a stray argument (exit %d):\n%s", code, o)
 	}
 	for name, c := range map[string]struct {

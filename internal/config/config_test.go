@@ -692,7 +692,8 @@ func TestLoadTaskFile(t *testing.T) {
 	}{
 		{"none.hcl", "# nothing\n", "does not contain a task, must contain at least one task"},
 		{"two.hcl", "task {\n name = \"a\"\n}\ntask {\n name = \"b\"\n}\n", "cannot contain more than 1 task, contains 2 tasks"},
-		{"other.hcl", "port = 1\n", "other.hcl:1: port: unknown top-level field"},
+		{"other.hcl", "port = 1\n", "does not contain a task, must contain at least one task"},
+		{"unknown.hcl", "bogus = 1\ntask {\n name = \"a\"\n}\n", "unknown.hcl:1: bogus: unknown top-level field"},
 		{"invalid.hcl", "task {\n name = \"a\"\n module = \"m\"\n}\n", `invalid.hcl:1: task "a".condition: task should be configured with a condition block`},
 		{"empty.json", "{}", "does not contain a task, must contain at least one task"},
 	}
@@ -736,5 +737,32 @@ EOT
 	}
 	if !reflect.DeepEqual(cfg.Tasks[0].Variables, want) {
 		t.Errorf("variables = %#v", cfg.Tasks[0].Variables)
+	}
+}
+
+// As CTS (which reads a task file as a configuration file and uses its
+// task), a task file may hold other configuration fields: they are
+// ignored, each with a warning naming its line, in HCL and JSON.
+func TestTaskFileIgnoresOtherFields(t *testing.T) {
+	clearConsulEnv(t)
+	dir := t.TempDir()
+	for name, src := range map[string]string{
+		"mixed.hcl": "log_level = \"INFO\"\nterraform_provider \"local\" {}\ntask {\n  name = \"a\"\n  module = \"m\"\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}\nconsul {\n  address = \"x:8500\"\n}\n",
+		"mixed.json": "{\n\"log_level\": \"INFO\",\n\"terraform_provider\": {\"local\": {}},\n\"task\": {\"name\": \"a\", \"module\": \"m\", \"condition\": {\"services\": {\"names\": [\"web\"]}}},\n\"consul\": {\"address\": \"x:8500\"}\n}\n",
+	} {
+		s, warns, err := LoadTaskFileWarnings(writeFile(t, dir, name, src))
+		if err != nil || s.Name != "a" {
+			t.Fatalf("%s: %+v %v", name, s, err)
+		}
+		var got []string
+		for _, w := range warns {
+			if strings.Contains(w, "only the task block of a task file is used") {
+				got = append(got, w)
+			}
+		}
+		if len(got) != 3 || !strings.Contains(got[0], name+":") || !strings.Contains(got[0], "log_level: ignored") ||
+			!strings.Contains(got[1], "terraform_provider: ignored") || !strings.Contains(got[2], "consul: ignored") {
+			t.Errorf("%s: warnings %q", name, warns)
+		}
 	}
 }

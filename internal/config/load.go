@@ -102,7 +102,11 @@ func LoadTaskFileWarnings(path string) (task.Spec, []string, error) {
 	if body == nil {
 		return task.Spec{}, nil, toError(d.errs)
 	}
-	c := d.content(body, "", []key{{name: "task", kind: kBlock}}, nil)
+	// As CTS, a task file is read as a configuration file of which only
+	// the task is used: the other fields of a configuration are ignored,
+	// with a warning; an unknown field is an error.
+	c := d.content(body, "", topKeys, topRejects)
+	d.warnIgnoredInTaskFile(c)
 	tasks := c.blocks["task"]
 	// CTS's messages, which scripts may match.
 	if len(tasks) == 0 && len(d.errs) == 0 {
@@ -123,6 +127,30 @@ func LoadTaskFileWarnings(path string) (task.Spec, []string, error) {
 		return task.Spec{}, nil, toError(d.errs)
 	}
 	return spec, d.warns, nil
+}
+
+// warnIgnoredInTaskFile warns, in file order, about the fields of a task
+// file other than its task.
+func (d *decoder) warnIgnoredInTaskFile(c *content) {
+	var ignored []hcl.Range
+	names := map[hcl.Range]string{}
+	for name, a := range c.attrs {
+		ignored = append(ignored, a.NameRange)
+		names[a.NameRange] = name
+	}
+	for name, bs := range c.blocks {
+		if name == "task" {
+			continue
+		}
+		for _, b := range bs {
+			ignored = append(ignored, b.TypeRange)
+			names[b.TypeRange] = name
+		}
+	}
+	sortRanges(ignored, func(r hcl.Range) hcl.Range { return r })
+	for _, r := range ignored {
+		d.warnf(r, names[r], "ignored: only the task block of a task file is used")
+	}
 }
 
 type srcFile struct {
