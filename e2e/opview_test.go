@@ -7,9 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/store"
@@ -252,5 +255,61 @@ task {
 	}
 	if evs.Events[0].Trigger != "api" || evs.Events[0].Actor != "ops-oncall" {
 		t.Errorf("POST run: %+v", evs.Events[0])
+	}
+}
+
+// TestRunRecordsConsulKVChanges: a run caused by Consul KV (real Consul,
+// real Terraform) records the keys added, changed and removed since the
+// task's previous run, as the run page shows them.
+func TestRunRecordsConsulKVChanges(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	work := t.TempDir()
+	port := testutil.FreePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	vars := writeFile(t, work, "kv.tfvars", fmt.Sprintf("dir = %q\n", t.TempDir()))
+	cfg := daemonConfig(t, work, port, c.Addr, fmt.Sprintf(`
+task {
+  name           = "kv"
+  module         = %q
+  variable_files = [%q]
+  condition "consul-kv" {
+    path    = "cfg"
+    recurse = true
+  }
+}
+`, module("compat_kv"), vars))
+	put := func(k, v string) {
+		t.Helper()
+		if _, err := c.Client.KV().Put(&consulapi.KVPair{Key: k, Value: []byte(v)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("cfg/a", "1")
+	put("cfg/old", "x")
+	startCtsync(t, work, "start", "-config-file", cfg)
+	waitEvents(t, base, "kv", 60*time.Second, func(evs []store.Event) bool { return len(evs) == 1 && evs[0].Success })
+
+	// One transaction: a key added, one changed, one removed.
+	ops := consulapi.KVTxnOps{
+		{Verb: consulapi.KVSet, Key: "cfg/b", Value: []byte("2")},
+		{Verb: consulapi.KVSet, Key: "cfg/a", Value: []byte("10")},
+		{Verb: consulapi.KVDelete, Key: "cfg/old"},
+	}
+	if ok, _, _, err := c.Client.KV().Txn(ops, nil); err != nil || !ok {
+		t.Fatalf("KV transaction: %v %v", ok, err)
+	}
+	evs := waitEvents(t, base, "kv", 60*time.Second, func(evs []store.Event) bool { return len(evs) == 2 })
+	ev := evs[0]
+	if !ev.Success || ev.Changes == nil || ev.Changes.ConsulKV == nil {
+		t.Fatalf("the run after the KV change: %+v", ev)
+	}
+	d := ev.Changes.ConsulKV
+	if !slices.Equal(d.Added, []string{"cfg/b"}) || !slices.Equal(d.Removed, []string{"cfg/old"}) || len(d.Changed) != 1 ||
+		!strings.HasPrefix(d.Changed[0], "cfg/a") || d.AddedCount != 1 || d.RemovedCount != 1 || d.ChangedCount != 1 {
+		t.Errorf("KV changes %+v, want cfg/b added, cfg/a changed, cfg/old removed", d)
+	}
+	if ev.Changes.Services != nil {
+		t.Errorf("services changes recorded for a KV task: %+v", ev.Changes.Services)
 	}
 }
