@@ -66,11 +66,14 @@ release-test: release
 clean:
 	rm -rf bin sync-tasks dist
 
-# Soak under chaos (docs/reliability.md#soak-under-chaos): three members (a
-# -race build) in spread then leader mode under catalog churn and seeded
+# Soak under chaos (docs/reliability.md#soak-under-chaos): three members (two
+# -race builds, the witness without) in spread then leader mode under catalog churn and seeded
 # faults (SOAK_SEED, printed first), every invariant checked; it takes about
 # SOAK_DURATION. The report, the timeline plots and the logs go to soak-out/.
+# SOAK_KNOWN names the documented outcome a violation may be instead
+# (docs/reliability.md); SOAK_KNOWN= makes every violation fail.
 SOAK_DURATION ?= 60m
 SOAK_TIMEOUT ?= 180m
+SOAK_KNOWN ?= consul-down-mid-apply
 soak: tools
-	$(TOOLS_ENV) && CTSYNC_SOAK=1 CTSYNC_E2E_RACE=1 SOAK_DURATION=$(SOAK_DURATION) go test -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./e2e/
+	$(TOOLS_ENV) && CTSYNC_SOAK=1 CTSYNC_E2E_RACE=1 SOAK_DURATION=$(SOAK_DURATION) SOAK_KNOWN=$(SOAK_KNOWN) go test -count=1 -timeout $(SOAK_TIMEOUT) -run '^TestSoak$$' -v ./e2e/

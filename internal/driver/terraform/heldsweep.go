@@ -25,7 +25,8 @@ var swept sync.Map
 // sweepHeld removes, once per working directory and process, the held
 // plans (their saved plan and inputs files: every value of their run,
 // secrets included) that a previous daemon, stopped or killed while it
-// held them, left in the plan folder. A folder whose holder is another
+// held them, left in the plan folder, and the plan of a run it was killed
+// in the middle of. A folder whose holder is another
 // live process on this host (a second ctsync sharing the working
 // directory) is left alone.
 func (d *Driver) sweepHeld() {
@@ -41,6 +42,15 @@ func (d *Driver) sweepHeld() {
 	for _, pattern := range []string{heldPrefix + "*", "." + heldPrefix + "*"} { // "." : writeFileAtomic's temporary files
 		m, _ := filepath.Glob(filepath.Join(dir, pattern))
 		files = append(files, m...)
+	}
+	// A plan that is not held is removed when its run ends; one is left
+	// only by a daemon killed while it planned (a plan file holds secrets).
+	if _, err := os.Lstat(filepath.Join(dir, planFile)); err == nil {
+		if err := os.Remove(filepath.Join(dir, planFile)); err != nil {
+			d.log.Warn("cannot remove the plan file a previous ctsync left", "file", planFile, "error", err)
+		} else {
+			d.log.Info("removed the plan file a previous ctsync left while it planned", "file", planFile)
+		}
 	}
 	plans := 0
 	for _, f := range files {

@@ -81,11 +81,16 @@ func TestSweepHeld(t *testing.T) {
 	if err := os.WriteFile(tmp, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// And the plan of a run it was killed in the middle of.
+	midPlan := filepath.Join(planDir, planFile)
+	if err := os.WriteFile(midPlan, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	rec.mu.Lock()
 	rec.recs = nil
 	rec.mu.Unlock()
 	nd := restart()
-	if fileExists(p.Ref) || fileExists(inputs) || fileExists(tmp) || fileExists(filepath.Join(planDir, holderFile)) {
+	if fileExists(p.Ref) || fileExists(inputs) || fileExists(tmp) || fileExists(midPlan) || fileExists(filepath.Join(planDir, holderFile)) {
 		t.Fatal("leftover held plan files remain after the restart")
 	}
 	var line string
