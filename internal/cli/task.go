@@ -95,8 +95,6 @@ func approvePlan(ctx context.Context, u term, name, verb string) (bool, error) {
 // is "Enabling" or "Running". It reports whether the plan has changes;
 // code is the exit code to return at once (-1 to go on).
 func inspectAndApprove(ctx context.Context, u term, cl *client.Client, name, verb string, autoApprove bool) (changes bool, code int) {
-	u.info("Inspecting changes to resource if %s '%s'...\n", strings.ToLower(verb), name)
-	u.output("Generating plan that Consul-Terraform-Sync will use Terraform to execute\n")
 	resp, err := cl.UpdateTask(ctx, name, true, client.RunInspect)
 	if err != nil {
 		return false, u.fail(fmt.Sprintf("Error: unable to generate plan for '%s'", name), clientError(cl, err))
@@ -119,6 +117,24 @@ func inspectAndApprove(ctx context.Context, u term, cl *client.Client, name, ver
 		return true, ExitOK
 	}
 	return true, -1
+}
+
+// inspectClient parses the flags and the task name of a command that plans
+// the task first, prints CTS's first lines (before the client is made, as
+// CTS) and makes the client; code is the exit code to return at once (-1
+// to go on).
+func (c *clientCmd) inspectClient(args []string, verb string) (string, *client.Client, int) {
+	name, code := c.parseName(args)
+	if code >= 0 {
+		return "", nil, code
+	}
+	c.ui.info("Inspecting changes to resource if %s '%s'...\n", strings.ToLower(verb), name)
+	c.ui.output("Generating plan that Consul-Terraform-Sync will use Terraform to execute\n")
+	cl, err := c.client()
+	if err != nil {
+		return "", nil, c.ui.fail(fmt.Sprintf("Error: unable to create client for '%s'", name), err.Error())
+	}
+	return name, cl, -1
 }
 
 // clientCmd is what every API command shares: its flags, its help and the
@@ -315,7 +331,7 @@ func taskEnable(args []string, stdout, stderr io.Writer) int {
   applied at once. When it has none, the task is enabled without a run.
 `, stdout, stderr)
 	autoApprove := c.fs.Bool("auto-approve", false, "Skip interactive approval of inspect plan")
-	name, cl, code := c.nameAndClient(args)
+	name, cl, code := c.inspectClient(args, "Enabling")
 	if code >= 0 {
 		return code
 	}
@@ -587,7 +603,7 @@ func taskRun(args []string, stdout, stderr io.Writer) int {
   run's Terraform output is then read with 'ctsync task logs'.
 `, stdout, stderr)
 	autoApprove := c.fs.Bool("auto-approve", false, "Skip interactive approval of inspect plan")
-	name, cl, code := c.nameAndClient(args)
+	name, cl, code := c.inspectClient(args, "Running")
 	if code >= 0 {
 		return code
 	}

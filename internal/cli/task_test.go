@@ -709,3 +709,20 @@ func TestTaskPortFlagWarns(t *testing.T) {
 		t.Fatalf("exit %d\n%s---\n%s", code, out, errOut)
 	}
 }
+
+// As CTS, enable (and run) print their first lines before the client is
+// made, so a client that cannot be made fails after them.
+func TestTaskClientErrorAfterFirstLines(t *testing.T) {
+	serve(t, newFakeCtrl(specNamed("a")))
+	t.Setenv("CTS_CAPATH", filepath.Join(t.TempDir(), "missing"))
+	for _, c := range []struct{ cmd, first string }{
+		{"enable", "==> Inspecting changes to resource if enabling 'a'...\n\n    Generating plan that Consul-Terraform-Sync will use Terraform to execute\n\n"},
+		{"run", "==> Inspecting changes to resource if running 'a'...\n\n    Generating plan that Consul-Terraform-Sync will use Terraform to execute\n\n"},
+		{"disable", "==> Waiting to disable 'a'...\n\n"},
+	} {
+		code, out, errOut := run(t, "", "task", c.cmd, "a")
+		if code != ExitError || out != c.first || !strings.HasPrefix(errOut, "==> Error: unable to create client for 'a'\n") {
+			t.Errorf("task %s: exit %d\n%s---\n%s", c.cmd, code, out, errOut)
+		}
+	}
+}

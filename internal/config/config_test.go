@@ -747,7 +747,7 @@ func TestTaskFileIgnoresOtherFields(t *testing.T) {
 	clearConsulEnv(t)
 	dir := t.TempDir()
 	for name, src := range map[string]string{
-		"mixed.hcl": "log_level = \"INFO\"\nterraform_provider \"local\" {}\ntask {\n  name = \"a\"\n  module = \"m\"\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}\nconsul {\n  address = \"x:8500\"\n}\n",
+		"mixed.hcl":  "log_level = \"INFO\"\nterraform_provider \"local\" {}\ntask {\n  name = \"a\"\n  module = \"m\"\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}\nconsul {\n  address = \"x:8500\"\n}\n",
 		"mixed.json": "{\n\"log_level\": \"INFO\",\n\"terraform_provider\": {\"local\": {}},\n\"task\": {\"name\": \"a\", \"module\": \"m\", \"condition\": {\"services\": {\"names\": [\"web\"]}}},\n\"consul\": {\"address\": \"x:8500\"}\n}\n",
 	} {
 		s, warns, err := LoadTaskFileWarnings(writeFile(t, dir, name, src))
