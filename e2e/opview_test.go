@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/ctsync/ctsync/internal/api"
@@ -171,7 +172,8 @@ func TestFailedRunAtAGlance(t *testing.T) {
 
 // TestRunRecordsTheTokenName: with api_auth, a run asked through the API
 // (POST .../run, and task enable with a run) records the token's name, and
-// so does the CLI; runs caused by Consul changes record none.
+// so does the CLI; runs caused by Consul changes record none. The
+// dashboard's run page, signed in, says "token <name>".
 func TestRunRecordsTheTokenName(t *testing.T) {
 	skipShort(t)
 	c := testutil.StartConsul(t)
@@ -256,6 +258,16 @@ task {
 	if evs.Events[0].Trigger != "api" || evs.Events[0].Actor != "ops-oncall" {
 		t.Errorf("POST run: %+v", evs.Events[0])
 	}
+
+	// The dashboard's run page names the token, after signing in.
+	t.Run("dashboard", func(t *testing.T) {
+		b := newBrowser(t, findChromium(t), artifactsDir(t, "ui-actor"))
+		b.do("open the run", chromedp.Navigate(base+"/ui/#/runs/web/"+evs.Events[0].ID))
+		b.wait("the token form", `!!document.querySelector('#token-input')`, 30*time.Second)
+		b.do("sign in", chromedp.SendKeys(chromedp.CSS("#token-input"), secret), chromedp.Click(chromedp.CSS("#token-submit")))
+		b.waitText("#run-actor", "token ops-oncall", 30*time.Second)
+		b.shot("run-actor")
+	})
 }
 
 // TestRunRecordsConsulKVChanges: a run caused by Consul KV (real Consul,
