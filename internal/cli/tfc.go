@@ -19,6 +19,7 @@ func tfcOptions(cfg *config.Config, o terraform.Options, st store.Store) tfc.Opt
 		Config:    *cfg.TFC,
 		Providers: o.Providers,
 		Logger:    o.Logger.With("driver", "terraform-cloud"),
+		Redactor:  o.Redactor,
 	}
 	if runs, ok := st.(tfc.Runs); ok {
 		opts.Runs = runs

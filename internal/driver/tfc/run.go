@@ -12,6 +12,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/driver/terraform"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -95,16 +96,18 @@ func (d *Driver) do(ctx context.Context, op string, run driver.Run, in *task.Inp
 func (d *Driver) logged(ctx context.Context, op string, run driver.Run, fn func(lg io.Writer, res driver.Result) (driver.Result, error)) (res driver.Result, err error) {
 	start := time.Now()
 	calls := d.calls.Load()
-	lg, logPath, lerr := d.openRunLog(run)
+	f, logPath, lerr := d.openRunLog(run)
 	if lerr != nil {
 		return driver.Result{}, &driver.Error{Op: op, Err: lerr}
 	}
+	lg := redact.NewWriter(f, d.opts.Redactor) // the secrets never reach the disk
 	res.LogPath = logPath
 	defer func() {
 		res.Duration = time.Since(start)
 		n := d.calls.Load() - calls
 		fmt.Fprintf(lg, "\n# %s: %s, %d API requests\n", op, outcome(err), n)
-		lg.Close()
+		_ = lg.Flush()
+		f.Close()
 		d.log.Info("remote run finished", "op", op, "run_url", res.RunURL, "duration", res.Duration.Round(time.Millisecond),
 			"api_requests", n, "error", err)
 	}()

@@ -56,6 +56,7 @@ import (
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/driver/terraform"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -86,6 +87,10 @@ type Options struct {
 	PollInterval time.Duration
 	// KeepRunLogs is how many run logs are kept (default 20).
 	KeepRunLogs int
+	// Redactor hides the configuration's secrets in the run logs kept in
+	// WorkDir: the remote logs are copied there, and a remote run may print
+	// a provider's or the environment's secret. Nil: no redaction.
+	Redactor *redact.Redactor
 	// HTTPClient, when set, is used instead of one built from Config.TLS.
 	HTTPClient *http.Client
 	// Runs is where the run the driver queues for the task is recorded

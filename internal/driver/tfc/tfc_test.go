@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/testutil"
@@ -343,5 +344,26 @@ func TestFakePlanIsSpeculativeAndNotRecorded(t *testing.T) {
 	}
 	if _, ok := st.RemoteRun("web"); ok {
 		t.Error("a plan was recorded")
+	}
+}
+
+// The remote logs copied into the task's folder are redacted before they
+// are written: a secret a remote run printed (here in its error) is not on
+// disk.
+func TestFakeRunLogRedactedOnDisk(t *testing.T) {
+	const secret = "s3cret-printed-by-the-remote-run"
+	f := newFakeTFE(t)
+	f.outcome, f.planError = tfe.RunErrored, "token "+secret
+	d := fakeDriver(t, f, func(o *Options) { o.Redactor = redact.NewRedactor([]string{secret}) })
+	res, err := d.Apply(context.Background(), driver.Run{ID: "r1"}, inputs("web-1"))
+	if err == nil {
+		t.Fatal("the errored run succeeded")
+	}
+	b, rerr := os.ReadFile(res.LogPath)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if strings.Contains(string(b), secret) || !strings.Contains(string(b), "token [redacted]") {
+		t.Errorf("run log:\n%s", b)
 	}
 }
