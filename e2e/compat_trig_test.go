@@ -7,6 +7,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -186,6 +187,18 @@ task {
 	testutil.Eventually(t, 17*time.Second, "a schedule event of the created task", func() bool { return len(schedule()) >= 1 })
 	t.Logf("first schedule event %s after creation", time.Since(created).Round(time.Millisecond))
 	testutil.Eventually(t, 15*time.Second, "a second schedule event", func() bool { return len(schedule()) >= 2 })
+
+	// Deleted through the CLI, with CTS's prompt and result lines.
+	o, code = runCLI(ctsyncBin, []string{fmt.Sprintf("CTS_ADDRESS=http://127.0.0.1:%d", port)}, "yes\n",
+		"task", "delete", "created_scheduled_task")
+	if code != 0 || !strings.Contains(o, "==> Do you want to delete 'created_scheduled_task'?\n") ||
+		!strings.Contains(o, "==> Task 'created_scheduled_task' has been marked for deletion and will be deleted when not running.\n") {
+		t.Fatalf("task delete: exit %d\n%s", code, o)
+	}
+	testutil.Eventually(t, 30*time.Second, "the deleted task to be gone", func() bool {
+		st, _, _ := haGet(port, "/v1/status/tasks/created_scheduled_task")
+		return st == http.StatusNotFound
+	})
 }
 
 // CTS's module input scenarios (e2e/module_input_test.go): a task runs when
