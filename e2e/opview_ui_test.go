@@ -203,6 +203,18 @@ task {
 	}
 	t.Logf("failed run: %s", b.shot("05-failed-run"))
 
+	// Disabled, the failing task is not retried, and its page says so
+	// instead of "no: retried".
+	b.do("open firewall", chromedp.Navigate(base+"/ui/#/tasks/firewall"))
+	b.act("#disable", "Task disabled.")
+	b.waitText("#no-retry", "not retried while the task is disabled", 30*time.Second)
+	if got := b.text("dl.details"); strings.Contains(got, "no: retried") || strings.Contains(got, "attempt ") {
+		t.Errorf("a disabled failing task shows a retry:\n%s", got)
+	}
+	if st := taskStatus(t, base, "firewall"); !st.Dirty || st.Terminal || st.Retry != nil {
+		t.Errorf("disabled failing task's status: %+v", st)
+	}
+
 	// ---- pages of 20 runs ----
 	for n := len(taskEvents(t, base, "web")); n <= 20; n++ {
 		resp, err := http.Post(base+"/v1/tasks/web/run", "application/json", nil)

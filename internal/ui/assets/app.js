@@ -394,7 +394,11 @@ async function renderTask(name, seq) {
     detail('Next run', nextRunCell(st)),
     st.last_run && !st.last_run.success ? detail('Last error', el('span', { id: 'last-error' }, st.last_run.error_summary || 'failed',
       ' ', el('a', { href: runHref(name, st.last_run.id) }, 'run'))) : null,
-    st.dirty ? detail('Terminal', st.terminal ? badge('yes: waits for a change of its desired state', 'bad') : badge('no: retried', 'warn')) : null,
+    st.dirty ? detail('Terminal', st.terminal ? badge('yes: waits for a change of its desired state', 'bad')
+      : st.retry || st.active ? badge('no: retried', 'warn')
+        : el('span', { id: 'no-retry' }, badge('no', 'warn'), ' ', el('span', { class: 'muted' },
+          t.enabled ? 'no retry pending: its retries are used up (retry { max_retries }), or another instance runs it; it runs again when its desired state changes'
+            : 'not retried while the task is disabled'))) : null,
     st.retry ? detail('Retry', el('span', { id: 'retry-info' }, 'attempt ' + st.retry.attempt + ' at ' + fmtTime(st.retry.next_at) +
       ' (' + fmtAgo(st.retry.next_at) + ')')) : null,
     detail('Drift detection', dd ? ['every ' + dd.interval + (dd.remediate ? ', remediate' : ', report only') + ' ', driftBadge(st, t)] : 'off'),
