@@ -361,23 +361,17 @@ func (s *spyTasks) SaveTask(ctx context.Context, name string, rec store.TaskReco
 	return s.memTasks.SaveTask(ctx, name, rec)
 }
 
-// With Mu held by whoever applies the stored records (as every member of
-// a spread cluster does on each change in Consul), creates and
-// enable/disable changes racing with those refreshes all succeed and end
-// with the task and its record in agreement.
-func TestPersistingOrderedWithRefreshes(t *testing.T) {
-	recs := &memTasks{recs: map[string]store.TaskRecord{}}
-	c := standbyController(t)
-	activate(t, c)
-	var mu sync.Mutex
-	p := &Persisting{Controller: c, Store: recs, Configured: map[string]bool{}, Mu: &mu}
-	stop := make(chan struct{})
+// refreshing applies the stored records to c over and over, holding mu
+// each time, as every member of a spread cluster does on each change in
+// Consul, until the returned stop is called (it waits for the last one).
+func refreshing(t *testing.T, c Controller, recs *memTasks, mu *sync.Mutex) (stop func()) {
+	done := make(chan struct{})
 	refreshed := make(chan struct{})
 	go func() {
 		defer close(refreshed)
 		for {
 			select {
-			case <-stop:
+			case <-done:
 				return
 			default:
 			}
@@ -390,6 +384,20 @@ func TestPersistingOrderedWithRefreshes(t *testing.T) {
 			}
 		}
 	}()
+	return func() { close(done); <-refreshed }
+}
+
+// With Mu held by whoever applies the stored records (as every member of
+// a spread cluster does on each change in Consul), creates and
+// enable/disable changes racing with those refreshes all succeed and end
+// with the task and its record in agreement.
+func TestPersistingOrderedWithRefreshes(t *testing.T) {
+	recs := &memTasks{recs: map[string]store.TaskRecord{}}
+	c := standbyController(t)
+	activate(t, c)
+	var mu sync.Mutex
+	p := &Persisting{Controller: c, Store: recs, Configured: map[string]bool{}, Mu: &mu}
+	stop := refreshing(t, c, recs, &mu)
 	for i := range 30 {
 		name := fmt.Sprintf("t%d", i)
 		if err := p.Create(context.Background(), spec(name, false), false); err != nil {
@@ -399,8 +407,7 @@ func TestPersistingOrderedWithRefreshes(t *testing.T) {
 			t.Fatalf("enable %s: %v", name, err)
 		}
 	}
-	close(stop)
-	<-refreshed
+	stop()
 	for i := range 30 {
 		name := fmt.Sprintf("t%d", i)
 		if _, err := c.Task(name); err != nil {
@@ -426,33 +433,14 @@ func TestPersistingDeleteOrderedWithRefreshes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	stop := make(chan struct{})
-	refreshed := make(chan struct{})
-	go func() {
-		defer close(refreshed)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			mu.Lock()
-			_, err := ApplyStored(context.Background(), c, recs.TaskRecords(), nil, nil, nil)
-			mu.Unlock()
-			if err != nil {
-				t.Errorf("refresh: %v", err)
-				return
-			}
-		}
-	}()
+	stop := refreshing(t, c, recs, &mu)
 	for i := range 30 {
 		name := fmt.Sprintf("t%d", i)
 		if err := p.Delete(context.Background(), name, false); err != nil {
 			t.Errorf("delete %s: %v", name, err)
 		}
 	}
-	close(stop)
-	<-refreshed
+	stop()
 	for i := range 30 {
 		name := fmt.Sprintf("t%d", i)
 		if st, err := c.Task(name); err == nil && !st.Deleting {
