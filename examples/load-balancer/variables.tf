@@ -29,6 +29,12 @@ variable "upstream_name" {
   description = "The nginx upstream name."
   type        = string
   default     = "backend"
+
+  # It is written into nginx's configuration as is.
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{1,64}$", var.upstream_name))
+    error_message = "The upstream_name must be 1 to 64 letters, digits, underscores or dashes."
+  }
 }
 
 variable "upstream_file" {
