@@ -245,6 +245,20 @@ task {
 		t.Errorf("back on the first page, the newest run is %v, want %v", got, newest)
 	}
 
+	// Times within a second of now read "now", not "0s ago" for a
+	// moment still to come.
+	for expr, want := range map[string]string{
+		`fmtAgo(new Date(Date.now() + 400).toISOString())`:                                      "now",
+		`fmtAgo(new Date(Date.now() - 400).toISOString())`:                                      "now",
+		`fmtAgo(new Date(Date.now() + 5000).toISOString())`:                                     "in 5s",
+		`fmtAgo(new Date(Date.now() - 5000).toISOString())`:                                     "5s ago",
+		`retryBadge({attempt: 2, next_at: new Date(Date.now() + 400).toISOString()}).innerText`: "retry 2 due now",
+	} {
+		if got := b.eval(expr); got != want {
+			t.Errorf("%s = %v, want %q", expr, got, want)
+		}
+	}
+
 	// ---- metrics as a summary ----
 	b.do("open metrics", chromedp.Navigate(base+"/ui/#/metrics"))
 	b.waitText("#metrics-summary", "Runs", 30*time.Second)

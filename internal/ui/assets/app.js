@@ -111,9 +111,10 @@ function fmtTime(iso) {
 function fmtAgo(iso) {
   const d = new Date(iso);
   if (isNaN(d)) return '';
-  let s = Math.round((Date.now() - d.getTime()) / 1000);
-  const future = s < 0;
-  s = Math.abs(s);
+  const ms = Date.now() - d.getTime();
+  if (Math.abs(ms) < 1000) return 'now';
+  const future = ms < 0;
+  const s = Math.round(Math.abs(ms) / 1000);
   let t;
   if (s < 60) t = s + 's';
   else if (s < 3600) t = Math.round(s / 60) + 'm';
@@ -333,7 +334,7 @@ function nextRunCell(st) {
 }
 
 function retryBadge(r) {
-  const due = new Date(r.next_at) <= Date.now();
+  const due = new Date(r.next_at) - Date.now() < 1000;
   return el('span', { class: 'retry' }, badge('retry ' + r.attempt, 'warn', r.last_error), ' ',
     el('time', { datetime: r.next_at, title: fmtTime(r.next_at) }, due ? 'due now' : fmtAgo(r.next_at)));
 }
@@ -400,7 +401,7 @@ async function renderTask(name, seq) {
           t.enabled ? 'no retry pending: its retries are used up (retry { max_retries }), or another instance runs it; it runs again when its desired state changes'
             : 'not retried while the task is disabled'))) : null,
     st.retry ? detail('Retry', el('span', { id: 'retry-info' }, 'attempt ' + st.retry.attempt + ' at ' + fmtTime(st.retry.next_at) +
-      ' (' + fmtAgo(st.retry.next_at) + ')')) : null,
+      ' (' + (new Date(st.retry.next_at) - Date.now() < 1000 ? 'due now' : fmtAgo(st.retry.next_at)) + ')')) : null,
     detail('Drift detection', dd ? ['every ' + dd.interval + (dd.remediate ? ', remediate' : ', report only') + ' ', driftBadge(st, t)] : 'off'),
     detail('Last drift check', st.last_drift_check ? timeCell(st.last_drift_check) : ''));
 
