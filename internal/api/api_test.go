@@ -389,7 +389,7 @@ func TestCreateTaskBadInput(t *testing.T) {
 		{"never cron", "", `{"task":{"name":"x","module":"m","condition":{"schedule":{"cron":"0 0 30 2 *"}}}}`, 400, "never fires"},
 		{"kv no path", "", `{"task":{"name":"x","module":"m","condition":{"consul_kv":{"recurse":true}}}}`, 400, "condition.consul_kv.path"},
 		{"unknown provider", "", `{"task":{` + valid + `,"providers":["aws"]}}`, 400, `invalid task: providers[0]: provider "aws" is not configured`},
-		{"exists", "", `{"task":{"name":"exists","module":"m","condition":{"services":{"names":["web"]}}}}`, 400, "task with name 'exists' already exists"},
+		{"exists", "", `{"task":{"name":"exists","module":"m","condition":{"services":{"names":["web"]}}}}`, 400, "task with name exists already exists"},
 		{"bad run", "?run=later", `{"task":{` + valid + `}}`, 400, `invalid value "later" for query parameter run`},
 		{"repeated run", "?run=now&run=now", `{"task":{` + valid + `}}`, 400, `query parameter "run" must not be repeated`},
 	}

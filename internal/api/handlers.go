@@ -318,7 +318,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, fmt.Errorf("%w: task '%s' is being deleted: create it again once it is gone", errDeleting, spec.Name))
 			return
 		}
-		s.fail(w, r, fmt.Errorf("%w: task with name '%s' already exists", errExists, spec.Name))
+		s.fail(w, r, fmt.Errorf("%w: task with name %s already exists", errExists, spec.Name))
 		return
 	}
 	ctl := s.opts.Controller
