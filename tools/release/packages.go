@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 
+	"github.com/Masterminds/semver/v3"
 	"github.com/goreleaser/nfpm/v2"
 	_ "github.com/goreleaser/nfpm/v2/deb" // registers the deb packager
 	"github.com/goreleaser/nfpm/v2/files"
@@ -41,20 +44,26 @@ func (r *release) writePackage(format, arch string) error {
 	fi := func(mode os.FileMode) *files.ContentFileInfo {
 		return &files.ContentFileInfo{Owner: "root", Group: "root", Mode: mode, MTime: r.mtime}
 	}
+	version, prerelease, metadata, err := packageVersion(r.version)
+	if err != nil {
+		return err
+	}
 	info := &nfpm.Info{
-		Name:        "ctsync",
-		Arch:        arch,
-		Platform:    "linux",
-		Version:     r.version,
-		Release:     "1",
-		Section:     "admin",
-		Priority:    "optional",
-		Maintainer:  "ctsync maintainers <ctsync@users.noreply.github.com>",
-		Description: "Keeps network infrastructure in sync with the Consul catalog\nctsync watches the Consul catalog and KV store and runs Terraform or\nOpenTofu modules when they change; a drop-in successor to\nConsul-Terraform-Sync.",
-		Vendor:      "ctsync",
-		Homepage:    "https://github.com/ctsync/ctsync",
-		License:     "MPL-2.0",
-		MTime:       r.mtime,
+		Name:            "ctsync",
+		Arch:            arch,
+		Platform:        "linux",
+		Version:         version,
+		Prerelease:      prerelease,
+		VersionMetadata: metadata,
+		Release:         "1",
+		Section:         "admin",
+		Priority:        "optional",
+		Maintainer:      "ctsync maintainers <ctsync@users.noreply.github.com>",
+		Description:     "Keeps network infrastructure in sync with the Consul catalog\nctsync watches the Consul catalog and KV store and runs Terraform or\nOpenTofu modules when they change; a drop-in successor to\nConsul-Terraform-Sync.",
+		Vendor:          "ctsync",
+		Homepage:        "https://github.com/ctsync/ctsync",
+		License:         "MPL-2.0",
+		MTime:           r.mtime,
 		Overridables: nfpm.Overridables{
 			Contents: files.Contents{
 				{Source: r.bins[arch], Destination: "/usr/bin/ctsync", FileInfo: fi(0o755)},
@@ -97,4 +106,39 @@ func (r *release) writePackage(format, arch string) error {
 		return fmt.Errorf("nfpm: %w", err)
 	}
 	return f.Close()
+}
+
+// describeSuffix is what `git describe` adds after the tag for a later
+// commit: -<commits since the tag>-g<commit>.
+var describeSuffix = regexp.MustCompile(`^(.+)-([0-9]+)-g([0-9a-f]+)$`)
+
+// packageVersion splits a version from scripts/version.sh into what nfpm
+// writes as the package version, <version>[~<prerelease>][+<metadata>], so
+// that dpkg and rpm order releases as they were made:
+//
+//	1.3.0-rc.1            1.3.0~rc.1        before 1.3.0 (a release candidate)
+//	1.2.0-3-gabc1234      1.2.0+3.gabc1234  after 1.2.0 (3 commits later)
+//	1.2.0-dirty           1.2.0+dirty       after 1.2.0 (local changes)
+//	0.0.0-<time>-<commit> 0.0.0~<time>-<commit>  before any release, by time
+//
+// Given whole to nfpm, the describe suffix would become a prerelease and a
+// build made after 1.2.0 would sort before it (dpkg would see the upgrade
+// as a downgrade).
+func packageVersion(v string) (version, prerelease, metadata string, err error) {
+	var meta []string
+	base, dirty := strings.CutSuffix(v, "-dirty")
+	if m := describeSuffix.FindStringSubmatch(base); m != nil {
+		base, meta = m[1], []string{m[2], "g" + m[3]}
+	}
+	if dirty {
+		meta = append(meta, "dirty")
+	}
+	sv, err := semver.StrictNewVersion(base)
+	if err != nil {
+		return "", "", "", fmt.Errorf("version %q: %q is not a semantic version: %w", v, base, err)
+	}
+	if sv.Metadata() != "" {
+		meta = append([]string{sv.Metadata()}, meta...)
+	}
+	return fmt.Sprintf("%d.%d.%d", sv.Major(), sv.Minor(), sv.Patch()), sv.Prerelease(), strings.Join(meta, "."), nil
 }
