@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -261,4 +263,73 @@ func binaryFromTarballArch(t *testing.T, arch string) string {
 		t.Fatalf("untar: %v\n%s", err, out)
 	}
 	return filepath.Join(dir, "ctsync")
+}
+
+// The chart make release packages (dist/ctsync-<version>.tgz) lints, and
+// its default image is the one the image archive names when loaded
+// (docker load, podman load, containerd's import), under the repository
+// the chart in the source tree defaults to.
+func TestChartPackageMatchesImage(t *testing.T) {
+	needHelm(t)
+	version := distVersion(t)
+	pkg := filepath.Join(opts.dist, "ctsync-"+version+".tgz")
+	if out, err := helm(t, "lint", "--strict", pkg); err != nil {
+		t.Fatalf("helm lint %s: %v\n%s", pkg, err, out)
+	}
+	var meta struct {
+		Version    string `yaml:"version"`
+		AppVersion string `yaml:"appVersion"`
+	}
+	out, err := helm(t, "show", "chart", pkg)
+	must(t, err)
+	must(t, yaml.Unmarshal([]byte(out), &meta))
+	if meta.Version != version || meta.AppVersion != dockerTag(version) {
+		t.Errorf("packaged chart: version %q appVersion %q, want %q and %q", meta.Version, meta.AppVersion, version, dockerTag(version))
+	}
+
+	// The name the archive gives the image.
+	archive := artifact(t, "oci.tar")
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(archive) })
+	must(t, err)
+	if len(m) != 1 || len(m[0].RepoTags) != 1 {
+		t.Fatalf("manifest.json: %+v", m)
+	}
+	ref := m[0].RepoTags[0]
+	if want := imageRepository + ":" + dockerTag(version); ref != want {
+		t.Errorf("the archive names the image %s, want %s", ref, want)
+	}
+	dir := t.TempDir()
+	out2, err := exec.Command("tar", "-xf", archive, "-C", dir, "index.json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("untar index.json: %v\n%s", err, out2)
+	}
+	idx, err := layout.ImageIndexFromPath(dir)
+	must(t, err)
+	im, err := idx.IndexManifest()
+	must(t, err)
+	if n := im.Manifests[0].Annotations["io.containerd.image.name"]; n != ref {
+		t.Errorf("index.json names the image %q for containerd, manifest.json %q", n, ref)
+	}
+
+	// The packaged chart's Deployment runs exactly that image.
+	tpl, err := helm(t, "template", "rel", pkg)
+	if err != nil {
+		t.Fatalf("helm template %s: %v\n%s", pkg, err, tpl)
+	}
+	if !strings.Contains(tpl, fmt.Sprintf("image: %q\n", ref)) {
+		t.Errorf("the packaged chart does not run %s:\n%s", ref, tpl)
+	}
+
+	// The chart in the source tree defaults to the same repository.
+	var values struct {
+		Image struct {
+			Repository string `yaml:"repository"`
+		} `yaml:"image"`
+	}
+	data, err := os.ReadFile(filepath.Join(chartDir(), "values.yaml"))
+	must(t, err)
+	must(t, yaml.Unmarshal(data, &values))
+	if values.Image.Repository != imageRepository {
+		t.Errorf("values.yaml: image.repository %q, want %q (where the release publishes the image)", values.Image.Repository, imageRepository)
+	}
 }

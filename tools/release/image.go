@@ -233,7 +233,7 @@ func (r *release) writeImageArchive(w io.Writer, img v1.Image) error {
 		entries = append(entries, entry{name: blob(d), mode: 0o644, data: data})
 		layerPaths = append(layerPaths, blob(d))
 	}
-	ref := "ctsync:" + dockerTag(r.version)
+	ref := imageRepository + ":" + dockerTag(r.version)
 	index := map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     types.OCIImageIndex,
@@ -243,7 +243,7 @@ func (r *release) writeImageArchive(w io.Writer, img v1.Image) error {
 			"size":      len(manifest),
 			"platform":  map[string]string{"architecture": "amd64", "os": "linux"},
 			"annotations": map[string]string{
-				"io.containerd.image.name":          "docker.io/library/" + ref,
+				"io.containerd.image.name":          ref,
 				"org.opencontainers.image.ref.name": dockerTag(r.version),
 			},
 		}},

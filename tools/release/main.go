@@ -3,7 +3,8 @@
 // .rpm (built with nfpm: binary, systemd unit, commented configuration,
 // the ctsync user, /var/lib/ctsync), an OCI image archive (built with
 // go-containerregistry: ctsync, OpenTofu, CA certificates and busybox's
-// shell, amd64), and SHA256SUMS over them.
+// shell, amd64), the Helm chart stamped with the release's version, and
+// SHA256SUMS over them.
 //
 // The output is reproducible: the binaries are built with -trimpath and an
 // empty build id, every file in every archive carries the commit time, and
@@ -110,6 +111,9 @@ func (r *release) run() error {
 	if err := r.writeImage(); err != nil {
 		return fmt.Errorf("image: %w", err)
 	}
+	if err := r.writeChart(); err != nil {
+		return fmt.Errorf("chart: %w", err)
+	}
 	return r.writeSums()
 }
 
@@ -209,6 +213,11 @@ func (r *release) writeSums() error {
 	if err != nil {
 		return err
 	}
+	charts, err := filepath.Glob(filepath.Join(r.dist, "ctsync-*.tgz"))
+	if err != nil {
+		return err
+	}
+	names = append(names, charts...)
 	sort.Strings(names)
 	var b strings.Builder
 	for _, p := range names {
