@@ -126,10 +126,13 @@ func TestChartLintAndTemplate(t *testing.T) {
 		t.Errorf("one instance: strategy %v, want Recreate", s)
 	}
 	c := dig(dep, "spec", "template", "spec", "containers", 0)
-	for _, probe := range []string{"livenessProbe", "readinessProbe"} {
-		if p := dig(c, probe, "httpGet", "path"); p != "/v1/health" {
-			t.Errorf("%s path %v, want /v1/health", probe, p)
-		}
+	// Readiness follows /v1/health (Consul reachable, controller live);
+	// liveness must not (TestChartLivenessWithoutConsul).
+	if p := dig(c, "readinessProbe", "httpGet", "path"); p != "/v1/health" {
+		t.Errorf("readinessProbe path %v, want /v1/health", p)
+	}
+	if p := dig(c, "livenessProbe", "httpGet", "path"); p != "/ui/" {
+		t.Errorf("livenessProbe path %v, want /ui/", p)
 	}
 	if u := dig(dep, "spec", "template", "spec", "securityContext", "runAsUser"); u != 65532 {
 		t.Errorf("runAsUser %v, want 65532 (the image's user)", u)
@@ -331,5 +334,71 @@ func TestChartPackageMatchesImage(t *testing.T) {
 	must(t, yaml.Unmarshal(data, &values))
 	if values.Image.Repository != imageRepository {
 		t.Errorf("values.yaml: image.repository %q, want %q (where the release publishes the image)", values.Image.Repository, imageRepository)
+	}
+}
+
+// The liveness probe of the chart's pod answers while Consul is away: run
+// with the chart's configuration and container arguments against an
+// address where no Consul listens, the daemon serves the probe's path with
+// 200 (with API tokens configured, as the probe sends none), so a long
+// Consul outage does not make Kubernetes restart the pods. (/v1/health,
+// the readiness probe, turns 503 once a running watch has failed for
+// watch.DeadWatchAfter, 2 minutes: the reason liveness does not use it.)
+func TestChartLivenessWithoutConsul(t *testing.T) {
+	needHelm(t)
+	port := freePort(t)
+	noConsul := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	objs := render(t, "consul.address="+noConsul, fmt.Sprintf("service.port=%d", port),
+		"apiAuth.tokens[0].name=ops", "apiAuth.tokens[0].access=write", "apiAuth.tokens[0].value=0123456789abcdef-write",
+		"config=task {\n  name = \"web\"\n  module = \"./m\"\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}\n")
+	dep := objs["Deployment/rel-ctsync"]
+	c := dig(dep, "spec", "template", "spec", "containers", 0)
+	path, _ := dig(c, "livenessProbe", "httpGet", "path").(string)
+	if path == "" || dig(c, "livenessProbe", "httpGet", "port") != "http" {
+		t.Fatalf("livenessProbe: %v", dig(c, "livenessProbe"))
+	}
+	dir := t.TempDir()
+	hcl, _ := dig(objs["ConfigMap/rel-ctsync"], "data", "ctsync.hcl").(string)
+	hcl = strings.Replace(hcl, `"/var/lib/ctsync/sync-tasks"`, fmt.Sprintf("%q", filepath.Join(dir, "sync-tasks")), 1)
+	hcl = strings.Replace(hcl, `"/etc/ctsync/tokens/ops"`, fmt.Sprintf("%q", filepath.Join(dir, "ops.token")), 1)
+	must(t, os.WriteFile(filepath.Join(dir, "ctsync.hcl"), []byte(hcl), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, "ops.token"), []byte("0123456789abcdef-write"), 0o600))
+	must(t, os.MkdirAll(filepath.Join(dir, "m"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "m", "main.tf"), []byte("variable \"services\" {\n  type = any\n}\n"), 0o644))
+	var args []string
+	for _, a := range dig(c, "args").([]any) {
+		args = append(args, strings.Replace(a.(string), "-config-dir=/etc/ctsync.d", "-config-dir="+dir, 1))
+	}
+	daemon := exec.Command(binaryFromTarball(t), args...)
+	daemon.Dir = dir
+	var logs bytes.Buffer
+	daemon.Stdout, daemon.Stderr = &logs, &logs
+	must(t, daemon.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- daemon.Wait() }()
+	defer func() {
+		_ = daemon.Process.Signal(syscall.SIGTERM)
+		<-exited
+	}()
+	url := fmt.Sprintf("http://127.0.0.1:%d%s", port, path)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+			t.Fatalf("liveness %s without Consul: %s\n%s", url, resp.Status, logs.String())
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("ctsync exited without Consul: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("liveness %s does not answer within a minute: %v\n%s", url, err, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond) // polling the daemon's API
 	}
 }
