@@ -346,3 +346,27 @@ task {
 		}
 	}
 }
+
+// SIGINT during -once: CTS's line naming the signal, the run in progress
+// interrupted, exit code 12.
+func TestCompatOnceInterrupted(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	out, varFile := newTaskDir(t)
+	work := t.TempDir()
+	cfg := writeFile(t, work, "config.hcl", config(t, c.Addr, filepath.Join(work, "sync-tasks"),
+		taskSpec{name: "gated", module: module("gated"), services: `"web"`, extra: fmt.Sprintf("variable_files = [%q]", varFile)}))
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	p := startCtsync(t, work, "start", "-once", "-config-file", cfg)
+	testutil.Eventually(t, 60*time.Second, "the apply to start", func() bool {
+		_, err := os.Stat(filepath.Join(out, "started"))
+		return err == nil
+	})
+	must(t, p.cmd.Process.Signal(syscall.SIGINT))
+	const line = "[INFO]  cli: signal received to initiate graceful shutdown: signal=interrupt\n"
+	testutil.Eventually(t, 10*time.Second, "CTS's signal line", func() bool { return p.count(line) == 1 })
+	writeFile(t, out, "gate", "")
+	if code := p.wait(t, 90*time.Second); code != 12 {
+		t.Fatalf("exit code %d after SIGINT during -once, want 12", code)
+	}
+}

@@ -151,6 +151,16 @@ func (a *app) runDaemon(ctx context.Context) int {
 	return ExitOK
 }
 
+// logSignal logs CTS's line when a signal ends ctx (-once and -inspect:
+// the runs in progress are interrupted); the returned func stops watching.
+func (a *app) logSignal(ctx context.Context) (stop func() bool) {
+	return context.AfterFunc(ctx, func() {
+		if sig := signalName(ctx); sig != "" {
+			a.log.Info("signal received to initiate graceful shutdown", "signal", sig)
+		}
+	})
+}
+
 // signalName is the name of the signal that ended ctx ("interrupt",
 // "terminated", "quit"), as Go prints it and so as CTS logs it; "" when no
 // signal did.

@@ -429,6 +429,7 @@ func localModuleSource(src, taskDir string) string {
 
 // runOnce runs (or, with inspect, plans) the tasks once and exits.
 func (a *app) runOnce(ctx context.Context, only []string, inspect bool, stdout io.Writer) int {
+	defer a.logSignal(ctx)() // daemon.go
 	wait := a.onceWait
 	if wait <= 0 {
 		wait = onceWait
