@@ -169,6 +169,10 @@ fi
 if [ "${TOOLS_RELEASE:-0}" = 1 ]; then
   [ -x "$BIN/helm" ] || build_helm
   [ -x "$BUILD/busybox/root/bin/busybox" ] || fetch_busybox
+  # The image's OpenTofu is the static build from the module proxy (make
+  # release reads its licence from $BUILD/tofu's module), not a tofu found
+  # on PATH, which may be dynamically linked and has no licence file here.
+  if [ "${TOOLS_TOFU:-1}" = 1 ] && { [ -L "$BIN/tofu" ] || [ ! -f "$BUILD/tofu/go.mod" ]; }; then build_tofu; fi
   # systemd-analyze (the unit's check) and rpm (reads the .rpm), from Debian.
   missing=""
   command -v systemd-analyze >/dev/null || missing+=" systemd"

@@ -16,6 +16,7 @@ package main
 
 import (
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -150,6 +151,9 @@ func (r *release) readSource() error {
 		return fmt.Errorf("%s version -json printed %q: %v", r.tofu, out, err)
 	}
 	r.tofuVersion = tv.Version
+	if err := staticELF(r.tofu, elf.EM_X86_64); err != nil {
+		return fmt.Errorf("-tofu %s cannot go into the linux/amd64 image: %w", r.tofu, err)
+	}
 
 	for _, f := range []struct {
 		dst  *[]byte
@@ -234,4 +238,23 @@ func (r *release) writeSums() error {
 		fmt.Fprintf(&b, "%s  %s\n", hex.EncodeToString(h.Sum(nil)), filepath.Base(p))
 	}
 	return os.WriteFile(filepath.Join(r.dist, "SHA256SUMS"), []byte(b.String()), 0o644)
+}
+
+// staticELF checks that the file at p is a statically linked Linux
+// executable for machine: the image has no C library and no loader.
+func staticELF(p string, machine elf.Machine) error {
+	f, err := elf.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if f.Machine != machine {
+		return fmt.Errorf("an executable for %s, not %s", f.Machine, machine)
+	}
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return fmt.Errorf("dynamically linked (it needs a loader and a C library)")
+		}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,5 +79,26 @@ func checkOrder(t *testing.T, versions []string) {
 func TestPackageVersionRefusesNonSemver(t *testing.T) {
 	if _, _, _, err := packageVersion("release-7"); err == nil || !strings.Contains(err.Error(), `"release-7"`) {
 		t.Errorf("packageVersion(release-7): %v", err)
+	}
+}
+
+// The release refuses to put a tofu into the image that cannot run there:
+// a dynamically linked one (as a distribution's package may be) or one for
+// another machine.
+func TestStaticELF(t *testing.T) {
+	if err := staticELF("/bin/sh", elf.EM_X86_64); err == nil || !strings.Contains(err.Error(), "dynamically linked") {
+		t.Errorf("/bin/sh: %v", err)
+	}
+	bin := binaryFromTarballArch(t, "arm64")
+	if err := staticELF(bin, elf.EM_X86_64); err == nil || !strings.Contains(err.Error(), "EM_AARCH64") {
+		t.Errorf("the arm64 ctsync as amd64: %v", err)
+	}
+	if err := staticELF(binaryFromTarball(t), elf.EM_X86_64); err != nil {
+		t.Errorf("the amd64 ctsync: %v", err)
+	}
+	if opts.tofu != "" {
+		if err := staticELF(opts.tofu, elf.EM_X86_64); err != nil {
+			t.Errorf("-tofu %s: %v", opts.tofu, err)
+		}
 	}
 }
