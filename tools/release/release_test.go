@@ -136,6 +136,47 @@ func TestBinariesStaticPerArch(t *testing.T) {
 	}
 }
 
+// The arm64 .deb (which cannot be installed here) holds what the amd64
+// one does, with the arm64 tarball's binary.
+func TestDebArm64Contents(t *testing.T) {
+	for _, tool := range []string{"dpkg-deb"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	list := func(deb string) string {
+		var names []string
+		for _, l := range strings.Split(strings.TrimSpace(run(t, "dpkg-deb", "-c", deb)), "\n") {
+			f := strings.Fields(l)
+			names = append(names, f[0]+" "+f[1]+" "+f[len(f)-1]) // mode, owner, path
+		}
+		return strings.Join(names, "\n")
+	}
+	amd, arm := artifact(t, "amd64.deb"), artifact(t, "arm64.deb")
+	if a, b := list(amd), list(arm); a != b {
+		t.Errorf("the arm64 .deb holds other files than the amd64 one:\namd64:\n%s\narm64:\n%s", a, b)
+	}
+	for _, f := range []string{"conffiles", "postinst", "prerm", "postrm"} {
+		if a, b := run(t, "dpkg-deb", "-I", amd, f), run(t, "dpkg-deb", "-I", arm, f); a != b {
+			t.Errorf("%s differs between the amd64 and arm64 .deb", f)
+		}
+	}
+	dir := t.TempDir()
+	run(t, "dpkg-deb", "-x", arm, dir)
+	sameFile(t, filepath.Join(dir, "usr/bin/ctsync"), binaryFromTarballArch(t, "arm64"))
+}
+
+func sameFile(t *testing.T, a, b string) {
+	t.Helper()
+	da, err := os.ReadFile(a)
+	must(t, err)
+	db, err := os.ReadFile(b)
+	must(t, err)
+	if !bytes.Equal(da, db) {
+		t.Errorf("%s and %s differ", a, b)
+	}
+}
+
 func TestDebInstallsAndRemoves(t *testing.T) {
 	needRoot(t, "dpkg", "systemd-analyze")
 	if exec.Command("dpkg", "-s", "ctsync").Run() == nil {
@@ -247,13 +288,19 @@ func TestImageArchiveFormats(t *testing.T) {
 	}
 }
 
-// The .rpm, read by rpm itself: intact, with the files, the configuration
-// file and the scripts that create the user.
+// The .rpm of each architecture, read by rpm itself: intact, with the
+// files, the configuration file and the scripts that create the user, and
+// the binary of that architecture's tarball.
 func TestRPMContents(t *testing.T) {
 	if _, err := exec.LookPath("rpm"); err != nil {
 		t.Skip("needs rpm")
 	}
-	pkg := artifact(t, "x86_64.rpm")
+	for arch, rpmArch := range map[string]string{"amd64": "x86_64", "arm64": "aarch64"} {
+		t.Run(rpmArch, func(t *testing.T) { checkRPM(t, artifact(t, rpmArch+".rpm"), rpmArch, arch) })
+	}
+}
+
+func checkRPM(t *testing.T, pkg, rpmArch, arch string) {
 	run(t, "rpm", "--checksig", "--nosignature", pkg)
 	files := run(t, "rpm", "-qlp", pkg)
 	for _, want := range []string{"/usr/bin/ctsync", "/usr/lib/systemd/system/ctsync.service", "/etc/ctsync.d/ctsync.hcl", "/usr/share/doc/ctsync/LICENSE"} {
@@ -267,9 +314,22 @@ func TestRPMContents(t *testing.T) {
 	if s := run(t, "rpm", "-qp", "--scripts", pkg); !strings.Contains(s, "useradd --system") || !strings.Contains(s, "preuninstall") {
 		t.Errorf("scripts:\n%s", s)
 	}
-	if v := run(t, "rpm", "-qp", "--queryformat", "%{ARCH} %{LICENSE}", pkg); v != "x86_64 MPL-2.0" {
+	if v := run(t, "rpm", "-qp", "--queryformat", "%{ARCH} %{LICENSE}", pkg); v != rpmArch+" MPL-2.0" {
 		t.Errorf("arch and licence: %q", v)
 	}
+	// The binary in it is the tarball's of the same architecture.
+	dir := t.TempDir()
+	if _, err := exec.LookPath("rpm2archive"); err != nil {
+		t.Skip("needs rpm2archive (rpm's tools) to unpack the .rpm")
+	}
+	abs, err := filepath.Abs(pkg)
+	must(t, err)
+	cmd := exec.Command("sh", "-c", `rpm2archive - < "$1" | tar -xzf - ./usr/bin/ctsync`, "sh", abs)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("rpm2archive: %v\n%s", err, out)
+	}
+	sameFile(t, filepath.Join(dir, "usr/bin/ctsync"), binaryFromTarballArch(t, arch))
 }
 
 func TestImageRunsUnderChroot(t *testing.T) {
