@@ -328,22 +328,21 @@ resource "terraform_data" "slow" {
 }
 `
 
-// kill -9 of the daemon while a provisioner runs `sleep`: Terraform dies
-// with the daemon but the sleep stays. Started again, the daemon ends it
-// before the task's next run starts. Deregistering the daemon's own service
-// by hand: it comes back. Without api_auth, the start-up warns that the API
-// is open to the network.
-func TestKilledDaemonLeftoversAndRegistration(t *testing.T) {
-	skipShort(t)
-	c := testutil.StartConsul(t)
+// killedWithSleep starts the daemon with the task "slow" (sleepModule),
+// waits for its provisioner's sleep and kills the daemon with SIGKILL: the
+// sleep is left running. It returns the Consul agent, the configuration's
+// folder and file, the task's directory and the sleep's pid.
+func killedWithSleep(t *testing.T) (c *testutil.Consul, conf, cfg, taskDir string, sleepPid int) {
+	t.Helper()
+	c = testutil.StartConsul(t)
 	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
-	conf := t.TempDir()
+	conf = t.TempDir()
 	work := filepath.Join(conf, "sync-tasks")
 	mod := filepath.Join(t.TempDir(), "slow")
 	must(t, os.MkdirAll(mod, 0o755))
 	writeFile(t, mod, "main.tf", sleepModule)
 	state := t.TempDir()
-	cfg := writeFile(t, conf, "config.hcl", fmt.Sprintf(`
+	cfg = writeFile(t, conf, "config.hcl", fmt.Sprintf(`
 log_level   = "DEBUG"
 working_dir = %q
 port        = %d
@@ -373,7 +372,6 @@ task {
 	taskDir, err := filepath.EvalSymlinks(work)
 	must(t, err)
 	taskDir = filepath.Join(taskDir, "slow")
-	var sleepPid int
 	testutil.Eventually(t, 90*time.Second, "the provisioner's sleep", func() bool {
 		sleepPid = processIn(taskDir, "sleep")
 		return sleepPid > 0
@@ -385,6 +383,18 @@ task {
 	if !alive(sleepPid) {
 		t.Fatalf("the provisioner's sleep (pid %d) ended with the daemon: nothing to clean up", sleepPid)
 	}
+
+	return c, conf, cfg, taskDir, sleepPid
+}
+
+// kill -9 of the daemon while a provisioner runs `sleep`: Terraform dies
+// with the daemon but the sleep stays. Started again, the daemon ends it
+// before the task's next run starts. Deregistering the daemon's own service
+// by hand: it comes back. Without api_auth, the start-up warns that the API
+// is open to the network.
+func TestKilledDaemonLeftoversAndRegistration(t *testing.T) {
+	skipShort(t)
+	c, conf, cfg, taskDir, sleepPid := killedWithSleep(t)
 
 	p2 := startCtsync(t, conf, "start", "-config-file", cfg)
 	testutil.Eventually(t, 90*time.Second, "a successful run after the restart", func() bool { return p2.successes("slow") >= 1 })
@@ -454,4 +464,23 @@ func agentServiceID(t *testing.T, c *testutil.Consul, name string) string {
 		return id
 	}
 	return ""
+}
+
+// A task that does not run after the restart (here disabled in the
+// configuration) keeps nothing running either: the start-up ends the
+// killed daemon's leftovers of every task, before anything runs.
+func TestKilledDaemonLeftoversEndedForATaskThatDoesNotRun(t *testing.T) {
+	skipShort(t)
+	_, conf, cfg, _, sleepPid := killedWithSleep(t)
+	b, err := os.ReadFile(cfg)
+	must(t, err)
+	writeFile(t, conf, "config.hcl", strings.Replace(string(b), `name   = "slow"`, "name   = \"slow\"\n  enabled = false", 1))
+	p := startCtsync(t, conf, "start", "-config-file", cfg)
+	p.waitOutput(t, 60*time.Second, "[WARN]", "ending terraform processes that a previous ctsync left running", "task_name=slow")
+	testutil.Eventually(t, 30*time.Second, "the old sleep ended", func() bool { return !alive(sleepPid) })
+	p.waitOutput(t, 30*time.Second, "api listening")
+	if len(p.lines("executing task")) > 0 {
+		t.Error("the disabled task ran")
+	}
+	p.running(t)
 }

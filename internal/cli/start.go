@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -285,6 +286,15 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	}
 	if err := os.MkdirAll(workDir, 0o750); err != nil {
 		return nil, fmt.Errorf("creating working_dir: %w", err)
+	}
+	// What a killed daemon left running ends before anything runs, for
+	// every task (terraform/leftover.go).
+	if cfg.ClientType != config.ClientDevelopment {
+		dirs := map[string]string{}
+		for _, s := range cfg.Tasks {
+			dirs[s.Name] = cmp.Or(s.WorkingDir, filepath.Join(workDir, s.Name))
+		}
+		terraform.EndLeftovers(workDir, dirs, logger.With("component", "terraform"))
 	}
 	cacheDir := filepath.Join(workDir, ".plugin-cache")
 	if err := os.MkdirAll(cacheDir, 0o750); err != nil {

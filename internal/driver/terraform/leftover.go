@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -152,30 +154,66 @@ func readRunRecord(path string) (runRecord, error) {
 // recorded group (the daemon died before it could record one) are found
 // by their working directory, the task's. The groups get SIGTERM, then
 // SIGKILL after LeftoverStopTimeout.
-func (d *Driver) endLeftovers() {
-	path := filepath.Join(d.workDir, runFile)
+func (d *Driver) endLeftovers() { endLeftoversIn(d.workDir, d.realDir, d.log) }
+
+// endLeftoversIn is endLeftovers for the task directory workDir (realDir:
+// with symbolic links resolved), logging to log.
+func endLeftoversIn(workDir, realDir string, log *slog.Logger) {
+	path := filepath.Join(workDir, runFile)
 	rec, err := readRunRecord(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return
 	}
 	defer os.Remove(path)
 	if err != nil {
-		d.log.Warn("ignoring an unreadable run record", "file", runFile, "error", err)
+		log.Warn("ignoring an unreadable run record", "file", runFile, "error", err)
 		return
 	}
-	groups := leftoverGroups(rec, d.realDir)
+	groups := leftoverGroups(rec, realDir)
 	if len(groups) == 0 {
 		return
 	}
-	d.log.Warn("ending terraform processes that a previous ctsync left running for this task", "process_groups", groups)
+	log.Warn("ending terraform processes that a previous ctsync left running for this task", "process_groups", groups)
 	signalGroups(groups, syscall.SIGTERM)
 	deadline := time.Now().Add(LeftoverStopTimeout)
 	for time.Now().Before(deadline) && groupsAlive(groups) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if groupsAlive(groups) {
-		d.log.Warn("leftover terraform processes did not end after SIGTERM; killing them", "process_groups", groups, "timeout", LeftoverStopTimeout)
+		log.Warn("leftover terraform processes did not end after SIGTERM; killing them", "process_groups", groups, "timeout", LeftoverStopTimeout)
 		signalGroups(groups, syscall.SIGKILL)
+	}
+}
+
+// EndLeftovers ends, at start-up and before any task runs, what a killed
+// daemon left running for any task, as a task's driver does before its
+// first verb (endLeftovers): the run record of each directory of dirs
+// (task name to working directory) and of each folder of root (the
+// working_dir) that holds one is read, and its processes ended. A task
+// that does not run here soon, or ever (disabled, led or owned by another
+// member of a cluster, deleted), then keeps nothing running either.
+func EndLeftovers(root string, dirs map[string]string, log *slog.Logger) {
+	all := maps.Clone(dirs)
+	if all == nil {
+		all = map[string]string{}
+	}
+	found, _ := filepath.Glob(filepath.Join(root, "*", runFile))
+	for _, f := range found {
+		dir := filepath.Dir(f)
+		if name := filepath.Base(dir); all[name] == "" {
+			all[name] = dir
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(all)) {
+		dir, err := filepath.Abs(all[name])
+		if err != nil {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			continue // no such directory: nothing ran there
+		}
+		endLeftoversIn(dir, real, log.With("task_name", name))
 	}
 }
 

@@ -2,6 +2,7 @@ package terraform
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,4 +85,49 @@ func deadPid(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return cmd.Process.Pid
+}
+
+// At start-up, without any driver: the leftovers of every folder of the
+// working directory holding a run record (a task that is deleted, disabled
+// or run by another member) and of a configured task's own working_dir are
+// ended and their records removed; a folder without a record is left
+// alone.
+func TestEndLeftoversAtStart(t *testing.T) {
+	root := t.TempDir()
+	own := t.TempDir() // a task's working_dir outside root
+	quiet := filepath.Join(root, "quiet")
+	for _, d := range []string{filepath.Join(root, "gone"), quiet} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var groups []*exec.Cmd
+	for _, dir := range []string{filepath.Join(root, "gone"), own} {
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		marker := "m:" + filepath.Base(dir)
+		g := startGroup(t, real, markerEnv+"="+marker)
+		groups = append(groups, g)
+		rec := fmt.Sprintf("daemon=%d\nmarker=%s\npgid=%d\n", deadPid(t), marker, g.Process.Pid)
+		if err := os.WriteFile(filepath.Join(dir, runFile), []byte(rec), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bystander := startGroup(t, quiet, markerEnv+"=m:quiet")
+	EndLeftovers(root, map[string]string{"own": own, "quiet": quiet, "missing": filepath.Join(root, "missing")}, slog.New(slog.DiscardHandler))
+	for i, g := range groups {
+		if groupsAlive([]int{g.Process.Pid}) {
+			t.Errorf("leftover %d still runs", i)
+		}
+	}
+	if !groupsAlive([]int{bystander.Process.Pid}) {
+		t.Error("a group of a folder without a run record was ended")
+	}
+	for _, dir := range []string{filepath.Join(root, "gone"), own} {
+		if _, err := os.Stat(filepath.Join(dir, runFile)); !os.IsNotExist(err) {
+			t.Errorf("%s: the run record is still there: %v", dir, err)
+		}
+	}
 }
