@@ -255,13 +255,20 @@ func (c *clientCmd) taskName(args []string) (string, bool) {
 }
 
 func (c *clientCmd) client() (*client.Client, error) {
+	cfg := c.cfg
 	c.fs.Visit(func(f *flag.Flag) {
-		if f.Name == "port" { // CTS's warning, to stderr
+		switch f.Name {
+		case "port": // CTS's warning, to stderr
 			fmt.Fprint(c.ui.err, prefixed(infoPrefix, "Warning: 'port' option is deprecated and will be removed in a later version. "+
 				"It is preferred to use the 'http-addr' option instead.\n"))
+		case "http-addr":
+			// As in CTS, -http-addr given on the command line is the
+			// whole address: -port only changes the address of
+			// CTS_ADDRESS or the default.
+			cfg.Port = 0
 		}
 	})
-	return client.New(c.cfg)
+	return client.New(cfg)
 }
 
 // commandContext is cancelled by SIGINT/SIGTERM, so a long request (a run)

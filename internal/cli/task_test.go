@@ -708,6 +708,10 @@ func TestTaskPortFlagWarns(t *testing.T) {
 		errOut != "==> Warning: 'port' option is deprecated and will be removed in a later version. It is preferred to use the 'http-addr' option instead.\n\n" {
 		t.Fatalf("exit %d\n%s---\n%s", code, out, errOut)
 	}
+	// With -http-addr on the command line, -port changes nothing (CTS).
+	if code, out, _ := run(t, "", "task", "disable", "-port=1", "-http-addr="+ts.URL, "a"); code != ExitOK {
+		t.Fatalf("-port with -http-addr: exit %d\n%s", code, out)
+	}
 }
 
 // As CTS, enable (and run) print their first lines before the client is
