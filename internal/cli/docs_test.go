@@ -96,8 +96,8 @@ func cliFlags() map[string][]string {
 }
 
 // Flags the documentation names that belong to other programs (Terraform,
-// go build, go test) or are placeholders.
-var foreignFlags = []string{"flag", "parallelism", "trimpath", "force-copy", "uninstall", "race"}
+// go build, go test, helm) or are placeholders.
+var foreignFlags = []string{"flag", "parallelism", "trimpath", "force-copy", "uninstall", "race", "set", "reuse-values"}
 
 var (
 	invocationRe = regexp.MustCompile(`^\s*(?:\$\s+)?(?:sudo\s+)?(?:[A-Z_][A-Z0-9_]*=\S+\s+)*(?:\S*bin/)?(?:ctsync|consul-terraform-sync)(?:\s+(.*))?$`)
