@@ -302,7 +302,8 @@ func TestOnceMode(t *testing.T) {
 	}
 
 	cfg2 := writeFile(t, work, "fail.hcl", config(t, c.Addr, filepath.Join(work, "sync-tasks-2"),
-		taskSpec{name: "broken", module: module("failing"), services: `"web"`}))
+		taskSpec{name: "broken", module: module("failing"), services: `"web"`},
+		taskSpec{name: "firewall", module: module("failing_apply"), services: `"web"`}))
 	p = startCtsync(t, work, "start", "-once", "-log-format=json", "-config-file", cfg2)
 	if code := p.wait(t, 3*time.Minute); code == 0 {
 		t.Fatal("-once with a failing task exited 0")
@@ -310,9 +311,13 @@ func TestOnceMode(t *testing.T) {
 	if out := p.out.String(); !strings.Contains(out, "broken") || !strings.Contains(out, "this module always fails") {
 		t.Fatalf("failure not reported with task name and Terraform's error:\n%s", out)
 	}
-	if out := p.out.String(); !strings.Contains(out, "==> Run summary: 1 tasks, 0 succeeded, 1 failed, in ") ||
-		!regexp.MustCompile(`\n    broken +failed +[0-9.]+m?s +.*this module always fails`).MatchString(out) {
-		t.Fatalf("no run summary with the failure:\n%s", out)
+	// The summary says Terraform's diagnostic (with the author's message
+	// of a failed condition), not the provisioner's command line that
+	// Terraform's detail starts with.
+	if out := p.out.String(); !strings.Contains(out, "==> Run summary: 2 tasks, 0 succeeded, 2 failed, in ") ||
+		!regexp.MustCompile(`\n    broken +failed +[0-9.]+m?s +Error: Resource precondition failed: this module always fails\n`).MatchString(out) ||
+		!regexp.MustCompile(`\n    firewall +failed +[0-9.]+m?s +Error: local-exec provisioner error\n`).MatchString(out) {
+		t.Fatalf("no run summary with the failures:\n%s", out)
 	}
 	// -log-format=json: CTS's message and key, in JSON.
 	if out := p.out.String(); !strings.Contains(out, `"msg":"error applying task"`) || !strings.Contains(out, `"task_name":"broken"`) {

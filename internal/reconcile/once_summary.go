@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/policy"
 )
 
@@ -19,8 +20,8 @@ type onceResult struct {
 }
 
 // printOnceSummary writes the table that ends -once and -inspect on
-// standard output: one line per task (result, run time, the first line of
-// its error) and the totals.
+// standard output: one line per task (result, run time, its error in one
+// line: Terraform's diagnostic summary where there is one) and the totals.
 func printOnceSummary(w io.Writer, results []onceResult, inspect bool, total time.Duration) {
 	ok, verb := "succeeded", "Run"
 	if inspect {
@@ -43,7 +44,9 @@ func printOnceSummary(w io.Writer, results []onceResult, inspect bool, total tim
 			dur = r.dur.Round(100 * time.Millisecond).String()
 		}
 		if r.err != nil {
-			res, msg = "failed", firstLine(r.err.Error(), 160)
+			// Terraform's diagnostic summary, not the detail that may
+			// start with a provisioner's whole command line.
+			res, msg = "failed", firstLine(driver.ErrorSummary(r.err), 160)
 			if v := gateVerdict(r.err); v != "" {
 				res = v
 			}

@@ -21,13 +21,16 @@ func TestOnceSummary(t *testing.T) {
 		{name: "a", dur: 1234 * time.Millisecond},
 		{name: "broken", dur: 800 * time.Millisecond, err: errors.New("apply: Error: this module always fails\n\n  on main.tf line 3")},
 		{name: "held", err: errors.New("an upstream task failed")},
+		{name: "fw", dur: 300 * time.Millisecond, err: &driver.Error{Op: "apply", Headline: "Error: local-exec provisioner error",
+			Summary: "Error: local-exec provisioner error: Error running command 'firewall APPLY --zone=edge --rules=/etc/firewall/rules.d': exit status 3"}},
 	}, false, 4150*time.Millisecond)
 	want := `
-==> Run summary: 3 tasks, 1 succeeded, 2 failed, in 4.2s
+==> Run summary: 4 tasks, 1 succeeded, 3 failed, in 4.2s
     TASK    RESULT     DURATION  ERROR
     a       succeeded  1.2s
     broken  failed     800ms     apply: Error: this module always fails
     held    failed     -         an upstream task failed
+    fw      failed     300ms     Error: local-exec provisioner error
 `
 	if b.String() != want {
 		t.Errorf("got:\n%q\nwant:\n%q", b.String(), want)
