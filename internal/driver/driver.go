@@ -310,15 +310,37 @@ func (ds Diagnostics) Summary() string {
 
 // Headline is the summaries of the error diagnostics ("Error: <summary>",
 // each once, joined by "; "), or "" when there is none.
+// A diagnostic that reports a failed condition or validation rule keeps
+// the first paragraph of its detail, the module author's error_message
+// ("Error: Resource precondition failed: a service named bad is not
+// allowed"): its summary alone does not say what failed.
 func (ds Diagnostics) Headline() string {
 	var out []string
 	for _, d := range ds.Errors() {
-		if t := "Error: " + d.Summary; !slices.Contains(out, t) {
+		t := "Error: " + d.Summary
+		if slices.Contains(authorMessageSummaries, d.Summary) {
+			if m := firstParagraph(d.Detail); m != "" {
+				t += ": " + cutUTF8(m, maxAuthorMessage)
+			}
+		}
+		if !slices.Contains(out, t) {
 			out = append(out, t)
 		}
 	}
 	return strings.Join(out, "; ")
 }
+
+// authorMessageSummaries are the summaries of the diagnostics whose detail
+// starts with a message the module's author wrote (a condition's or a
+// validation rule's error_message).
+var authorMessageSummaries = []string{
+	"Resource precondition failed", "Resource postcondition failed",
+	"Module output value precondition failed", "Check block assertion failed",
+	"Invalid value for variable",
+}
+
+// maxAuthorMessage bounds the author's message kept in a headline.
+const maxAuthorMessage = 120
 
 // Terminal reports whether an error diagnostic comes from the
 // configuration itself (see ErrTerminal).

@@ -48,6 +48,9 @@ not json
 	if got := diags.Summary(); got != "Error: Resource precondition failed: A service named bad is not allowed." {
 		t.Fatalf("summary %q", got)
 	}
+	if got := diags.Headline(); got != "Error: Resource precondition failed: A service named bad is not allowed." {
+		t.Fatalf("headline %q: a failed condition keeps its author's message", got)
+	}
 	out, _ := s.output()
 	for _, want := range []string{"Terraform 1.11.4\n", "Plan: 1 to add", "\nError: Resource precondition failed\n\n  on ../mod/main.tf line 11, in resource \"terraform_data\" \"s\":\n  11:       condition = x\n\nA service named bad\nis not allowed.\n",
 		"Warning: Deprecated", "not json\n", "Apply complete! Resources: 1 added"} {

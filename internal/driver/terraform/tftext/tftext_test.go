@@ -47,6 +47,14 @@ func TestHeadline(t *testing.T) {
 	if got, want := Headline(stderr), "Error: local-exec provisioner error; Error: Invalid reference"; got != want {
 		t.Fatalf("Headline = %q, want %q", got, want)
 	}
+	// A failed condition keeps its author's message: the summary alone
+	// does not say what failed.
+	cond := "Error: Resource precondition failed\n\n  on ../mod/main.tf line 8, in resource \"terraform_data\" \"s\":\n" +
+		"   8:       condition = length(var.services) < 0\n    ├────────────────\n    │ var.services is map of object with 1 element\n\n" +
+		"this module always fails\nand says why\n\nsecond paragraph ignored\n"
+	if got, want := Headline(cond), "Error: Resource precondition failed: this module always fails and says why"; got != want {
+		t.Fatalf("Headline = %q, want %q", got, want)
+	}
 	if Headline("plain failure") != "" {
 		t.Fatal("a headline without diagnostics")
 	}
