@@ -5,12 +5,15 @@ package e2e
 // Consul refuses the task's record (its ACL policy made read-only for the
 // cluster's task records), the request fails and nothing changed on any
 // member, the record included; once Consul accepts it again the same
-// requests succeed.
+// requests succeed. A task deleted while it runs answers 409 "being
+// deleted" to a create on every member until its run has ended.
 
 import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +182,30 @@ func haEnableDeleteAtomic(t *testing.T, mode string) {
 			}
 		}
 		return true
+	})
+
+	// Deleted while its run goes on: its name answers 409 "being deleted"
+	// on every member until the run has ended, then it can be created
+	// again.
+	gdir := t.TempDir()
+	gated := fmt.Sprintf(`{"task":{"name":"slow","module":%q,"variables":{"dir":%q},"condition":{"services":{"names":["web"]}}}}`,
+		module("gated"), fmt.Sprintf("%q", gdir))
+	if code, b := retried("POST", "/v1/tasks", gated); code != http.StatusCreated {
+		t.Fatalf("create the gated task: %d %s", code, b)
+	}
+	testutil.Eventually(t, 60*time.Second, "the gated run started", func() bool { return fileExistsAt(gdir, "started") })
+	if code, b := haDo(t, "DELETE", writer.port, "/v1/tasks/slow", ""); code != http.StatusAccepted {
+		t.Fatalf("delete during the run: %d %s", code, b)
+	}
+	for _, in := range members {
+		code, b := haDo(t, "POST", in.port, "/v1/tasks", gated)
+		if code != http.StatusConflict || !strings.Contains(string(b), "being deleted") {
+			t.Fatalf("create on %s while deleting: %d %s", in.id, code, b)
+		}
+	}
+	must(t, os.WriteFile(filepath.Join(gdir, "gate"), nil, 0o644))
+	testutil.Eventually(t, 60*time.Second, "the name free again", func() bool {
+		code, _ := haDo(t, "POST", writer.port, "/v1/tasks", gated)
+		return code == http.StatusCreated
 	})
 }
