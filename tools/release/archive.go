@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"io"
+	"os"
 	"sort"
 	"time"
 )
@@ -59,6 +60,19 @@ func writeTarGz(w io.Writer, entries []entry, mtime time.Time) error {
 		return err
 	}
 	return zw.Close()
+}
+
+// writeTarGzFile is writeTarGz into the file at path.
+func writeTarGzFile(path string, entries []entry, mtime time.Time) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := writeTarGz(f, entries, mtime); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // tarBytes is writeTar into memory.

@@ -44,15 +44,7 @@ func (r *release) writeChart() error {
 	if err != nil {
 		return err
 	}
-	f, err := os.Create(filepath.Join(r.dist, "ctsync-"+r.version+".tgz"))
-	if err != nil {
-		return err
-	}
-	if err := writeTarGz(f, entries, r.mtime); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeTarGzFile(filepath.Join(r.dist, "ctsync-"+r.version+".tgz"), entries, r.mtime)
 }
 
 var (

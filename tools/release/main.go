@@ -199,15 +199,7 @@ func (r *release) writeTarball(arch string) error {
 		{name: "LICENSE", mode: 0o644, data: r.licenseText},
 		{name: "README.md", mode: 0o644, data: r.readmeMD},
 	}
-	f, err := os.Create(filepath.Join(r.dist, r.name("linux_"+arch+".tar.gz")))
-	if err != nil {
-		return err
-	}
-	if err := writeTarGz(f, entries, r.mtime); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return writeTarGzFile(filepath.Join(r.dist, r.name("linux_"+arch+".tar.gz")), entries, r.mtime)
 }
 
 // writeSums writes SHA256SUMS over every artifact, in the format of
