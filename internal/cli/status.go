@@ -129,6 +129,8 @@ func nextRun(ts api.TaskStatus, t time.Time) string {
 		return "after approval"
 	case !ts.Enabled:
 		return "-"
+	case ts.Retry != nil && ts.Retry.NextAt.Sub(t) < time.Second:
+		return fmt.Sprintf("retry %d due now", ts.Retry.Attempt) // as the dashboard says it
 	case ts.Retry != nil:
 		return fmt.Sprintf("retry %d in %s (%s)", ts.Retry.Attempt, ago(ts.Retry.NextAt.Sub(t)), ts.Retry.NextAt.Local().Format("15:04:05"))
 	case ts.NextRun != nil:

@@ -45,3 +45,15 @@ func TestStatusShowsRetryAndErrorSummary(t *testing.T) {
 		}
 	}
 }
+
+// A retry whose time has come (it waits for a run slot) is due now, not
+// "in 0s".
+func TestStatusRetryDueNow(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for _, at := range []time.Time{now.Add(-3 * time.Second), now.Add(300 * time.Millisecond)} {
+		ts := api.TaskStatus{TaskName: "fw", Status: "critical", Enabled: true, Retry: &api.RetryStatus{Attempt: 2, NextAt: at}}
+		if got := nextRun(ts, now); got != "retry 2 due now" {
+			t.Errorf("retry at %s, now %s: %q, want retry 2 due now", at, now, got)
+		}
+	}
+}
