@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/gonum/stat"
 )
 
@@ -257,6 +258,7 @@ type soakSample struct {
 	heap       float64 // MiB of Go heap in use (go_memstats_heap_inuse_bytes); -1 when /metrics did not answer
 	fds        int
 	goroutines int // -1 when /metrics did not answer
+	owned      int // tasks the member ran then (spread: owned, leader: all or none); -1 unknown
 }
 
 // soakSlopeBounds are the growth allowed per minute over a process's life
@@ -281,10 +283,43 @@ var soakSlopeBounds = struct {
 // soakSlope is the growth per minute of each resource over a process's
 // life after its warm-up, and the window it covers (ok: long enough to
 // judge).
+//
+// Goroutines and open files follow the number of tasks a member runs (each
+// owned task has its lease, its driver, its watches), which the faults move
+// from member to member; gor and fds are their slopes on time at equal
+// load: a least-squares fit of the per-minute minima on time and on the
+// tasks the member ran at each minimum (rawGor, rawFds: on time alone).
 type soakSlope struct {
 	rss, heap, gor, fds float64
+	rawGor, rawFds      float64
 	window              time.Duration
 	ok                  bool
+}
+
+// soakFitAtLoad fits y = a + b·x + c·load by least squares and returns b,
+// the slope on x at equal load; with a load that does not vary (or cannot
+// be told apart from x) it is the slope on x alone.
+func soakFitAtLoad(x, load, y []float64) float64 {
+	_, alone := stat.LinearRegression(x, y, nil, false)
+	if len(y) < 4 || stat.Variance(load, nil) == 0 {
+		return alone
+	}
+	a := mat.NewDense(len(y), 3, nil)
+	for i := range y {
+		a.Set(i, 0, 1)
+		a.Set(i, 1, x[i])
+		a.Set(i, 2, load[i])
+	}
+	var qr mat.QR
+	qr.Factorize(a)
+	if c := mat.Cond(a, 2); math.IsInf(c, 1) || c > 1e12 {
+		return alone
+	}
+	var beta mat.Dense
+	if err := qr.SolveTo(&beta, false, mat.NewDense(len(y), 1, y)); err != nil {
+		return alone
+	}
+	return beta.At(1, 0)
 }
 
 // soakSlopes returns the slopes (per minute) of the per-minute minima of
@@ -295,7 +330,7 @@ func soakSlopes(s []soakSample) soakSlope {
 		return soakSlope{}
 	}
 	t0 := s[0].at.Add(soakSlopeBounds.warmup)
-	type minute struct{ rss, heap, gor, fds float64 }
+	type minute struct{ rss, heap, gor, fds, gorLoad, fdsLoad float64 }
 	mins := map[int]*minute{}
 	var keys []int
 	var out soakSlope
@@ -306,13 +341,16 @@ func soakSlopes(s []soakSample) soakSlope {
 		k := int(v.at.Sub(t0) / time.Minute)
 		m, seen := mins[k]
 		if !seen {
-			m = &minute{math.Inf(1), math.Inf(1), math.Inf(1), math.Inf(1)}
+			m = &minute{rss: math.Inf(1), heap: math.Inf(1), gor: math.Inf(1), fds: math.Inf(1), gorLoad: -1, fdsLoad: -1}
 			mins[k] = m
 			keys = append(keys, k)
 		}
-		m.rss, m.fds = min(m.rss, v.rss), min(m.fds, float64(v.fds))
-		if v.goroutines >= 0 {
-			m.gor = min(m.gor, float64(v.goroutines))
+		m.rss = min(m.rss, v.rss)
+		if float64(v.fds) < m.fds {
+			m.fds, m.fdsLoad = float64(v.fds), float64(v.owned)
+		}
+		if v.goroutines >= 0 && float64(v.goroutines) < m.gor {
+			m.gor, m.gorLoad = float64(v.goroutines), float64(v.owned)
 		}
 		if v.heap >= 0 {
 			m.heap = min(m.heap, v.heap)
@@ -338,8 +376,25 @@ func soakSlopes(s []soakSample) soakSlope {
 	}
 	out.rss = slope(func(m *minute) float64 { return m.rss })
 	out.heap = slope(func(m *minute) float64 { return m.heap })
-	out.gor = slope(func(m *minute) float64 { return m.gor })
-	out.fds = slope(func(m *minute) float64 { return m.fds })
+	out.rawGor = slope(func(m *minute) float64 { return m.gor })
+	out.rawFds = slope(func(m *minute) float64 { return m.fds })
+	// atLoad is the slope on time at equal load, over the minutes where
+	// get and its load are known.
+	atLoad := func(get, load func(*minute) float64) float64 {
+		var x, l, y []float64
+		for _, k := range keys {
+			m := mins[k]
+			if v := get(m); !math.IsInf(v, 1) && load(m) >= 0 {
+				x, l, y = append(x, float64(k)), append(l, load(m)), append(y, v)
+			}
+		}
+		if len(x) < 2 {
+			return 0
+		}
+		return soakFitAtLoad(x, l, y)
+	}
+	out.gor = atLoad(func(m *minute) float64 { return m.gor }, func(m *minute) float64 { return m.gorLoad })
+	out.fds = atLoad(func(m *minute) float64 { return m.fds }, func(m *minute) float64 { return m.fdsLoad })
 	out.ok = out.window >= soakSlopeBounds.minWindow
 	return out
 }
@@ -429,11 +484,33 @@ func TestSoakCheckers(t *testing.T) {
 		if i%3 == 0 {
 			fd = 20
 		}
-		samples = append(samples, soakSample{at: at(float64(i * 10)), rss: 50 + float64(i), heap: 8 + float64(i)/6, fds: fd, goroutines: 30})
+		samples = append(samples, soakSample{at: at(float64(i * 10)), rss: 50 + float64(i), heap: 8 + float64(i)/6, fds: fd, goroutines: 30, owned: -1})
 	}
 	sl := soakSlopes(samples)
 	if !sl.ok || math.Abs(sl.rss-6) > 0.01 || math.Abs(sl.heap-1) > 0.01 || sl.gor != 0 || sl.fds != 0 || sl.window < 17*time.Minute {
 		t.Fatalf("slopes %+v", sl)
+	}
+	// Goroutines that follow the tasks a member runs (+2 per task, the
+	// member running 3 tasks, then 6, then 8) are flat at equal load; the
+	// same with +1 goroutine a minute is not.
+	load := make([]soakSample, 120)
+	for i := range load {
+		owned := 3
+		if i >= 40 && i < 80 {
+			owned = 6
+		} else if i >= 80 {
+			owned = 8
+		}
+		load[i] = soakSample{at: at(float64(i * 10)), rss: 50, heap: 8, fds: 20 + owned, goroutines: 40 + 2*owned, owned: owned}
+	}
+	if sl := soakSlopes(load); math.Abs(sl.gor) > 0.01 || math.Abs(sl.fds) > 0.01 || sl.rawGor < 0.5 {
+		t.Fatalf("resources that follow the load: %+v", sl)
+	}
+	for i := range load {
+		load[i].goroutines += i / 6
+	}
+	if sl := soakSlopes(load); math.Abs(sl.gor-1) > 0.05 {
+		t.Fatalf("goroutines growing 1/min at equal load: %+v", sl)
 	}
 	if soakSlopes(samples[:60]).ok {
 		t.Fatal("10 minutes with a 2-minute warm-up judged")

@@ -356,8 +356,9 @@ func (m *soakMode) finalChecks() {
 		if m.plain[k] {
 			build, memory, bound = "no -race: RSS judged", sl.rss, "RSS"
 		}
-		line := fmt.Sprintf("%s (%s): %d samples, RSS %.0f→%.0f MiB (%+.2f MiB/min), Go heap %.1f→%.1f MiB (%+.2f MiB/min), goroutines %d→%d (%+.2f/min), fds %d→%d (%+.2f/min) over %s after warm-up",
-			k, build, len(s), s[0].rss, last.rss, sl.rss, s[0].heap, last.heap, sl.heap, s[0].goroutines, last.goroutines, sl.gor, s[0].fds, last.fds, sl.fds, sl.window.Round(time.Second))
+		line := fmt.Sprintf("%s (%s): %d samples, RSS %.0f→%.0f MiB (%+.2f MiB/min), Go heap %.1f→%.1f MiB (%+.2f MiB/min), goroutines %d→%d (%+.2f/min at equal load, %+.2f/min), fds %d→%d (%+.2f/min at equal load, %+.2f/min), tasks run %d→%d, over %s after warm-up",
+			k, build, len(s), s[0].rss, last.rss, sl.rss, s[0].heap, last.heap, sl.heap, s[0].goroutines, last.goroutines, sl.gor, sl.rawGor,
+			s[0].fds, last.fds, sl.fds, sl.rawFds, s[0].owned, last.owned, sl.window.Round(time.Second))
 		if !sl.ok {
 			line += " (too short to judge)"
 		}

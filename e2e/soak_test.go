@@ -101,6 +101,9 @@ func (p soakPlanned) String() string {
 	return s
 }
 
+// soakHistory is the members' history { runs_per_task }.
+const soakHistory = 20
+
 // soakWitness is the member that is never SIGKILLed (every other fault
 // hits it): its one process lives the whole mode, so that its resources
 // can be judged over a long window.
@@ -381,6 +384,12 @@ func (m *soakMode) config(in *haInstance) string {
 	}
 	b.WriteString(h)
 	fmt.Fprintf(&b, "\napi_tasks {\n  allowed_modules   = [%q]\n  allowed_variables = [\"name\", \"dir\", \"effects\", \"beats\"]\n}\n", module("soak"))
+	// A short history, full within the warm-up, so that the memory judged
+	// is the steady state: with the default (200 runs per task, each ~4 KB
+	// of JSON, every member caching every task's) the cache fills for
+	// hours. The soak reads the events every 10 s, far more often than a
+	// task runs 20 times.
+	fmt.Fprintf(&b, "\nhistory {\n  runs_per_task = %d\n}\n", soakHistory)
 	for i := range soakTasks {
 		name := fmt.Sprintf("task-%d", i)
 		fmt.Fprintf(&b, `
@@ -907,6 +916,7 @@ func (m *soakMode) pollResources() {
 			s.goroutines, s.heap = runtimeOf(in.port)
 		}
 		m.mu.Lock()
+		s.owned = m.ranLocked(in.id)
 		n := len(in.procs)
 		key := fmt.Sprintf("%s#%d", in.id, n)
 		m.samples[key] = append(m.samples[key], s)
@@ -917,8 +927,37 @@ func (m *soakMode) pollResources() {
 	}
 }
 
+// ranLocked is how many tasks member id ran at the last ownership sample
+// (spread: the tasks it owned; leader: all of them or none); -1 before the
+// first one (mu held).
+func (m *soakMode) ranLocked(id string) int {
+	if len(m.owners) == 0 {
+		return -1
+	}
+	last := m.owners[len(m.owners)-1]
+	if m.mode != "spread" {
+		if last.leader != id {
+			return 0
+		}
+		n := soakTasks
+		for _, st := range m.apiState {
+			if st.exists && st.enabled {
+				n++
+			}
+		}
+		return n
+	}
+	n := 0
+	for _, o := range last.owners {
+		if o == id {
+			n++
+		}
+	}
+	return n
+}
+
 // pollEvents collects every task's run events from the first member that
-// serves them (the history keeps the last 50 per task).
+// serves them (the history keeps the last soakHistory per task).
 func (m *soakMode) pollEvents() {
 	for _, task := range m.taskNames() {
 		for i, in := range m.c.insts {
