@@ -229,7 +229,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	call("POST", "/v1/tasks?run=inspect", `{"task": {"name": "probe", "module": "`+module("compat_provider")+
 		`", "providers": ["echo"], "variables": {"dir": "`+t.TempDir()+`"}, "condition": {"services": {"names": ["web"]}}}}`)
 	call("POST", "/v1/tasks", `{"task": {"name": "bad", "providers": ["echo"], "module": 1}}`)
-	call("POST", "/v1/tasks", `{"task": {"name": "bad2", "module": "x", "providers": ["nope"], "condition": {"services": {"names": ["web"]}}}}`)
+	call("POST", "/v1/tasks", `{"task": {"name": "bad2", "module": "x", "providers": ["nope.alias"], "condition": {"services": {"names": ["web"]}}}}`)
 	call("PATCH", "/v1/tasks/prov", `{"enabled": "yes"}`)
 	call("GET", "/v1/tasks/nope", "")
 	for _, path := range []string{"/v1/tasks", "/v1/tasks/prov", "/v1/tasks/broken", "/v1/status", "/v1/status/tasks",

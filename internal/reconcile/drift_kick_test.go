@@ -41,6 +41,21 @@ func nextCheckWithin(clk *reconciletest.Clock, d time.Duration) bool {
 	return false
 }
 
+// advanceUntil moves the fake clock on by 1.2 s (a little more than a
+// check's interval with its jitter) each time it looks, until cond holds:
+// a check that came while the task was queued or running is put off by an
+// interval, and is then due at the next step.
+func advanceUntil(t *testing.T, clk *reconciletest.Clock, what string, cond func() bool) {
+	t.Helper()
+	testutil.WaitFor(t, what, func() bool {
+		if cond() {
+			return true
+		}
+		clk.Advance(1200 * time.Millisecond)
+		return false
+	})
+}
+
 // With no task to check, the drift loop sleeps for an hour: enabling a
 // task again, or creating one, must wake it so its checks start on time.
 // Time is a fake clock: nothing here waits for real seconds.
@@ -54,8 +69,7 @@ func TestDriftChecksFollowEnableAndCreate(t *testing.T) {
 	idle(t, h, "a")
 	// The fake driver's plans always have changes: each check is a drift.
 	testutil.WaitFor(t, "the first check to be due", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
-	clk.Advance(1200 * time.Millisecond)
-	testutil.WaitFor(t, "a first drift check", func() bool { return driftEvents(h, "a") >= 1 })
+	advanceUntil(t, clk, "a first drift check", func() bool { return driftEvents(h, "a") >= 1 })
 
 	ctx := context.Background()
 	wakes := h.ctrl.driftWakes.Load()
@@ -76,8 +90,7 @@ func TestDriftChecksFollowEnableAndCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "a check due after enabling", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
-	clk.Advance(1200 * time.Millisecond)
-	testutil.WaitFor(t, "a drift check after enabling", func() bool { return driftEvents(h, "a") > before })
+	advanceUntil(t, clk, "a drift check after enabling", func() bool { return driftEvents(h, "a") > before })
 
 	wakes = h.ctrl.driftWakes.Load()
 	if _, err := h.ctrl.SetEnabled(ctx, "a", false, ""); err != nil {
@@ -92,6 +105,5 @@ func TestDriftChecksFollowEnableAndCreate(t *testing.T) {
 	h.waitApplied(t, "b")
 	idle(t, h, "b") // a check that comes while it runs is put off by an interval
 	testutil.WaitFor(t, "a check due after creating", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
-	clk.Advance(1200 * time.Millisecond)
-	testutil.WaitFor(t, "a drift check of the created task", func() bool { return driftEvents(h, "b") >= 1 })
+	advanceUntil(t, clk, "a drift check of the created task", func() bool { return driftEvents(h, "b") >= 1 })
 }
