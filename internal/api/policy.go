@@ -39,15 +39,15 @@ func allowedError(rules config.APITasks, spec task.Spec) error {
 				name, name, listOrNone(rules.AllowedVariables))
 		}
 	}
-	// Another task's outputs (module_input "task-outputs") are data the
-	// allowlist does not cover: they come from modules and variables the
-	// operator chose for that task, secrets included.
-	if rules.Restricted() && spec.ModuleInput.TaskOutputs != nil {
-		return fmt.Errorf("task.module_input.task_outputs is not allowed for tasks created through the API once api_tasks.allowed_modules is set: other tasks' outputs are not covered by the allowlist (depends_on orders runs without passing data)")
-	}
-	// cts_user_defined_meta reaches the module in var.services as a
-	// variable's value would, outside allowed_variables.
 	if rules.Restricted() {
+		// Another task's outputs (module_input "task-outputs") are data the
+		// allowlist does not cover: they come from modules and variables
+		// the operator chose for that task, secrets included.
+		if spec.ModuleInput.TaskOutputs != nil {
+			return fmt.Errorf("task.module_input.task_outputs is not allowed for tasks created through the API once api_tasks.allowed_modules is set: other tasks' outputs are not covered by the allowlist (depends_on orders runs without passing data)")
+		}
+		// cts_user_defined_meta reaches the module in var.services as a
+		// variable's value would, outside allowed_variables.
 		for _, m := range []struct {
 			field string
 			sel   *task.ServicesSelector

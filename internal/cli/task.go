@@ -130,11 +130,7 @@ func (c *clientCmd) inspectClient(args []string, verb string) (string, *client.C
 	}
 	c.ui.info("Inspecting changes to resource if %s '%s'...\n", strings.ToLower(verb), name)
 	c.ui.output("Generating plan that Consul-Terraform-Sync will use Terraform to execute\n")
-	cl, err := c.client()
-	if err != nil {
-		return "", nil, c.ui.fail(fmt.Sprintf("Error: unable to create client for '%s'", name), err.Error())
-	}
-	return name, cl, -1
+	return c.clientFor(name)
 }
 
 // clientCmd is what every API command shares: its flags, its help and the
@@ -231,6 +227,12 @@ func (c *clientCmd) nameAndClient(args []string) (string, *client.Client, int) {
 	if code >= 0 {
 		return "", nil, code
 	}
+	return c.clientFor(name)
+}
+
+// clientFor makes the client of a command on the task name; code is the
+// exit code to return at once (-1 to go on).
+func (c *clientCmd) clientFor(name string) (string, *client.Client, int) {
 	cl, err := c.client()
 	if err != nil {
 		return "", nil, c.ui.fail(fmt.Sprintf("Error: unable to create client for '%s'", name), err.Error())

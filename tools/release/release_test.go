@@ -116,18 +116,9 @@ func TestTarballBinaryRuns(t *testing.T) {
 // arm64 ones cannot run here: their headers are checked).
 func TestBinariesStaticPerArch(t *testing.T) {
 	for arch, machine := range map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64} {
-		bin := binaryFromTarballArch(t, arch)
-		f, err := elf.Open(bin)
-		must(t, err)
-		if f.Machine != machine {
-			t.Errorf("%s tarball: ELF machine %s, want %s", arch, f.Machine, machine)
+		if err := staticELF(binaryFromTarballArch(t, arch), machine); err != nil {
+			t.Errorf("%s tarball's binary: %v", arch, err)
 		}
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_INTERP {
-				t.Errorf("%s binary is dynamically linked", arch)
-			}
-		}
-		f.Close()
 		if _, err := exec.LookPath("dpkg-deb"); err == nil {
 			if a := strings.TrimSpace(run(t, "dpkg-deb", "-f", artifact(t, arch+".deb"), "Architecture")); a != arch {
 				t.Errorf("%s.deb: Architecture %q", arch, a)
