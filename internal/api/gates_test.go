@@ -23,6 +23,15 @@ func TestCreateTaskGates(t *testing.T) {
 		{"percent", `{"task":{` + valid + `,"approval":{"max_destroy_percent":101}}}`, "invalid task: approval.max_destroy_percent: (101) must be between 0 and 100"},
 		{"expire", `{"task":{` + valid + `,"approval":{"expire":"soon"}}}`, "task.approval.expire"},
 		{"expire negative", `{"task":{` + valid + `,"approval":{"expire":"-1h"}}}`, "approval.expire: (-1h0m0s) cannot be negative"},
+		// Issue 35: the values a configuration file refuses (one rule,
+		// task.ParseExpire).
+		{"expire a number", `{"task":{` + valid + `,"approval":{"expire":5}}}`, "task.approval.expire: must be a string holding a duration"},
+		{"expire zero", `{"task":{` + valid + `,"approval":{"expire":"0s"}}}`, "task.approval.expire: must be longer than 0"},
+		{"expire 5ns", `{"task":{` + valid + `,"approval":{"expire":"5ns"}}}`, "task.approval.expire: (5ns) must be at least 1s"},
+		// Issue 35: a variable nested past depth.Max is refused, naming
+		// the field, before the HCL parser recurses on it.
+		{"deep variable", `{"task":{` + valid + `,"variables":{"x":"` + strings.Repeat("[", 65000) + `"}}}`, "invalid task: variables.x: the value nests deeper than 64 levels"},
+		{"deep body", `{"task":{` + valid + `,"variables":` + strings.Repeat("[", 65000) + `}}`, "request body nests deeper than 64 levels"},
 		{"type", `{"task":{` + valid + `,"approval":{"required":"yes"}}}`, "task.approval.required: expected a boolean"},
 		{"unknown", `{"task":{` + valid + `,"approval":{"max_create":1}}}`, `unknown field "max_create"`},
 	} {

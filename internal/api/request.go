@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ctsync/ctsync/internal/depth"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -64,6 +65,10 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	}
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil, badRequest("request body is empty")
+	}
+	// Before any decoder recurses on it (docs/security.md).
+	if err := depth.JSON(b, 0, false); err != nil {
+		return nil, badRequest("request body %v", err)
 	}
 	return b, nil
 }
@@ -212,9 +217,15 @@ func (s *Server) decodeTask(raw json.RawMessage) (task.Spec, error) {
 		return task.Spec{}, badRequest("task.policy cannot be set through the API: policy files are read from ctsync's disk, so only its configuration files may name them")
 	}
 	// Durations first, so a bad one is reported with its field.
+	// approval.expire: a configuration file's rule (task.ParseExpire),
+	// on the value as sent: "0s" would otherwise be the same as no
+	// expiry, and a number nanoseconds.
 	if a := p.Approval; a != nil && a.Expire != nil && string(a.Expire) != "null" {
-		var d task.Duration
-		if err := d.UnmarshalJSON(a.Expire); err != nil {
+		var str string
+		if err := json.Unmarshal(a.Expire, &str); err != nil {
+			return task.Spec{}, badRequest("invalid value for task.approval.expire: must be a string holding a duration such as \"24h\", as in a configuration file")
+		}
+		if _, err := task.ParseExpire(str); err != nil {
 			return task.Spec{}, badRequest("invalid value for task.approval.expire: %v", err)
 		}
 	}

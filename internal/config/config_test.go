@@ -766,3 +766,32 @@ func TestTaskFileIgnoresOtherFields(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadTooDeep: a configuration or task file nesting deeper than
+// depth.Max levels is refused with its file and line before a parser
+// recurses on it (issue 35: 65,000 `[` overflowed the parser's stack).
+func TestLoadTooDeep(t *testing.T) {
+	dir := t.TempDir()
+	deep := strings.Repeat("[", 65000)
+	for name, src := range map[string]string{
+		"deep.hcl":  "task {\n  name = \"deep\"\n  module = \"./m\"\n  variables = {\n    x = " + deep + "\n  }\n}\n",
+		"deep.json": `{"task": [{"name": "deep", "module": "./m", "variables": {"x": "${` + deep + `}"}}]}`,
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, load := range []func() error{
+			func() error { _, err := Load([]string{p}); return err },
+			func() error { _, err := LoadTaskFile(p); return err },
+		} {
+			errs := AsList(load())
+			if len(errs) != 1 || errs[0].Range.Filename != p || !strings.Contains(errs[0].Error(), "nests deeper than 64 levels") {
+				t.Fatalf("%s: %v, want one depth error", name, errs)
+			}
+			if name == "deep.hcl" && errs[0].Range.Start.Line != 5 {
+				t.Fatalf("%s: error at line %d, want 5: %v", name, errs[0].Range.Start.Line, errs[0])
+			}
+		}
+	}
+}

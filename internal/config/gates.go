@@ -15,7 +15,7 @@ import (
 // This file decodes a task's safety gates (ctsync extensions, docs/safety.md):
 //
 //	approval { required, max_destroy, max_destroy_percent, expire }
-//	policy   { files = [...] }
+//	policy   { files = [...], timeout }
 //
 // The value rules (ranges) are task.Spec.Validate's, so that a task created
 // through the API obeys them too; the policy files are read and compiled
@@ -43,17 +43,26 @@ func (d *decoder) approval(b *hcl.Block, path string, t *rawTask) {
 		a.MaxDestroyPercent = &n.V
 	}
 	if e := d.duration(c, "expire", path); e.Set {
-		if e.V == 0 {
-			d.errf(e.Rng, join(path, "expire"), `must be longer than 0 (leave it out and a held plan waits until it is approved or rejected)`)
+		// The API's rule too (task.ParseExpire).
+		if err := task.CheckExpire(e.V); err != nil {
+			d.errf(e.Rng, join(path, "expire"), "%v", err)
+		} else {
+			a.Expire = task.Duration(e.V)
 		}
-		a.Expire = task.Duration(e.V)
 	}
 	t.spec.Approval = a
 }
 
 func (d *decoder) policy(b *hcl.Block, path string, t *rawTask) {
-	c := d.content(b.Body, path, attrs("files"), nil)
+	c := d.content(b.Body, path, attrs("files", "timeout"), nil)
 	t.recordAll("policy", c)
+	timeout := d.duration(c, "timeout", path)
+	if timeout.Set {
+		if err := task.CheckPolicyTimeout(timeout.V); err != nil {
+			d.errf(timeout.Rng, join(path, "timeout"), "%v", err)
+			timeout.V = 0
+		}
+	}
 	files, elems := d.strList(c, "files", path)
 	t.recordList("policy.files", elems)
 	if !files.Set {
@@ -62,7 +71,7 @@ func (d *decoder) policy(b *hcl.Block, path string, t *rawTask) {
 		}
 		return
 	}
-	t.spec.Policy = &task.Policy{Files: files.V}
+	t.spec.Policy = &task.Policy{Files: files.V, Timeout: task.Duration(timeout.V)}
 	rangeOf := func(i int) hcl.Range {
 		if i < len(elems) {
 			return elems[i]

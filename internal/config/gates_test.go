@@ -20,18 +20,18 @@ func TestGatesConfig(t *testing.T) {
 	body := []string{
 		`  approval {`, `    required            = true`, `    max_destroy         = 5`,
 		`    max_destroy_percent = 50`, `    expire              = "24h"`, `  }`,
-		`  policy {`, fmt.Sprintf(`    files = [%q]`, rego), `  }`,
+		`  policy {`, fmt.Sprintf(`    files = [%q]`, rego), `    timeout = "2s"`, `  }`,
 	}
 	hcl1 := lines(okTask(body...)...)
 	// The same with an expression only HCL 2's native syntax reads.
 	hcl2 := strings.Replace(hcl1, `name = "web"`, `name = true ? "web" : "x"`, 1)
 	js := fmt.Sprintf(`{"task": [{"name": "web", "module": "org/m/x",
 	  "approval": {"required": true, "max_destroy": 5, "max_destroy_percent": 50, "expire": "24h"},
-	  "policy": {"files": [%q]},
+	  "policy": {"files": [%q], "timeout": "2s"},
 	  "condition": {"services": {"names": ["web"]}}}]}`, rego)
 	five, fifty := 5, 50
 	wantA := &task.Approval{Required: true, MaxDestroy: &five, MaxDestroyPercent: &fifty, Expire: task.Duration(24 * time.Hour)}
-	wantP := &task.Policy{Files: []string{rego}}
+	wantP := &task.Policy{Files: []string{rego}, Timeout: task.Duration(2 * time.Second)}
 	for name, content := range map[string]string{"g1.hcl": hcl1, "g2.hcl": hcl2, "g.json": js} {
 		cfg := mustLoad(t, writeFile(t, dir, name, content))
 		s := cfg.Tasks[0]
@@ -100,6 +100,8 @@ func TestGatesErrors(t *testing.T) {
 		{"expire zero", "c.hcl", approval(`    expire = "0s"`), "", 5, `task "web".approval.expire`, "longer than 0"},
 		{"expire negative", "c.hcl", approval(`    expire = "-1h"`), "", 5, `task "web".approval.expire`, "cannot be negative"},
 		{"expire not a duration", "c.hcl", approval(`    expire = "tomorrow"`), "", 5, `task "web".approval.expire`, "not a valid duration"},
+		{"expire 5ns", "c.hcl", approval(`    expire = "5ns"`), "", 5, `task "web".approval.expire`, "must be at least 1s"},
+		{"expire a number", "c.hcl", approval(`    expire = 5`), "", 5, `task "web".approval.expire`, "not a valid duration"},
 		{"required not a bool", "c.hcl", approval(`    required = "yes"`), "", 5, `task "web".approval.required`, "must be a bool"},
 		{"unknown approval key", "c.hcl", approval(`    max_create = 1`), "", 5, `task "web".approval.max_create`, "unknown field"},
 		{"two approval blocks", "c.hcl", lines(okTask(`  approval {`, `  }`, `  approval {`, `  }`)...), "", 6, `task "web".approval`, "only one"},
@@ -116,6 +118,10 @@ func TestGatesErrors(t *testing.T) {
 		{"no deny rule", "c.hcl", pol(other), "", 5, `task "web".policy.files[0]`, "no rule defines data.ctsync.deny"},
 		{"json rego syntax error", "c.json", fmt.Sprintf(`{"task": {"name": "web", "module": "m", "policy": {"files": [%q]}, "condition": {"services": {"names": ["a"]}}}}`, syntax),
 			"syntax.rego", 6, `task "web".policy.files[0]`, "unexpected whitespace token"},
+		{"policy timeout zero", "c.hcl", lines(okTask(`  policy {`, `    files = [`+fmt.Sprintf("%q", good)+`]`, `    timeout = "0s"`, `  }`)...), "", 6, `task "web".policy.timeout`, "must be longer than 0"},
+		{"policy timeout too long", "c.hcl", lines(okTask(`  policy {`, `    files = [`+fmt.Sprintf("%q", good)+`]`, `    timeout = "1h"`, `  }`)...), "", 6, `task "web".policy.timeout`, "at most 10m0s"},
+		{"policy timeout not a duration", "c.json", fmt.Sprintf(`{"task": {"name": "web", "module": "m", "policy": {"files": [%q], "timeout": "soon"}, "condition": {"services": {"names": ["a"]}}}}`, good),
+			"", 1, `task "web".policy.timeout`, "not a valid duration"},
 		{"unknown policy key", "c.hcl", lines(okTask(`  policy {`, `    query = "data.x"`, `  }`)...), "", 5, `task "web".policy.query`, "unknown field"},
 	}
 	for _, tt := range tests {

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	hcl1 "github.com/hashicorp/hcl"
+
+	"github.com/ctsync/ctsync/internal/depth"
 )
 
 // FuzzHCL1 feeds inputs that HCL 1 (CTS's parser) reads: ctsync must load
@@ -25,6 +27,19 @@ func FuzzHCL1(f *testing.F) {
 		f.Add([]byte(g.items(g.config(), false)))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if depth.HCL(data, 0) != nil {
+			// Too deep for HCL 1's recursive parser (issue 35): Load
+			// refuses it with the file's position, without parsing.
+			p := filepath.Join(t.TempDir(), "fuzz.hcl")
+			if err := os.WriteFile(p, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load([]string{p})
+			if errs := AsList(err); len(errs) != 1 || errs[0].Range.Filename != p || errs[0].Range.Start.Line < 1 {
+				t.Fatalf("too deep a file: %v, want one error with its position", err)
+			}
+			return
+		}
 		var root any
 		if hcl1.Decode(&root, string(data)) != nil || strings.TrimSpace(string(data)) == "" {
 			return

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 
+	"github.com/ctsync/ctsync/internal/depth"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -231,6 +232,9 @@ func pathErr(err error) string {
 // every file CTS loads means the same here. A file that HCL 1 refuses is
 // read with HCL 2's native syntax, whose messages say best what is wrong.
 func (d *decoder) parse(p *hclparse.Parser, name string, src []byte) hcl.Body {
+	if !d.checkDepth(name, src, "") {
+		return nil
+	}
 	var f *hcl.File
 	var diags hcl.Diagnostics
 	if strings.EqualFold(filepath.Ext(name), ".json") {
@@ -248,6 +252,25 @@ func (d *decoder) parse(p *hclparse.Parser, name string, src []byte) hcl.Body {
 	}
 	d.src[name] = src
 	return f.Body
+}
+
+// checkDepth refuses a file that nests deeper than depth.Max levels
+// before a parser (which recurses on every level) reads it, recording the
+// error at the line where the nesting goes too deep.
+func (d *decoder) checkDepth(name string, src []byte, field string) bool {
+	var err error
+	if strings.EqualFold(filepath.Ext(name), ".json") {
+		err = depth.JSON(src, 0, true)
+	} else {
+		err = depth.HCL(src, 0)
+	}
+	var de *depth.Error
+	if !errors.As(err, &de) {
+		return true
+	}
+	pos := hcl.Pos{Line: de.Line, Column: de.Col, Byte: de.Offset}
+	d.errf(hcl.Range{Filename: name, Start: pos, End: pos}, field, "the file %s: a parser would recurse that deep (docs/security.md)", de.Reason())
+	return false
 }
 
 // finish applies defaults, inheritance and cross-file checks.

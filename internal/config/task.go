@@ -288,6 +288,9 @@ func (d *decoder) readVarFile(field, name string, rng hcl.Range, vars map[string
 		d.errf(rng, field, "cannot read variable file %q: %v", name, err)
 		return
 	}
+	if !d.checkDepth(name, src, field) {
+		return
+	}
 	p := hclparse.NewParser()
 	var f *hcl.File
 	var diags hcl.Diagnostics

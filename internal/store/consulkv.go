@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"slices"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/ctsync/ctsync/internal/depth"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -50,6 +52,34 @@ type TaskRecord struct {
 	Enabled *bool      `json:"enabled,omitempty"`
 	Deleted bool       `json:"deleted,omitempty"`
 	Destroy bool       `json:"destroy,omitempty"`
+}
+
+// DecodeTaskRecord reads a task record as stored in Consul KV. Whoever
+// can write the cluster's KV folder writes these: a record larger than
+// MaxTaskRecordBytes, or nesting deeper than depth.Max levels, is refused
+// before it is decoded, and so is a task whose variables nest too deep
+// (task.CheckVariable: they are parsed as HCL once the task is created).
+// The rest of a task's rules are the API's, applied by the caller
+// (ha.FilterStored).
+func DecodeTaskRecord(b []byte) (TaskRecord, error) {
+	if len(b) > MaxTaskRecordBytes {
+		return TaskRecord{}, fmt.Errorf("the record is %d bytes, at most %d are accepted", len(b), MaxTaskRecordBytes)
+	}
+	if err := depth.JSON(b, 0, false); err != nil {
+		return TaskRecord{}, fmt.Errorf("the record %v", err)
+	}
+	var rec TaskRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return TaskRecord{}, err
+	}
+	if rec.Spec != nil {
+		for _, name := range slices.Sorted(maps.Keys(rec.Spec.Variables)) {
+			if err := depth.HCL([]byte(rec.Spec.Variables[name]), 0); err != nil {
+				return TaskRecord{}, fmt.Errorf("task variable %q: the value %v", name, err)
+			}
+		}
+	}
+	return rec, nil
 }
 
 // Tasks keeps task records. ConsulKV implements it.
@@ -322,10 +352,10 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 			name, err := url.PathUnescape(parts[1])
 			var rec TaskRecord
 			if err == nil {
-				err = json.Unmarshal(p.Value, &rec)
+				rec, err = DecodeTaskRecord(p.Value)
 			}
 			if err != nil {
-				bad(err)
+				s.log.Error("ignoring a task record in consul that cannot be read", "key", p.Key, "error", err)
 				continue
 			}
 			tasks[name] = rec

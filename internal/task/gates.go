@@ -1,6 +1,9 @@
 package task
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Approval is a task's approval block (a ctsync extension): which runs wait
 // for an operator before they apply. A nil *Approval on a Spec means no
@@ -26,6 +29,71 @@ type Policy struct {
 	// Files are the Rego files; a relative path is relative to ctsync's
 	// current directory, as variable_files and local module paths are.
 	Files []string `json:"files"`
+	// Timeout bounds one evaluation of the files on a plan; past it the
+	// run is denied. 0 means DefaultPolicyTimeout.
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// DefaultPolicyTimeout is how long a policy evaluation may take when the
+// policy block sets no timeout; MaxPolicyTimeout is the longest timeout
+// accepted (an evaluation holds one of the run slots).
+const (
+	DefaultPolicyTimeout = 5 * time.Second
+	MaxPolicyTimeout     = 10 * time.Minute
+)
+
+// EvalTimeout is the time limit of one evaluation of the policy.
+func (p *Policy) EvalTimeout() time.Duration {
+	if p == nil || p.Timeout <= 0 {
+		return DefaultPolicyTimeout
+	}
+	return p.Timeout.D()
+}
+
+// CheckPolicyTimeout is policy.timeout's rule for a value that is set.
+func CheckPolicyTimeout(v time.Duration) error {
+	if v <= 0 || v > MaxPolicyTimeout {
+		return fmt.Errorf("(%s) must be longer than 0 and at most %s (leave it out for %s)", v, MaxPolicyTimeout, DefaultPolicyTimeout)
+	}
+	return nil
+}
+
+// MinExpire is the shortest approval.expire: a plan that expired sooner
+// could not be approved by anyone.
+const MinExpire = time.Second
+
+// CheckExpire is approval.expire's rule for a value that is set, the same
+// for a configuration file and a request to the API (ParseExpire).
+func CheckExpire(v time.Duration) error {
+	switch {
+	case v < 0:
+		return fmt.Errorf("(%s) cannot be negative", v)
+	case v == 0:
+		return fmt.Errorf("must be longer than 0 (leave it out and a held plan waits until it is approved or rejected)")
+	case v < MinExpire:
+		return fmt.Errorf("(%s) must be at least %s: a plan that expires sooner cannot be approved", v, MinExpire)
+	}
+	return nil
+}
+
+// ParseExpire reads approval.expire as a configuration file or a request
+// gives it: a Go duration ("24h", "30m"), then CheckExpire.
+func ParseExpire(s string) (time.Duration, error) {
+	v, err := ParseDuration(s)
+	if err != nil {
+		return 0, err
+	}
+	return v, CheckExpire(v)
+}
+
+// ParseDuration reads a duration as the configuration files write one: a
+// Go duration string such as "5s" or "1m30s".
+func ParseDuration(s string) (time.Duration, error) {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a valid duration (use a Go duration such as \"5s\" or \"1m30s\")", s)
+	}
+	return v, nil
 }
 
 // validateGates checks the approval and policy blocks' own rules (the
@@ -38,8 +106,10 @@ func (s *Spec) validateGates() error {
 		if p := a.MaxDestroyPercent; p != nil && (*p < 0 || *p > 100) {
 			return fieldErr("approval.max_destroy_percent", "(%d) must be between 0 and 100", *p)
 		}
-		if a.Expire < 0 {
-			return fieldErr("approval.expire", "(%s) cannot be negative", a.Expire)
+		if a.Expire != 0 {
+			if err := CheckExpire(a.Expire.D()); err != nil {
+				return fieldErr("approval.expire", "%v", err)
+			}
 		}
 	}
 	if p := s.Policy; p != nil {
@@ -49,6 +119,11 @@ func (s *Spec) validateGates() error {
 		for i, f := range p.Files {
 			if f == "" {
 				return fieldErr(fmt.Sprintf("policy.files[%d]", i), "cannot be empty")
+			}
+		}
+		if p.Timeout != 0 {
+			if err := CheckPolicyTimeout(p.Timeout.D()); err != nil {
+				return fieldErr("policy.timeout", "%v", err)
 			}
 		}
 	}

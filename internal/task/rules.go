@@ -12,6 +12,8 @@ import (
 	"github.com/hashicorp/cronexpr"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/ctsync/ctsync/internal/depth"
 )
 
 // This file holds the task rules that configuration decoding and the API
@@ -126,13 +128,17 @@ func CheckIdentifier(name string) error {
 // CheckVariable checks a task variable: its name is an identifier that
 // ctsync does not set itself, and its value (HCL expression text) is a
 // literal: no variable references and no function calls, which the
-// generated root module could not evaluate.
+// generated root module could not evaluate. The value nests at most
+// depth.Max levels, checked before it is parsed (the parser recurses).
 func CheckVariable(name, value string) error {
 	if err := CheckIdentifier(name); err != nil {
 		return err
 	}
 	if ReservedVariable(name) {
 		return fmt.Errorf("%q is reserved: ctsync sets this module argument itself", name)
+	}
+	if err := depth.HCL([]byte(value), 0); err != nil {
+		return fmt.Errorf("the value %v", err)
 	}
 	expr, diags := hclsyntax.ParseExpression([]byte(value), name, hcl.InitialPos)
 	if !diags.HasErrors() {

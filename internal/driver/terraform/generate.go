@@ -12,6 +12,7 @@ import (
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/depth"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -182,6 +183,9 @@ func newRootModule(o *Options) (*rootModule, error) {
 // evalVariable evaluates a task variable's HCL expression text with no
 // variables or functions available (literals only) and returns it as JSON.
 func evalVariable(name, src string) (json.RawMessage, error) {
+	if err := depth.HCL([]byte(src), 0); err != nil { // before the parser recurses
+		return nil, fmt.Errorf("task variable %q: the value %v", name, err)
+	}
 	expr, diags := hclsyntax.ParseExpression([]byte(src), "task variable "+name, hcl.InitialPos)
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("task variable %q: invalid expression: %s", name, diagText(diags))
