@@ -408,6 +408,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		// get this long to finish, then are interrupted.
 		ShutdownGrace: shutdownGrace,
 		Redact:        a.obs.redactor.Redact,
+		Protect:       a.obs.redactor.Protect,
 		RetryMax:      cfg.Retry.MaxDelay,
 		MaxRetries:    cfg.Retry.MaxRetries,
 	}, cfg.Tasks)

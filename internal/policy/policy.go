@@ -27,14 +27,15 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/types"
 
-	"github.com/ctsync/ctsync/internal/task"
-
+	"github.com/ctsync/ctsync/internal/depth"
 	"github.com/ctsync/ctsync/internal/errlist"
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 // Query is what a plan is checked against: the messages of the deny rules
@@ -138,7 +139,12 @@ func Load(ctx context.Context, files []string) (*Set, error) {
 		file, line := splitAt(denyAt[0])
 		return nil, Errors{{File: file, Line: line, Msg: msg}}
 	}
-	pq, err := rego.New(rego.Query(Query), rego.Compiler(c), rego.Capabilities(caps)).PrepareForEval(ctx)
+	// Strict: a builtin that fails (a division by zero, a conversion of
+	// something that is not a number) is an error of the evaluation, so
+	// the plan is not applied; OPA's default makes the expression
+	// undefined, which silently drops the deny rule it was in.
+	pq, err := rego.New(rego.Query(Query), rego.Compiler(c), rego.Capabilities(caps),
+		rego.StrictBuiltinErrors(true)).PrepareForEval(ctx)
 	if err != nil {
 		return nil, astErrors(files[0], err)
 	}
@@ -272,12 +278,55 @@ func TaskInput(s task.Spec) Task {
 	return t
 }
 
+// MaxPlanDepth bounds the nesting of a plan's JSON before it is decoded:
+// the values in a plan are bounded by depth.Max (task variables) but sit
+// several levels down in it, and module outputs may nest further.
+const MaxPlanDepth = 512
+
+// ErrCancelled is the error of an evaluation stopped because its context
+// was cancelled (the task is being deleted, ctsync is stopping).
+var ErrCancelled = errors.New("policy evaluation cancelled")
+
+// TimeoutError is the error of an evaluation that did not finish within
+// its time limit (policy.timeout): the verdict is unknown, the plan is
+// not applied.
+type TimeoutError struct {
+	Files   []string
+	Timeout time.Duration
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("policy %s did not finish within %s (policy.timeout): the plan is denied; a policy that loops over large ranges or expands wide CIDRs takes too long",
+		strings.Join(e.Files, ", "), e.Timeout)
+}
+
+// EvalWithin is Eval with a time limit (timeout <= 0: task.DefaultPolicyTimeout).
+// Past it the evaluation is stopped (OPA checks for cancellation between
+// steps and inside its expensive builtins) and the error is *TimeoutError.
+func (s *Set) EvalWithin(ctx context.Context, timeout time.Duration, plan []byte, in Input) ([]string, error) {
+	if timeout <= 0 {
+		timeout = task.DefaultPolicyTimeout
+	}
+	te := &TimeoutError{Files: slices.Clone(s.files), Timeout: timeout}
+	ectx, cancel := context.WithTimeoutCause(ctx, timeout, te)
+	defer cancel()
+	msgs, err := s.Eval(ectx, plan, in)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(ectx), te) {
+		return nil, te
+	}
+	return msgs, err
+}
+
 // Eval evaluates the policies on a plan (the JSON of `terraform show
 // -json`) and returns the deny messages, sorted; none: the plan may be
-// applied. An error (a plan that is not JSON, a deny value that is not a
-// string, a policy that fails at run time) means the verdict is unknown:
-// the caller must not apply.
+// applied. Any error (a plan that is not JSON, a deny value that is not a
+// string, a policy that fails at run time: a builtin's error, a conflict
+// between rules, data.ctsync.deny undefined; the context ending) means
+// the verdict is unknown: the caller must not apply.
 func (s *Set) Eval(ctx context.Context, plan []byte, in Input) ([]string, error) {
+	if err := depth.JSON(plan, MaxPlanDepth, false); err != nil {
+		return nil, fmt.Errorf("policy: the plan's JSON %v", err)
+	}
 	pv, err := ast.ValueFromReader(bytes.NewReader(plan))
 	if err != nil {
 		return nil, fmt.Errorf("policy: the plan is not valid JSON: %w", err)
@@ -292,11 +341,22 @@ func (s *Set) Eval(ctx context.Context, plan []byte, in Input) ([]string, error)
 		ast.Item(ast.InternedTerm("trigger"), ast.StringTerm(in.Trigger)),
 	)
 	rs, err := s.query.Eval(ctx, rego.EvalParsedInput(input))
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err() // stopped: what it found is not the verdict
+	}
 	if err != nil {
+		if ctx.Err() != nil {
+			if c := context.Cause(ctx); c != nil && !errors.Is(c, ctx.Err()) {
+				return nil, fmt.Errorf("%w: %w", ErrCancelled, c)
+			}
+			return nil, fmt.Errorf("%w: %w", ErrCancelled, ctx.Err())
+		}
 		return nil, fmt.Errorf("policy %s: %w", strings.Join(s.files, ", "), err)
 	}
 	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
-		return nil, nil // no deny rule matched (a complete rule left undefined)
+		// A complete rule (deny := ...) whose conditions all failed: no
+		// verdict. deny contains msg if { ... } is always defined.
+		return nil, fmt.Errorf("policy: data.ctsync.deny (%s) is undefined for this plan: the verdict is unknown, so the plan is denied (write deny rules as `deny contains msg if { ... }`, which are always defined)", strings.Join(s.denyAt, ", "))
 	}
 	return s.messages(rs[0].Expressions[0].Value)
 }
@@ -353,16 +413,17 @@ func Hash(files []string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// Evaluate loads the files and evaluates them on a plan: Load then Eval,
+// Evaluate loads the files and evaluates them on a plan within timeout
+// (<= 0: task.DefaultPolicyTimeout): Load then EvalWithin,
 // for a caller that checks a plan now and then (compiling a policy takes
 // well under a millisecond, docs/performance.md) and must use the files as
 // they are now, the ones Hash covered.
-func Evaluate(ctx context.Context, files []string, plan []byte, in Input) ([]string, error) {
+func Evaluate(ctx context.Context, files []string, timeout time.Duration, plan []byte, in Input) ([]string, error) {
 	s, err := Load(ctx, files)
 	if err != nil {
 		return nil, err
 	}
-	return s.Eval(ctx, plan, in)
+	return s.EvalWithin(ctx, timeout, plan, in)
 }
 
 // DeniedError is the error of a run whose plan the task's policy denied:

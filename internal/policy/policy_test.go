@@ -105,8 +105,9 @@ func TestDenyArrayAndSeveralFiles(t *testing.T) {
 	if got, err := set.Eval(context.Background(), []byte(`{"x":true}`), Input{}); err != nil || !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("array deny = %q, %v", got, err)
 	}
-	// The complete rule left undefined: no message.
-	if got, err := set.Eval(context.Background(), []byte(`{"x":false}`), Input{}); err != nil || len(got) != 0 {
+	// The complete rule left undefined: no verdict, an error (issue 35:
+	// every gate fails closed).
+	if got, err := set.Eval(context.Background(), []byte(`{"x":false}`), Input{}); err == nil || !strings.Contains(err.Error(), "undefined") {
 		t.Errorf("undefined deny = %q, %v", got, err)
 	}
 }
@@ -293,7 +294,7 @@ func BenchmarkLoad(b *testing.B) {
 }
 
 func TestEvaluateAndDenied(t *testing.T) {
-	got, err := Evaluate(context.Background(), []string{example}, readPlan(t, "open-plan.json"), Input{Task: Task{Name: "fw"}})
+	got, err := Evaluate(context.Background(), []string{example}, 0, readPlan(t, "open-plan.json"), Input{Task: Task{Name: "fw"}})
 	if err != nil || len(got) != 2 {
 		t.Fatalf("Evaluate: %q, %v", got, err)
 	}
@@ -301,7 +302,7 @@ func TestEvaluateAndDenied(t *testing.T) {
 	if want := "policy denied the plan: aws_security_group.lb opens ::/0 to everyone (task fw); aws_security_group_rule.web_ingress opens 0.0.0.0/0 to everyone (task fw)"; e.Error() != want {
 		t.Errorf("%q", e.Error())
 	}
-	if _, err := Evaluate(context.Background(), []string{filepath.Join(t.TempDir(), "gone.rego")}, []byte(`{}`), Input{}); err == nil {
+	if _, err := Evaluate(context.Background(), []string{filepath.Join(t.TempDir(), "gone.rego")}, 0, []byte(`{}`), Input{}); err == nil {
 		t.Error("missing file: no error")
 	}
 }

@@ -70,6 +70,11 @@ type Options struct {
 	// Redact removes secrets from text recorded in events (log tails,
 	// error messages) and logs; nil leaves text as it is.
 	Redact func(string) string
+	// Protect is given the strings of the variables of every task created
+	// or inspected through Create and Inspect (the API, task records in
+	// Consul KV) before it runs: the redaction shows them as written
+	// (redact.Redactor.Protect, docs/security.md). nil: not told.
+	Protect func(values ...string)
 	// ShutdownGrace is how long the runs in progress may take to finish
 	// once Run's context ends; then they are interrupted (their context
 	// ends: Terraform gets SIGINT) and Run returns ErrRunsInterrupted.
@@ -241,6 +246,9 @@ type entry struct {
 	initStart, initEnd time.Time
 	// gates is the task's held plan, if any (gates.go); guarded by c.mu.
 	gates gateState
+	// policyStop stops a policy evaluation when the task is deleted
+	// (policystop.go).
+	policyStop evalStop
 }
 
 // New returns a Controller for the given tasks.

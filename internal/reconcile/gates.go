@@ -219,12 +219,18 @@ func (rc *reconciler) gatedRun(ctx context.Context, log *slog.Logger, j job, r *
 	// error leaves the verdict unknown, so nothing is applied either. A
 	// plan without changes passes.
 	if s.Policy != nil && hp.Changes {
-		msgs, perr := checkPolicy(ctx, s, hp, r.trigger)
+		pctx, endEval := e.policyStop.begin(ctx) // a deletion does not wait for it
+		msgs, perr := checkPolicy(pctx, s, hp, r.trigger)
+		endEval()
 		if perr != nil || len(msgs) > 0 {
 			discardPlan(ctx, log, e, hp)
 			if perr != nil {
 				log.Error("policy could not be evaluated: nothing applied", "run_id", r.id, "error", perr)
-				return fail(&driver.Error{Op: "policy", Summary: "the policy could not be evaluated; nothing applied: " + perr.Error(), Err: perr})
+				// The same plan and policy fail the same way (a runtime
+				// error, the time limit), unless the evaluation was
+				// stopped from outside.
+				terminal := !errors.Is(perr, policy.ErrCancelled) && len(hp.JSON) > 0
+				return fail(&driver.Error{Op: "policy", Summary: "the policy could not be evaluated; nothing applied: " + perr.Error(), Err: perr, Terminal: terminal})
 			}
 			denied := &policy.DeniedError{Messages: msgs}
 			log.Warn("policy denied the plan: nothing applied", "run_id", r.id, "messages", strings.Join(msgs, "; "))
@@ -286,7 +292,7 @@ func checkPolicy(ctx context.Context, s *task.Spec, hp driver.HeldPlan, trigger 
 	if len(hp.JSON) == 0 {
 		return nil, errors.New("the driver gave no JSON form of the plan")
 	}
-	return policy.Evaluate(ctx, s.Policy.Files, hp.JSON, policy.Input{Task: policy.TaskInput(*s), Trigger: trigger})
+	return policy.Evaluate(ctx, s.Policy.Files, s.Policy.EvalTimeout(), hp.JSON, policy.Input{Task: policy.TaskInput(*s), Trigger: trigger})
 }
 
 // applyHeld applies exactly the plan hp as the run r and records it.

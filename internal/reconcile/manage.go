@@ -120,6 +120,7 @@ type PlanResult struct {
 // keeps it only if the run succeeded; otherwise an enabled task runs as soon
 // as its data is there.
 func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) error {
+	c.protect(spec)
 	c.mu.Lock()
 	if e := c.tasks[spec.Name]; e != nil {
 		c.mu.Unlock()
@@ -180,6 +181,7 @@ func (c *Controller) Inspect(ctx context.Context, spec task.Spec) (PlanResult, e
 	}
 	defer os.RemoveAll(dir)
 	spec.WorkingDir = dir
+	c.protect(spec)
 	sub := "inspect:" + uuid.NewString()
 	e := &entry{spec: spec, changed: make(chan struct{}, 1)}
 	c.mu.Lock()
@@ -315,9 +317,11 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 	enabled := e.spec.Enabled
 	e.spec.Enabled = false
 	c.stepLocked(e, evDelete, wake{}) // deleting now, or once the run in progress ends
+	e.policyStop.stop()               // a policy evaluation in progress ends now: nothing is applied
 	// Wait until the run in progress (if any) has finished and recorded
 	// its outcome, as CTS does.
 	if err := c.awaitLocked(ctx, func() bool { return e.lc.phase == phaseDeleting }); err != nil {
+		e.policyStop.resume()
 		c.stepLocked(e, evAbandon, wake{}) // the task stays as it was
 		e.spec.Enabled = enabled
 		c.markDirtyLocked(e, Due(TriggerChange)) // a change its timer waited for is not lost
@@ -364,4 +368,11 @@ func (c *Controller) remove(ctx context.Context, name string) {
 // Events returns a task's run history, newest first.
 func (c *Controller) Events(name string) []store.Event {
 	return c.opts.Store.Events(name)
+}
+
+// protect tells Options.Protect the strings of a task's variables.
+func (c *Controller) protect(spec task.Spec) {
+	if c.opts.Protect != nil && len(spec.Variables) > 0 {
+		c.opts.Protect(spec.VariableStrings()...)
+	}
 }

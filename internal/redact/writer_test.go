@@ -2,6 +2,7 @@ package redact
 
 import (
 	"bytes"
+	"encoding/base64"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -106,5 +107,58 @@ func BenchmarkWriter(b *testing.B) {
 	b.SetBytes(int64(len(line)))
 	for b.Loop() {
 		_, _ = w.Write(line)
+	}
+}
+
+// TestAuthorizationCredential: the secret of a header value such as
+// "Bearer <token>" is also redacted alone (issue 35: a module that printed
+// the bare token showed it in clear), a Basic one also decoded.
+func TestAuthorizationCredential(t *testing.T) {
+	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte("ops:hunter2-long"))
+	r := NewRedactor([]string{"Bearer tok-0123456789abcdef", basic, "Managed here"})
+	for in, want := range map[string]string{
+		"auth: Bearer tok-0123456789abcdef":        "auth: " + Redacted,
+		`token = "tok-0123456789abcdef"`:           `token = "` + Redacted + `"`,
+		"user ops:hunter2-long, pass hunter2-long": "user " + Redacted + ", pass " + Redacted,
+		"Managed by ctsync; here we go":            "Managed by ctsync; here we go", // not a scheme
+	} {
+		if got := r.Redact(in); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestProtect: a protected string (a task variable's value, shown in
+// clear by the task's definition) is shown as written even when it
+// contains a secret, so that the output of a task whose variable a
+// request set does not answer whether the value is a secret; the secret
+// elsewhere stays redacted, in a Writer too.
+func TestProtect(t *testing.T) {
+	const secret = "read-token-secret-0123456789"
+	r := NewRedactor([]string{secret})
+	r.Protect("short", "not-a-secret-guess", secret)
+	if got := r.Redact(`+ guess = "not-a-secret-guess"`); got != `+ guess = "not-a-secret-guess"` {
+		t.Errorf("a wrong guess: %q", got)
+	}
+	if got := r.Redact(`+ guess = "` + secret + `"`); strings.Contains(got, Redacted) {
+		t.Errorf("the right guess is answered: %q", got)
+	}
+	// Elsewhere: a protected string equal to the secret protects every
+	// occurrence of it, which the task view already shows; a secret not
+	// protected stays redacted.
+	r2 := NewRedactor([]string{secret, "other-secret-value"})
+	r2.Protect("prefix-" + secret)
+	if got := r2.Redact("a prefix-" + secret + " b " + secret + " c other-secret-value"); got != "a prefix-"+secret+" b "+Redacted+" c "+Redacted {
+		t.Errorf("protected in context: %q", got)
+	}
+	var buf strings.Builder
+	w := NewWriter(&buf, r2)
+	text := "x prefix-" + secret + " y " + secret + "\n"
+	for i := range len(text) { // one byte a write: the protected string is cut across writes
+		w.Write([]byte{text[i]})
+	}
+	w.Flush()
+	if got := buf.String(); got != "x prefix-"+secret+" y "+Redacted+"\n" {
+		t.Errorf("writer: %q", got)
 	}
 }

@@ -4,14 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/cronexpr"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/ctsync/ctsync/internal/depth"
 )
@@ -148,6 +151,45 @@ func CheckVariable(name, value string) error {
 		return fmt.Errorf("must be a literal value (no variables or function calls): %s", diagSummary(diags))
 	}
 	return nil
+}
+
+// VariableStrings returns the string values in the task's variables (each
+// variable's HCL text evaluated; the strings of lists and objects too),
+// and the text of any variable that is not a literal.
+func (s *Spec) VariableStrings() []string {
+	var out []string
+	var walk func(v cty.Value)
+	walk = func(v cty.Value) {
+		switch {
+		case v.IsNull() || !v.IsKnown():
+		case v.Type() == cty.String:
+			out = append(out, v.AsString())
+		case v.CanIterateElements():
+			for it := v.ElementIterator(); it.Next(); {
+				_, e := it.Element()
+				walk(e)
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Variables)) {
+		text := s.Variables[name]
+		if depth.HCL([]byte(text), 0) != nil {
+			out = append(out, text)
+			continue
+		}
+		expr, diags := hclsyntax.ParseExpression([]byte(text), name, hcl.InitialPos)
+		if diags.HasErrors() {
+			out = append(out, text)
+			continue
+		}
+		v, diags := expr.Value(nil)
+		if diags.HasErrors() {
+			out = append(out, text)
+			continue
+		}
+		walk(v)
+	}
+	return out
 }
 
 // diagSummary is the first error of diags, without its position (the
