@@ -112,7 +112,9 @@ func TestDeepInputsRefusedEndToEnd(t *testing.T) {
 	var wg sync.WaitGroup
 	codes := make([]int, 4)
 	for i := range codes {
-		wg.Go(func() { codes[i], _ = limitsCall(t, base, "POST", "/v1/tasks", "", deepTaskBody(fmt.Sprintf("deep%d", i), 30000)) })
+		wg.Go(func() {
+			codes[i], _ = limitsCall(t, base, "POST", "/v1/tasks", "", deepTaskBody(fmt.Sprintf("deep%d", i), 30000))
+		})
 	}
 	wg.Wait()
 	for i, code := range codes {
