@@ -7,7 +7,8 @@
 //
 // The scan counts what the parsers recurse on: brackets, braces and
 // parentheses, string templates and their interpolations (`${ }`, `%{ }`)
-// and heredocs. Brackets inside comments and inside the literal text of a
+// and heredocs, and, within one expression, the prefix operators and
+// conditionals (`!`, `-`, `?`) that the HCL parser also descends on. Brackets inside comments and inside the literal text of a
 // string or heredoc do not count. It is conservative where the syntax is
 // ambiguous to a byte scan (the code of an interpolation in a JSON
 // string): it may count more than the parser would, never less. It does
@@ -37,7 +38,7 @@ func (e *Error) Error() string {
 // Reason is the error without its position, for a caller that reports
 // the position its own way (file:line:col).
 func (e *Error) Reason() string {
-	return fmt.Sprintf("nests deeper than %d levels (brackets, braces, parentheses, strings and interpolations)", e.Max)
+	return fmt.Sprintf("nests deeper than %d levels (brackets, braces, parentheses, strings, interpolations, chained operators)", e.Max)
 }
 
 // frame kinds
@@ -50,7 +51,9 @@ const (
 
 type frame struct {
 	kind   int
+	open   byte   // a bracket's opening character
 	marker string // heredoc's closing marker
+	chain  int    // the operators of the frame's expression so far (see chained)
 }
 
 type scanner struct {
@@ -59,11 +62,17 @@ type scanner struct {
 	line, col int // of src[i]
 	max       int
 	stack     []frame
+	top0      int // the top level's chain
+	chains    int // the sum of the chains of the stack and the top level
+}
+
+func (s *scanner) err() error {
+	return &Error{Max: s.max, Line: s.line, Col: s.col, Offset: s.i}
 }
 
 func (s *scanner) push(f frame) error {
-	if len(s.stack) >= s.max {
-		return &Error{Max: s.max, Line: s.line, Col: s.col, Offset: s.i}
+	if len(s.stack)+s.chains >= s.max {
+		return s.err()
 	}
 	s.stack = append(s.stack, f)
 	return nil
@@ -71,8 +80,36 @@ func (s *scanner) push(f frame) error {
 
 func (s *scanner) pop() {
 	if len(s.stack) > 0 {
+		s.chains -= s.stack[len(s.stack)-1].chain
 		s.stack = s.stack[:len(s.stack)-1]
 	}
+}
+
+// chain returns the operator count of the expression being read.
+func (s *scanner) chain() *int {
+	if len(s.stack) == 0 {
+		return &s.top0
+	}
+	return &s.stack[len(s.stack)-1].chain
+}
+
+// chained counts one more prefix operator or conditional (`!`, `-`, `?`)
+// in the expression being read: the parser recurses on each (`!!!!x`,
+// `a ? b : c ? d : e`) without a bracket to count.
+func (s *scanner) chained() error {
+	if len(s.stack)+s.chains >= s.max {
+		return s.err()
+	}
+	*s.chain()++
+	s.chains++
+	return nil
+}
+
+// endExpr resets the operator count at the end of an expression.
+func (s *scanner) endExpr() {
+	c := s.chain()
+	s.chains -= *c
+	*c = 0
 }
 
 func (s *scanner) top() int {
@@ -181,12 +218,27 @@ func HCL(src []byte, max int) error {
 			s.advance(n) // through the newline
 			atLineStart = true
 		case c == '{' || c == '[' || c == '(':
-			if err := s.push(frame{kind: fBracket}); err != nil {
+			if err := s.push(frame{kind: fBracket, open: c}); err != nil {
 				return err
 			}
 			s.advance(1)
 		case c == '}' || c == ']' || c == ')':
 			s.pop()
+			s.advance(1)
+		case c == '!' && !s.at("!="), c == '-' && !s.at("->"), c == '?':
+			if err := s.chained(); err != nil {
+				return err
+			}
+			s.advance(1)
+		case c == ',':
+			s.endExpr()
+			s.advance(1)
+		case c == '\n':
+			// A newline ends an attribute, at the top level and in a
+			// block or object; inside ( ), [ ] and ${ } it does not.
+			if t := s.top(); t == -1 || (t == fBracket && s.stack[len(s.stack)-1].open == '{') {
+				s.endExpr()
+			}
 			s.advance(1)
 		default:
 			s.advance(1)
@@ -265,7 +317,9 @@ func JSON(src []byte, max int, templates bool) error {
 				// A string ends even in an unclosed interpolation
 				// (the parser refuses it).
 				inString = false
-				s.stack = s.stack[:base-1]
+				for len(s.stack) >= base {
+					s.pop()
+				}
 				s.advance(1)
 			case templates && !interp && (s.at("$${") || s.at("%%{")):
 				s.advance(3)
@@ -281,6 +335,14 @@ func JSON(src []byte, max int, templates bool) error {
 				s.advance(1)
 			case interp && (c == '}' || c == ']' || c == ')'):
 				s.pop()
+				s.advance(1)
+			case interp && (c == '!' || c == '-' || c == '?'):
+				if err := s.chained(); err != nil {
+					return err
+				}
+				s.advance(1)
+			case interp && c == ',':
+				s.endExpr()
 				s.advance(1)
 			default:
 				s.advance(1)

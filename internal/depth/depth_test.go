@@ -28,6 +28,13 @@ func TestHCL(t *testing.T) {
 		{"heredoc closes", "a = <<-EOT\n  x\n  EOT\nb = " + deep(Max-1) + "\n", true, 0, 0},
 		{"heredoc interpolation", "a = <<EOF\n${" + strings.Repeat("(", 1000) + "\nEOF\n", false, 0, 0},
 		{"a string ends with its line", "a = \"x\n" + deep(Max), true, 0, 0},
+		{"prefix operators", "a = " + strings.Repeat("!", 1000) + "true", false, 1, 5 + Max},
+		{"negations", "a = " + strings.Repeat("-", 1000) + "1", false, 0, 0},
+		{"conditionals", "a = " + strings.Repeat("true ? 1 : ", 1000) + "1", false, 0, 0},
+		{"operators inside brackets", "a = " + strings.Repeat("[", 32) + strings.Repeat("!", 40) + "true" + strings.Repeat("]", 32), false, 0, 0},
+		{"negative numbers", "a = [" + strings.Repeat("-1, ", 1000) + "-1]\nb = -1\nc = -2\n" + strings.Repeat("d = 1 - 2\n", 100), true, 0, 0},
+		{"conditionals in a block", "x {\n" + strings.Repeat("  a = b ? 1 : 2\n", 200) + "}\n", true, 0, 0},
+		{"not equal", "a = " + strings.Repeat("1 != ", 200) + "1", true, 0, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := HCL([]byte(c.src), 0)
@@ -95,7 +102,11 @@ func FuzzDepth(f *testing.F) {
 		_ = JSON(b, 0, false)
 		// Brackets alone, however they are read, nest no deeper than
 		// their raw count: text with at most Max opening brackets passes.
-		if strings.Count(string(b), "[")+strings.Count(string(b), "{")+strings.Count(string(b), "(")+strings.Count(string(b), "\"")+strings.Count(string(b), "<<") <= Max {
+		n := 0
+		for _, c := range []string{"[", "{", "(", "\"", "<<", "!", "-", "?"} {
+			n += strings.Count(string(b), c)
+		}
+		if n <= Max {
 			if errH != nil || errJ != nil {
 				t.Fatalf("refused text with at most %d openers: %v %v", Max, errH, errJ)
 			}
