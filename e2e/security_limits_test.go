@@ -122,6 +122,12 @@ func TestDeepInputsRefusedEndToEnd(t *testing.T) {
 			t.Fatalf("concurrent deep request %d: %d", i, code)
 		}
 	}
+	// Four such requests pushed the daemon's RSS to 2.26 GB.
+	if peak := (&floorDaemon{p: p}).peakRSS(); peak > 400 {
+		t.Fatalf("the daemon's peak RSS is %.0f MiB after the deep requests", peak)
+	} else {
+		t.Logf("the daemon's peak RSS: %.0f MiB", peak)
+	}
 	// approval.expire: the configuration's rule.
 	valid := fmt.Sprintf(`"name":"gated","module":%q,"variables":{"values":"[\"10.0.0.0/8\"]"},"condition":{"services":{"names":["web"],"use_as_module_input":false}}`, module("echo"))
 	for _, expire := range []string{`5`, `"0s"`, `"5ns"`} {
