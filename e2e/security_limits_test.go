@@ -357,12 +357,16 @@ func TestRedactionBareTokenAndOracleEndToEnd(t *testing.T) {
 		t.Fatal("the bare webhook token in the daemon's output")
 	}
 
-	// The oracle: a write token holder guesses the read token's secret.
+	// The oracle: a write token holder guesses the read token's secret,
+	// in the plan of run=inspect and in the held plan of a task it
+	// creates with approval required.
+	taskBody := func(name, guess, approval string) string {
+		return fmt.Sprintf(`{"task":{"name":%q,"module":%q,"variables":{"values":%q},%s"condition":{"services":{"names":["web"],"use_as_module_input":false}}}}`,
+			name, module("echo"), fmt.Sprintf(`[%q]`, guess), approval)
+	}
 	inspect := func(guess string) string {
 		t.Helper()
-		body := fmt.Sprintf(`{"task":{"name":"probe","module":%q,"variables":{"values":%q},"condition":{"services":{"names":["web"],"use_as_module_input":false}}}}`,
-			module("echo"), fmt.Sprintf(`[%q]`, guess))
-		code, out := limitsCall(t, base, "POST", "/v1/tasks?run=inspect", gateWriteSecret, body)
+		code, out := limitsCall(t, base, "POST", "/v1/tasks?run=inspect", gateWriteSecret, taskBody("probe", guess, ""))
 		if code != http.StatusOK {
 			t.Fatalf("inspect: %d %s", code, out)
 		}
@@ -377,10 +381,23 @@ func TestRedactionBareTokenAndOracleEndToEnd(t *testing.T) {
 		}
 		return r.Run.Plan
 	}
-	wrong := inspect("not-the-read-secret-0123456789")
-	right := inspect(gateReadSecret)
-	if strings.Contains(right, "[redacted]") || !strings.Contains(right, gateReadSecret) || !strings.Contains(wrong, "not-the-read-secret-0123456789") {
-		t.Fatalf("the plan answers the guess:\nwrong guess: %s\nright guess: %s", wrong, right)
+	heldPlan := func(name, guess string) string {
+		t.Helper()
+		code, out := limitsCall(t, base, "POST", "/v1/tasks", gateWriteSecret, taskBody(name, guess, `"approval":{"required":true},`))
+		if code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", name, code, out)
+		}
+		return g.waitPlan(name, "held", func(p gate.Plan) bool { return p.State == gate.Pending }).Text
+	}
+	const wrongGuess = "not-the-read-secret-0123456789"
+	for what, pair := range map[string][2]string{
+		"inspect":   {inspect(wrongGuess), inspect(gateReadSecret)},
+		"held plan": {heldPlan("wrong", wrongGuess), heldPlan("right", gateReadSecret)},
+	} {
+		wrong, right := pair[0], pair[1]
+		if strings.Contains(right, "[redacted]") || !strings.Contains(right, gateReadSecret) || !strings.Contains(wrong, wrongGuess) {
+			t.Fatalf("%s: the plan answers the guess:\nwrong guess: %s\nright guess: %s", what, wrong, right)
+		}
 	}
 	// The secret is still redacted where the request did not put it.
 	if strings.Contains(p.out.String(), "Bearer "+gateWriteSecret) {

@@ -63,3 +63,25 @@ func TestCheckStoredTaskPolicy(t *testing.T) {
 		t.Errorf("stored task with a policy: %v", err)
 	}
 }
+
+// The plan of run=inspect (POST and PATCH) is served redacted, like run
+// logs and held plans: a module's plan may print a secret.
+func TestInspectPlanRedacted(t *testing.T) {
+	h := newHarness(t, nil, func(o *Options) {
+		o.Redact = func(s string) string { return strings.ReplaceAll(s, "1 to add", "[redacted]") }
+	})
+	h.w.Set(healthKey("web"), instances("web-1"))
+	body := `{"task":{"name":"now","module":"m","condition":{"services":{"names":["web"]}}}}`
+	var insp TaskResponse
+	h.do("POST", "/v1/tasks?run=inspect", body).expect(t, 200).json(t, &insp)
+	if insp.Run == nil || strings.Contains(insp.Run.Plan, "1 to add") || !strings.Contains(insp.Run.Plan, "[redacted]") {
+		t.Errorf("POST inspect: %+v", insp.Run)
+	}
+	h.do("POST", "/v1/tasks", body).expect(t, 201)
+	h.do("PATCH", "/v1/tasks/now", `{"enabled":false}`).expect(t, 200)
+	var up UpdateTaskResponse
+	h.do("PATCH", "/v1/tasks/now?run=inspect", `{"enabled":true}`).expect(t, 200).json(t, &up)
+	if up.Inspect == nil || strings.Contains(up.Inspect.Plan, "1 to add") {
+		t.Errorf("PATCH inspect: %+v", up.Inspect)
+	}
+}

@@ -330,7 +330,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, TaskResponse{Task: TaskView(spec),
-			Run: &RunResult{Plan: res.Plan, ChangesPresent: res.ChangesPresent, TFCRunURL: res.TFCRunURL}, RequestID: requestID(r)})
+			Run: &RunResult{Plan: s.redact(res.Plan), ChangesPresent: res.ChangesPresent, TFCRunURL: res.TFCRunURL}, RequestID: requestID(r)})
 		return
 	case "now":
 		if err := ctl.Create(r.Context(), spec, true); err != nil {
@@ -375,7 +375,7 @@ func (s *Server) updateTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if run == "inspect" {
-		writeJSON(w, http.StatusOK, UpdateTaskResponse{Inspect: &RunResult{Plan: res.Plan, ChangesPresent: res.ChangesPresent, TFCRunURL: res.TFCRunURL}})
+		writeJSON(w, http.StatusOK, UpdateTaskResponse{Inspect: &RunResult{Plan: s.redact(res.Plan), ChangesPresent: res.ChangesPresent, TFCRunURL: res.TFCRunURL}})
 		return
 	}
 	s.log.Info("task updated through the api", "task_name", name, "enabled", *req.Enabled, "run", run, "token", tokenName(r), "request_id", requestID(r))
