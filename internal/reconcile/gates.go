@@ -32,6 +32,10 @@ type gateState struct {
 	drv driver.HeldPlan
 	// run is the run that made the pending plan: an approval records it.
 	run *runRecord
+	// destroy: the pending plan destroys the task's infrastructure (a
+	// deletion with destroy, Delete): an approval applies it and deletes
+	// the task; a rejection or an expiry keeps the task.
+	destroy bool
 	// expire drops the pending plan at plan.Expires.
 	expire Timer
 	// settled is the fingerprint of a desired state whose plan was held,
@@ -373,51 +377,72 @@ func (c *Controller) HeldPlan(name string) (gate.Plan, error) {
 	return clonePlan(e.gates.plan), nil
 }
 
-// Approve applies the task's pending plan id, exactly that plan, and
-// records who approved it (api.Approvals). When the task's desired state
-// moved on since the plan was made, or the plan can no longer be applied,
-// the plan is superseded: a new plan is made (and held, or applied, per
-// the rules) and the error is a *gate.SupersededError naming it. It
-// returns once the apply has been recorded.
+// Approve approves the task's pending plan id, exactly that plan, and
+// records who approved it (api.Approvals). It returns once the approval
+// is recorded: the apply goes on in the background, on a worker, and the
+// task's next event tells how it went. When the task's desired state moved
+// on since the plan was made, the plan is superseded: a new plan is made
+// (and held, or applied, per the rules) before Approve returns, and the
+// error is a *gate.SupersededError naming it. A plan Terraform finds stale
+// when it applies it is superseded in the same way, after the answer.
 func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 	e, g, err := c.takeHeld(ctx, name, id)
 	if err != nil {
 		return err
 	}
-	defer c.release(e)
 	// The apply goes on when the caller goes away, as a run the API
 	// started does, and is handed to a worker (which takes a run slot).
-	ctx, done, err := c.apiRun(ctx)
+	rctx, done, err := c.apiRun(ctx)
 	if err != nil {
+		c.release(e)
 		return err
 	}
-	defer done()
-	var aerr error
-	if err := c.handOff(ctx, func(ctx context.Context) { aerr = c.approve(ctx, e, g, name, id, who) }); err != nil {
-		return err
-	}
-	return aerr
-}
-
-// approve is Approve's run, on a worker holding a run slot.
-func (c *Controller) approve(ctx context.Context, e *entry, g gateState, name, id, who string) error {
-	s := e.spec
-	want, ready, derr := c.desired(ctx, &s)
-	if derr != nil || !ready {
-		if derr == nil {
-			derr = errors.New("its data from Consul is not complete")
+	if !g.destroy {
+		s := e.spec
+		want, ready, derr := c.desired(rctx, &s)
+		if derr != nil || !ready {
+			done()
+			c.release(e)
+			if derr == nil {
+				derr = errors.New("its data from Consul is not complete")
+			}
+			return fmt.Errorf("task %q: the desired state cannot be read to check plan %s: %w", name, id, derr)
 		}
-		return fmt.Errorf("task %q: the desired state cannot be read to check plan %s: %w", name, id, derr)
-	}
-	if want.Fingerprint != g.plan.Fingerprint {
-		return c.replan(ctx, e, id, Request{Name: name, Trigger: Due(TriggerChange)})
+		if want.Fingerprint != g.plan.Fingerprint {
+			defer c.release(e)
+			defer done()
+			var rerr error
+			if err := c.handOff(rctx, func(ctx context.Context) {
+				rerr = c.replan(ctx, e, id, Request{Name: name, Trigger: Due(TriggerChange)})
+			}); err != nil {
+				return err
+			}
+			return rerr
+		}
 	}
 	c.mu.Lock()
 	p := c.endHeldLocked(e, gate.Approved, who)
 	c.mu.Unlock()
-	log := c.log.With("task_name", name)
-	log.Info("held plan approved: applying it", "plan", id, "approved_by", who)
+	c.log.Info("held plan approved: applying it", "task_name", name, "plan", id, "approved_by", who)
 	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionApproved, Task: name, Plan: p, Trigger: g.run.trigger})
+	go func() {
+		defer c.release(e)
+		defer done()
+		if err := c.handOff(rctx, func(ctx context.Context) { c.approve(ctx, e, g, name, id, who) }); err != nil {
+			// Nothing was applied: the task's desired state is not
+			// recorded as applied, and its next run plans it again.
+			c.log.Warn("the approved plan was not applied: ctsync is stopping", "task_name", name, "plan", id, "error", err)
+			c.discard(context.WithoutCancel(rctx), e, g.drv)
+		}
+	}()
+	return nil
+}
+
+// approve applies the approved plan g (Approve's run, on a worker holding
+// a run slot).
+func (c *Controller) approve(ctx context.Context, e *entry, g gateState, name, id, who string) {
+	s := e.spec
+	log := c.log.With("task_name", name)
 	r := *g.run
 	r.id, r.actor = uuid.NewString(), who
 	r.before = c.opts.Store.Run(name)
@@ -434,9 +459,10 @@ func (c *Controller) approve(ctx context.Context, e *entry, g gateState, name, i
 		c.mu.Lock()
 		e.gates.plan.State = gate.Pending // superseded below, by the new plan
 		c.mu.Unlock()
-		return c.replan(ctx, e, id, Request{Name: name, Trigger: Due(TriggerChange), Force: true})
+		if err := c.replan(ctx, e, id, Request{Name: name, Trigger: Due(TriggerChange), Force: true}); err != nil {
+			log.Warn("the approved plan was stale when applied: superseded", "plan", id, "error", err)
+		}
 	}
-	return nil
 }
 
 // Reject drops the task's pending plan id and records who rejected it

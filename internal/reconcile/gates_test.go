@@ -182,6 +182,45 @@ func TestGateHoldsAndApprovalAppliesThatPlan(t *testing.T) {
 	}
 }
 
+// An approval is answered once it is recorded, not after the apply: the
+// apply goes on on a worker, and the task is not free until it ends.
+func TestGateApproveAnswersBeforeTheApply(t *testing.T) {
+	zero := 0
+	g := startGates(t, &task.Approval{MaxDestroy: &zero})
+	g.set(3)
+	g.waitApplied(t, "fw")
+	g.set(1)
+	p := g.waitHeld(t, "")
+	g.drv.mu.Lock()
+	g.drv.gate = make(chan struct{}) // the apply blocks until closed
+	gateCh := g.drv.gate
+	g.drv.mu.Unlock()
+	answered := make(chan error, 1)
+	go func() { answered <- g.ctrl.Approve(context.Background(), "fw", p.ID, "ops") }()
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		close(gateCh)
+		t.Fatal("Approve did not answer while the apply was blocked")
+	}
+	got, _ := g.ctrl.HeldPlan("fw")
+	if got.State != gate.Approved || got.DecidedBy != "ops" {
+		t.Fatalf("after the answer: %+v, want approved by ops", got)
+	}
+	if st, _ := g.ctrl.Task("fw"); !st.Active {
+		t.Errorf("the task is not active while the approved plan is applied: %+v", st)
+	}
+	close(gateCh)
+	g.waitApplied(t, "fw")
+	testutil.WaitFor(t, "the task free again", func() bool {
+		st, _ := g.ctrl.Task("fw")
+		return !st.Active
+	})
+}
+
 func TestGateChangeSupersedesHeldPlan(t *testing.T) {
 	g := startGates(t, &task.Approval{Required: true})
 	g.set(2)
@@ -210,14 +249,19 @@ func TestGateChangeSupersedesHeldPlan(t *testing.T) {
 	g.drv.mu.Lock()
 	g.drv.stale = true
 	g.drv.mu.Unlock()
-	if err := g.ctrl.Approve(context.Background(), "fw", third.ID, "ops"); !errors.As(err, &se) || se.Newer == third.ID {
-		t.Fatalf("approve of a stale plan: %v", err)
+	// The approval is answered once recorded: Terraform finds the plan
+	// stale after the answer, and a new plan supersedes it.
+	if err := g.ctrl.Approve(context.Background(), "fw", third.ID, "ops"); err != nil {
+		t.Fatalf("approve of a plan the driver finds stale: %v, want it recorded", err)
 	}
+	fourth := g.waitHeld(t, third.ID)
 	g.noApply(t)
+	if err := g.ctrl.Approve(context.Background(), "fw", third.ID, "ops"); !errors.As(err, &se) || se.Newer != fourth.ID {
+		t.Fatalf("approve of the stale plan again: %v, want SupersededError naming %s", err, fourth.ID)
+	}
 	g.drv.mu.Lock()
 	g.drv.stale = false
 	g.drv.mu.Unlock()
-	fourth := g.waitHeld(t, third.ID)
 	if err := g.ctrl.Approve(context.Background(), "fw", fourth.ID, "ops"); err != nil {
 		t.Fatal(err)
 	}
