@@ -509,6 +509,7 @@ func TestRunTaskAndEvents(t *testing.T) {
 	h.waitIdle("a")
 
 	// Inputs unchanged: a normal trigger would skip; run applies anyway.
+	seen := map[string]bool{}
 	for i := 0; i < 6; i++ {
 		var resp RunTaskResponse
 		h.do("POST", "/v1/tasks/a/run", "").expect(t, 200).json(t, &resp)
@@ -516,6 +517,11 @@ func TestRunTaskAndEvents(t *testing.T) {
 		if resp.Event == nil || !resp.Event.Success || resp.Event.Trigger != "api" || resp.Event.TaskName != "a" {
 			t.Fatalf("event %+v", resp.Event)
 		}
+		// The answer is the run this call started, not an older one.
+		if resp.RunID == "" || resp.Event.ID != resp.RunID || seen[resp.RunID] || resp.Status != RunSucceeded {
+			t.Fatalf("run %d: answered run %q with event %q (status %q); earlier runs %v", i, resp.RunID, resp.Event.ID, resp.Status, seen)
+		}
+		seen[resp.RunID] = true
 	}
 	var evs EventsResponse
 	h.do("GET", "/v1/tasks/a/events", "").expect(t, 200).json(t, &evs)

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
@@ -452,7 +455,9 @@ func (s *Server) waitMarked(r *http.Request, name string, done <-chan error) err
 }
 
 // runTask serves POST /v1/tasks/{name}/run (ctsync): apply now, even when
-// the inputs did not change since the last apply.
+// the inputs did not change since the last apply. The run gets its id
+// here, and the answer is that run: 200 with its event, or, when a safety
+// gate holds its plan, 202 with the held plan (nothing applied).
 func (s *Server) runTask(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	if _, err := queryParams(r); err != nil {
@@ -463,16 +468,45 @@ func (s *Server) runTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := s.opts.Controller.RunNow(reconcile.WithActor(r.Context(), tokenName(r)), name); err != nil {
+	runID := uuid.NewString()
+	ctx := reconcile.WithRunID(reconcile.WithActor(r.Context(), tokenName(r)), runID)
+	err := s.opts.Controller.RunNow(ctx, name)
+	resp := RunTaskResponse{RequestID: requestID(r), RunID: runID}
+	var held *reconcile.HeldError
+	if errors.As(err, &held) {
+		resp.Status = RunHeld
+		resp.Message = fmt.Sprintf("the run's plan is held for approval: %s; nothing was applied (approve it: POST /v1/tasks/%s/plan/%s/approve)",
+			held.Reason, name, held.Plan)
+		if p := s.heldPlan(name); p != nil && p.ID == held.Plan {
+			hp := s.redactPlan(*p)
+			resp.Plan = &hp
+		} else {
+			resp.Plan = &gate.Plan{ID: held.Plan, Task: name, Reason: s.redact(held.Reason), State: gate.Pending}
+		}
+		s.log.Info("task run through the api: its plan is held for approval", "task_name", name, "run_id", runID,
+			"token", tokenName(r), "request_id", requestID(r))
+		writeJSON(w, http.StatusAccepted, resp)
+		return
+	}
+	if err != nil {
 		if !errors.Is(err, errNotFound) && !errors.Is(err, errActive) {
-			err = fmt.Errorf("running task '%s': %w", name, err)
+			err = fmt.Errorf("running task '%s' (run %s): %w", name, runID, err)
 		}
 		s.fail(w, r, err)
 		return
 	}
-	resp := RunTaskResponse{RequestID: requestID(r)}
-	if evs := s.redactEvents(s.opts.Controller.Events(name)); len(evs) > 0 {
-		resp.Event = &evs[0]
+	// The event of this run, never an older one: none when the run did
+	// not start (its data was not complete).
+	for _, ev := range s.redactEvents(s.opts.Controller.Events(name)) {
+		if ev.ID == runID {
+			resp.Event = &ev
+			resp.Status = RunSucceeded
+			break
+		}
+	}
+	if resp.Event == nil {
+		resp.Status = RunNotRun
+		resp.Message = "no run was made: the task's data from Consul was not complete"
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -173,11 +174,29 @@ type RequestIDResponse struct {
 }
 
 // RunTaskResponse is the body of POST /v1/tasks/{name}/run (ctsync): the
-// event the run recorded.
+// run the call started, and the event it recorded or its held plan.
 type RunTaskResponse struct {
-	Event     *store.Event `json:"event"`
-	RequestID string       `json:"request_id"`
+	// Event is the event of the run (its id is RunID); nil when the run's
+	// plan is held, or no run was made.
+	Event *store.Event `json:"event"`
+	// RunID is the id of the run the call started (and of its held plan).
+	RunID string `json:"run_id"`
+	// Status is what became of the run: RunSucceeded, RunHeld, RunNotRun.
+	Status string `json:"status"`
+	// Plan is the held plan when Status is RunHeld.
+	Plan *gate.Plan `json:"plan,omitempty"`
+	// Message says what happened when the run did not apply.
+	Message   string `json:"message,omitempty"`
+	RequestID string `json:"request_id"`
 }
+
+// What became of a run POST /v1/tasks/{name}/run started
+// (RunTaskResponse.Status). A failed run answers 500.
+const (
+	RunSucceeded = "succeeded"
+	RunHeld      = "held"
+	RunNotRun    = "not_run"
+)
 
 // EventsResponse is the body of GET /v1/tasks/{name}/events (ctsync).
 type EventsResponse struct {

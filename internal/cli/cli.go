@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-// Exit codes, as CTS.
+// Exit codes, as CTS (17 is ctsync's).
 const (
 	ExitOK            = 0
 	ExitError         = 11
@@ -21,6 +21,9 @@ const (
 	ExitFlagParse     = 14
 	ExitConfig        = 15
 	ExitDriver        = 16
+	// ExitHeld (ctsync): `task run` or `task delete -destroy` found its
+	// plan held for approval by a safety gate: nothing was applied.
+	ExitHeld = 17
 )
 
 // Version is the ctsync version; release builds set it with -ldflags.

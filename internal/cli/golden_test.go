@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
 )
 
@@ -134,6 +135,9 @@ func TestGolden(t *testing.T) {
 		{"task_run_auto_approve", "", true, []string{"task", "run", "-auto-approve", "a"}, runEvent(true)},
 		{"task_run_no_changes", "", false, []string{"task", "run", "a"}, runEvent(true)},
 		{"task_run_failed", "", true, []string{"task", "run", "-auto-approve", "a"}, runEvent(false)},
+		{"task_run_held", "", true, []string{"task", "run", "-auto-approve", "a"}, func(f *fakeCtrl) {
+			f.runErr = &reconcile.HeldError{Reason: "plan destroys 3 of 4 resources (max_destroy_percent 50)", Plan: "plan-8"}
+		}},
 		{"task_run_unknown", "", true, []string{"task", "run", "nope"}, nil},
 		{"task_run_no_args", "", true, []string{"task", "run"}, nil},
 

@@ -640,7 +640,16 @@ func taskRun(args []string, stdout, stderr io.Writer) int {
 		}
 		return u.fail(fmt.Sprintf("Error: the run of '%s' failed", name), details...)
 	}
-	if resp.Event == nil {
+	switch {
+	case resp.Status == api.RunHeld:
+		return heldRun(u, name, resp)
+	case resp.Event == nil && resp.Status != "":
+		msg := resp.Message
+		if msg == "" {
+			msg = "the daemon recorded no run"
+		}
+		return u.fail(fmt.Sprintf("Error: '%s' did not run", name), fmt.Sprintf("Run %s: %s", orDash(resp.RunID), msg))
+	case resp.Event == nil: // a daemon older than run ids
 		u.info("'%s' run complete!", name)
 		return ExitOK
 	}
@@ -653,6 +662,22 @@ func taskRun(args []string, stdout, stderr io.Writer) int {
 		u.output("%s", l)
 	}
 	return ExitOK
+}
+
+// heldRun reports a run of task run whose plan a safety gate holds:
+// nothing was applied, and how to approve it (exit ExitHeld).
+func heldRun(u term, name string, resp api.RunTaskResponse) int {
+	reason, id := resp.Message, resp.RunID
+	if p := resp.Plan; p != nil {
+		reason, id = p.Reason, p.ID
+	}
+	u.info("'%s' held for approval: run %s applied nothing", name, orDash(resp.RunID))
+	if p := resp.Plan; p != nil && !p.Created.IsZero() {
+		u.output("Plan %s: %d to add, %d to change, %d to destroy.", p.ID, p.Add, p.Change, p.Destroy)
+	}
+	u.output("Held because: %s", reason)
+	u.output("Approve it: %s task approve -plan=%s %s (or reject it: %s task reject %s)", Name, id, name, Name, name)
+	return ExitHeld
 }
 
 // runLines describe a run for task run: its id, what it did and how long

@@ -124,12 +124,14 @@ func (f *fakeCtrl) SetEnabled(_ context.Context, name string, enabled bool, mode
 	return reconcile.PlanResult{}, nil
 }
 
-func (f *fakeCtrl) RunNow(_ context.Context, name string) error {
+func (f *fakeCtrl) RunNow(ctx context.Context, name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record("run %s", name)
 	if f.runEvent != nil {
-		f.events[name] = append([]store.Event{*f.runEvent}, f.events[name]...)
+		ev := *f.runEvent
+		ev.ID = reconcile.RunIDFrom(ctx) // the run the call started
+		f.events[name] = append([]store.Event{ev}, f.events[name]...)
 	}
 	return f.runErr
 }

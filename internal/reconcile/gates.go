@@ -57,11 +57,21 @@ func (g *gateState) pending() bool { return g.plan.ID != "" && g.plan.State == g
 // gated reports whether a task's runs go through the safety gates.
 func gated(s *task.Spec) bool { return s.Approval != nil || s.Policy != nil }
 
-// HeldError is the error of a run that a gate held for approval in -once
-// and -inspect, where nobody can approve it: nothing was applied.
-type HeldError struct{ Reason string }
+// HeldError is the error of a run that a gate held for approval: in -once
+// and -inspect, where nobody can approve it, and of a run an API call
+// started (RunNow), whose plan waits for approval (Plan: its id). Nothing
+// was applied.
+type HeldError struct {
+	Reason string
+	Plan   string // the held plan's id ("": not kept, -once and -inspect)
+}
 
-func (e *HeldError) Error() string { return "held for approval: " + e.Reason + " (nothing applied)" }
+func (e *HeldError) Error() string {
+	if e.Plan != "" {
+		return "held for approval: plan " + e.Plan + ": " + e.Reason + " (nothing applied)"
+	}
+	return "held for approval: " + e.Reason + " (nothing applied)"
+}
 
 // gateEvent hands what a gate did to the gate hook.
 func (c *Controller) gateEvent(ev gate.Event) { emitGate(&c.opts, ev) }

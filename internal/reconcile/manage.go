@@ -264,7 +264,10 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	return PlanResult{}, err
 }
 
-// RunNow applies a task at once, even if its inputs did not change.
+// RunNow applies a task at once, even if its inputs did not change. The
+// run's id is the one WithRunID put in ctx, if any. When a safety gate
+// holds the run's plan, nothing is applied and the error is a *HeldError
+// naming the plan (whose id is the run's).
 func (c *Controller) RunNow(ctx context.Context, name string) error {
 	c.mu.Lock()
 	e := c.tasks[name]
@@ -277,7 +280,10 @@ func (c *Controller) RunNow(ctx context.Context, name string) error {
 		return fmt.Errorf("%w: task '%s' is active and cannot be run at this time", ErrActive, name)
 	}
 	c.mu.Unlock()
-	_, err := c.runReserved(ctx, e, Request{Name: name, Trigger: Due(TriggerAPI), Force: true})
+	res, err := c.runReserved(ctx, e, Request{Name: name, ID: RunIDFrom(ctx), Trigger: Due(TriggerAPI), Force: true})
+	if err == nil && res.hold != nil {
+		return &HeldError{Reason: res.hold.plan.Reason, Plan: res.hold.plan.ID}
+	}
 	return err
 }
 

@@ -167,7 +167,11 @@ func (r *reconciler) Run(ctx context.Context, j job) outcome {
 			return r.Run(ctx, j)
 		}
 	}
-	out := r.run(ctx, log, j, &in, &runRecord{id: uuid.NewString(), trigger: trigger, once: req.Trigger.Kind == TriggerOnce,
+	id := req.ID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	out := r.run(ctx, log, j, &in, &runRecord{id: id, trigger: trigger, once: req.Trigger.Kind == TriggerOnce,
 		kind: store.KindApply, want: want, before: st, actor: actorFrom(ctx), inputs: digest(&in), seen: req.Seen, prev: j.prev})
 	out.fingerprint = want.Fingerprint // its failures do not count against another desired state
 	return out

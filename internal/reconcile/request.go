@@ -5,7 +5,10 @@ import "time"
 // Request is one run of a task, as the queue hands it to the reconciler
 // (Controller.reconcile): which task, why, and what to do.
 type Request struct {
-	Name    string
+	Name string
+	// ID is the id of the run, given when it was asked for (an API call,
+	// WithRunID); "": the run gets a new one.
+	ID      string
 	Trigger Trigger
 	Mode    Mode
 	// Force applies even when the desired state equals the one last

@@ -37,6 +37,24 @@ func WithActor(ctx context.Context, name string) context.Context {
 	return context.WithValue(ctx, actorKey{}, name)
 }
 
+type runIDKey struct{}
+
+// WithRunID gives the run an API call starts the id id: the run's event
+// (and, when a safety gate holds its plan, the plan) has that id, so that
+// the call answers with the run it caused and no other.
+func WithRunID(ctx context.Context, id string) context.Context {
+	if id == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, runIDKey{}, id)
+}
+
+// RunIDFrom is the id WithRunID gave ("": none).
+func RunIDFrom(ctx context.Context) string {
+	s, _ := ctx.Value(runIDKey{}).(string)
+	return s
+}
+
 func actorFrom(ctx context.Context) string {
 	s, _ := ctx.Value(actorKey{}).(string)
 	return s

@@ -1,0 +1,153 @@
+package e2e
+
+// The requests that start or decide a gated task's run answer for that
+// run: task run / POST .../run report the run they started (held for
+// approval: its plan, exit 17), and an approval answers once recorded,
+// before the apply ends.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/gate"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/testutil"
+)
+
+// runAnswer is the body of POST /v1/tasks/{name}/run.
+type runAnswer struct {
+	Event   *store.Event `json:"event"`
+	RunID   string       `json:"run_id"`
+	Status  string       `json:"status"`
+	Plan    *gate.Plan   `json:"plan"`
+	Message string       `json:"message"`
+}
+
+func (a gateAPI) runNow(name string) (int, runAnswer, string) {
+	a.t.Helper()
+	code, body := a.do("POST", "/v1/tasks/"+name+"/run", a.write)
+	var r runAnswer
+	if code == http.StatusOK || code == http.StatusAccepted {
+		if err := json.Unmarshal([]byte(body), &r); err != nil {
+			a.t.Fatalf("POST /v1/tasks/%s/run: %v\n%s", name, err, body)
+		}
+	}
+	return code, r, body
+}
+
+// task run on a task whose plan is held: the new run's plan is held too,
+// and the command says so, with the run's id, the plan to approve and exit
+// 17 — never "run complete" with an older event. POST .../run answers 202
+// with the held plan, whose id is the run's; once the task applies again,
+// it answers 200 with the event of the run it started.
+func TestGateTaskRunHeldReportsTheRun(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	g, dir, p := startEmptyCatalog(t, c, "", "")
+	env := []string{"CTS_ADDRESS=" + g.base, "CTS_TOKEN=" + gateWriteSecret}
+
+	o, code := runCLI(ctsyncBin, env, "", "task", "run", "-auto-approve", "web")
+	if code != 17 || !strings.Contains(o, "held for approval") || strings.Contains(o, "run complete") || strings.Contains(o, "succeeded") {
+		t.Fatalf("task run of a held task (exit %d, want 17 and held for approval):\n%s", code, o)
+	}
+	m := regexp.MustCompile(`run (\S+) applied nothing`).FindStringSubmatch(o)
+	np := g.waitPending("web", emptyCatalogReason, p.ID)
+	if m == nil || m[1] != np.ID {
+		t.Fatalf("task run names run %v, the held plan is %s:\n%s", m, np.ID, o)
+	}
+	if !strings.Contains(o, "task approve -plan="+np.ID+" web") || !strings.Contains(o, emptyCatalogReason) {
+		t.Errorf("task run does not say why the run is held and how to approve it:\n%s", o)
+	}
+	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after task run of a held task")
+
+	code, r, body := g.runNow("web")
+	if code != http.StatusAccepted || r.Status != "held" || r.Event != nil || r.Plan == nil || r.Plan.ID != r.RunID ||
+		r.RunID == np.ID || r.Plan.Reason != emptyCatalogReason {
+		t.Fatalf("POST run of a held task: %d %s; want 202, status held, the new plan's id as run_id", code, body)
+	}
+	held := g.waitPending("web", emptyCatalogReason, p.ID, np.ID)
+	if held.ID != r.RunID {
+		t.Fatalf("POST run answered run %s, the held plan is %s", r.RunID, held.ID)
+	}
+	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after POST run of a held task")
+
+	if code, body := g.decide("web", held.ID, "approve", gateWriteSecret); code != http.StatusOK {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	waitRules(t, dir, "web-1")
+	g.waitQuiet("web")
+	seen := g.eventIDs("web")
+	code, r, body = g.runNow("web")
+	if code != http.StatusOK || r.Status != "succeeded" || r.Event == nil || r.Event.ID != r.RunID || seen[r.RunID] || !r.Event.Success {
+		t.Fatalf("POST run: %d %s; want 200 with the event of the new run", code, body)
+	}
+	o, code = runCLI(ctsyncBin, env, "", "task", "run", "-auto-approve", "web")
+	m = regexp.MustCompile(`Run (\S+): apply succeeded`).FindStringSubmatch(o)
+	if code != 0 || m == nil || m[1] == r.RunID || seen[m[1]] {
+		t.Fatalf("task run of a task that applies (exit %d): want a new run's id:\n%s", code, o)
+	}
+}
+
+// An approval answers once it is recorded, not after the apply: the
+// module's apply waits for a file the test writes only after the answer.
+func TestGateApproveAnswersBeforeTheApplyEnds(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	registerWeb(t, c, 1)
+	dir, varFile := newTaskDir(t)
+	g := startGated(t, c, fmt.Sprintf(`
+task {
+  name           = "slow"
+  module         = %q
+  variable_files = [%q]
+  condition "services" {
+    names = ["web"]
+  }
+  approval {
+    required = true
+  }
+}
+`, module("gated"), varFile))
+	p := g.waitPending("slow", "approval required")
+	if fileExistsAt(dir, "started") {
+		t.Fatal("the held plan was applied")
+	}
+	type answer struct {
+		code int
+		body string
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		code, body := g.decide("slow", p.ID, "approve", gateWriteSecret)
+		answered <- answer{code, body}
+	}()
+	var a answer
+	select {
+	case a = <-answered:
+	case <-time.After(90 * time.Second):
+		writeFile(t, dir, "gate", "")
+		t.Fatal("the approval did not answer within 90s while the apply waited")
+	}
+	if a.code != http.StatusOK || !strings.Contains(a.body, `"state":"approved"`) {
+		t.Fatalf("approve: %d %s", a.code, a.body)
+	}
+	if fileExistsAt(dir, "services.json") {
+		t.Fatal("the apply ended before the approval answered")
+	}
+	// The apply goes on after the answer: it starts, and ends once let go.
+	testutil.Eventually(t, 2*time.Minute, "the approved apply started", func() bool { return fileExistsAt(dir, "started") })
+	if st := g.status("slow"); !st.Active {
+		t.Errorf("the task is not active while its approved plan is applied: %s", st.raw)
+	}
+	writeFile(t, dir, "gate", "")
+	testutil.Eventually(t, 2*time.Minute, "the approved apply finished", func() bool { return fileExistsAt(dir, "services.json") })
+	ev := g.waitNewEvent("slow", nil, "recorded with its approver", func(ev store.Event) bool { return ev.Actor == gateWriteName })
+	if !ev.Success {
+		t.Fatalf("the approved run failed: %+v", ev)
+	}
+}
