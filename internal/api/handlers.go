@@ -402,32 +402,75 @@ func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if _, err := s.lookup(name); err != nil {
+	st, err := s.lookup(name)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	id, token := requestID(r), tokenName(r)
+	ctx := reconcile.WithActor(s.bgCtx, token)
 	done := make(chan error, 1)
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
-		err := s.opts.Controller.Delete(s.bgCtx, name, destroy)
+		err := s.opts.Controller.Delete(ctx, name, destroy)
 		done <- err
+		var held *reconcile.DestroyHeldError
 		switch {
 		case err == nil:
 			s.log.Info("task deleted", "task_name", name, "destroyed", destroy, "token", token, "request_id", id)
 		case errors.Is(err, errNotFound):
+		case errors.As(err, &held):
+			s.log.Warn("task deletion held: its destroy plan waits for approval", "task_name", name, "plan", held.Plan.ID,
+				"reason", s.redact(held.Plan.Reason), "token", token, "request_id", id)
 		default:
 			s.log.Error("deleting task failed", "task_name", name, "request_id", id, "error", err)
 		}
 	}()
+	if destroy && (st.Spec.Approval != nil || st.Spec.Policy != nil) {
+		// The destroy of a task with safety gates is a plan like any
+		// other: the answer says whether the approval rules hold it.
+		s.answerGatedDestroy(w, r, name, done)
+		return
+	}
 	// Answer once the task is marked (the controller does that first), so
 	// that the next request already sees it gone.
 	if err := s.waitMarked(r, name, done); err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusAccepted, RequestIDResponse{RequestID: id})
+	writeJSON(w, http.StatusAccepted, DeleteTaskResponse{RequestID: id})
+}
+
+// answerGatedDestroy answers a deletion with destroy of a task with safety
+// gates once it is decided: 202 with the held destroy plan (status held;
+// nothing destroyed, the task kept until the plan is approved), 202 with
+// status deleted once the destroy the gates let through is done, or the
+// error (a denied or failed destroy: the task is kept).
+func (s *Server) answerGatedDestroy(w http.ResponseWriter, r *http.Request, name string, done <-chan error) {
+	var err error
+	select {
+	case err = <-done:
+	case <-r.Context().Done():
+		s.fail(w, r, r.Context().Err())
+		return
+	}
+	var held *reconcile.DestroyHeldError
+	switch {
+	case errors.As(err, &held):
+		p := s.redactPlan(held.Plan)
+		writeJSON(w, http.StatusAccepted, DeleteTaskResponse{RequestID: requestID(r), Status: DeleteHeld, Plan: &p,
+			Message: fmt.Sprintf("the destroy of task '%s' is held for approval: %s; nothing was destroyed and the task is kept (disabled) until "+
+				"the plan is approved (POST /v1/tasks/%s/plan/%s/approve: destroys and deletes the task) or rejected (the task stays)",
+				name, p.Reason, name, p.ID)})
+	case err != nil:
+		if !errors.Is(err, errNotFound) && !errors.Is(err, errActive) {
+			err = fmt.Errorf("deleting task '%s': %w", name, err)
+		}
+		s.fail(w, r, err)
+	default:
+		writeJSON(w, http.StatusAccepted, DeleteTaskResponse{RequestID: requestID(r), Status: DeleteDone})
+	}
 }
 
 // waitMarked waits until the task is marked for deletion or gone, or the

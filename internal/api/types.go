@@ -168,7 +168,27 @@ type UpdateTaskResponse struct {
 	Inspect *RunResult `json:"inspect,omitempty"`
 }
 
-// RequestIDResponse is the body of DELETE /v1/tasks/{name}.
+// DeleteTaskResponse is the body of DELETE /v1/tasks/{name}. Status and
+// Plan (ctsync) are set for a deletion with destroy of a task with safety
+// gates, which answers once decided.
+type DeleteTaskResponse struct {
+	RequestID string `json:"request_id"`
+	// Status is DeleteHeld (the destroy plan waits for approval: Plan) or
+	// DeleteDone (destroyed and deleted); "" for a deletion answered once
+	// the task is marked.
+	Status  string     `json:"status,omitempty"`
+	Plan    *gate.Plan `json:"plan,omitempty"`
+	Message string     `json:"message,omitempty"`
+}
+
+// What became of a deletion with destroy of a gated task
+// (DeleteTaskResponse.Status).
+const (
+	DeleteHeld = "held"
+	DeleteDone = "deleted"
+)
+
+// RequestIDResponse is a body with the request's id alone.
 type RequestIDResponse struct {
 	RequestID string `json:"request_id"`
 }

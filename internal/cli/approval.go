@@ -88,7 +88,11 @@ func taskDecide(args []string, stdout, stderr io.Writer, accept bool) int {
 		}
 		return u.fail(fmt.Sprintf("Error: unable to %s the plan of '%s'", verb, task), clientError(cl, err))
 	}
-	if accept {
+	if accept && p.DeletesTask {
+		u.info("Plan '%s' of '%s' approved by %s: the daemon destroys the task's infrastructure now and deletes the task.",
+			got.ID, task, orDash(got.DecidedBy))
+		u.output("The task is gone once destroyed: %s status %s", Name, task)
+	} else if accept {
 		u.info("Plan '%s' of '%s' approved by %s: the daemon applies it now.", got.ID, task, orDash(got.DecidedBy))
 		u.output("Its result is the task's next run: %s status %s", Name, task)
 	} else {

@@ -501,16 +501,39 @@ func taskDelete(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	u.info("Marking task '%s' for deletion...\n", name)
-	id, err := cl.DeleteTask(ctx, name, *destroy)
+	resp, err := cl.DeleteTaskResult(ctx, name, *destroy)
 	if err != nil {
 		return u.fail(fmt.Sprintf("Error: unable to delete '%s'", name), clientError(cl, err))
 	}
+	switch resp.Status {
+	case api.DeleteHeld: // a safety gate holds the destroy plan
+		return heldDestroy(u, name, resp)
+	case api.DeleteDone:
+		u.info("Task '%s' deleted: its infrastructure was destroyed and its Terraform state removed.", name)
+		u.output("Request ID: %s", resp.RequestID)
+		return ExitOK
+	}
 	u.info("Task '%s' has been marked for deletion and will be deleted when not running.", name)
-	u.output("Request ID: %s", id)
+	u.output("Request ID: %s", resp.RequestID)
 	if *destroy {
 		return waitDestroyed(ctx, u, cl, name)
 	}
 	return ExitOK
+}
+
+// heldDestroy reports a task delete -destroy whose destroy plan a safety
+// gate holds: nothing was destroyed, the task is kept until the plan is
+// approved, and how to approve it (exit ExitHeld).
+func heldDestroy(u term, name string, resp api.DeleteTaskResponse) int {
+	u.info("The destroy of '%s' is held for approval: nothing was destroyed and the task is kept (disabled).", name)
+	if p := resp.Plan; p != nil {
+		u.output("Plan %s: %d to destroy (of %d resources).", p.ID, p.Destroy, p.InState)
+		u.output("Held because: %s", p.Reason)
+		u.output("Approve it to destroy and delete the task: %s task approve -plan=%s %s", Name, p.ID, name)
+		u.output("Reject it to keep the task: %s task reject %s", Name, name)
+	}
+	u.output("Request ID: %s", resp.RequestID)
+	return ExitHeld
 }
 
 // destroyPoll is how often task delete -destroy asks how the destroy goes.

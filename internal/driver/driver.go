@@ -131,6 +131,11 @@ type Run struct {
 	// ID is the run id; it names the per-run log file, so it must be usable
 	// as a file name (no path separators).
 	ID string
+	// Destroy makes PlanHeld plan the destruction of everything the task
+	// manages (`terraform plan -destroy`): a deletion with destroy that
+	// goes through the safety gates. A driver that cannot plan a destroy
+	// refuses it (never plans anything else in its place).
+	Destroy bool
 }
 
 // Result is what a Plan, Apply or Destroy produced.

@@ -68,6 +68,10 @@ type Plan struct {
 	InState int    `json:"in_state"`
 	// Text is the plan as terraform show prints it.
 	Text string `json:"plan"`
+	// DeletesTask marks the plan of a deletion with destroy (DELETE
+	// /v1/tasks/{name}?destroy=true, task delete -destroy): approving it
+	// destroys everything the task manages and deletes the task.
+	DeletesTask bool `json:"deletes_task,omitempty"`
 	// Changes says what changed in Consul since the last apply, one line
 	// each (the same lines as a run event's).
 	Changes []string `json:"consul_changes,omitempty"`

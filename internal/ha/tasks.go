@@ -189,7 +189,13 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 	}
 	defer p.changed()
 	ctx = context.WithoutCancel(ctx) // what is left to record is recorded whatever became of the request
+	var held *reconcile.DestroyHeldError
 	switch {
+	case errors.As(err, &held):
+		// A safety gate holds the destroy plan: the deletion stays
+		// recorded with its destroy pending. A new leader plans the
+		// destroy again, and its gates hold it again: nothing is
+		// destroyed without an approval.
 	case err != nil && !errors.Is(err, reconcile.ErrNotFound):
 		var rerr error
 		if had {

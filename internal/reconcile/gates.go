@@ -34,8 +34,9 @@ type gateState struct {
 	run *runRecord
 	// destroy: the pending plan destroys the task's infrastructure (a
 	// deletion with destroy, Delete): an approval applies it and deletes
-	// the task; a rejection or an expiry keeps the task.
-	destroy bool
+	// the task; a rejection or an expiry keeps the task, with its enabled
+	// flag given back (enabled: the flag it had before the deletion).
+	destroy, enabled bool
 	// expire drops the pending plan at plan.Expires.
 	expire Timer
 	// settled is the fingerprint of a desired state whose plan was held,
@@ -53,6 +54,20 @@ type gateState struct {
 const maxSuperseded = 32
 
 func (g *gateState) pending() bool { return g.plan.ID != "" && g.plan.State == gate.Pending }
+
+// destroyHeld reports whether the pending plan is a deletion's destroy.
+func (g *gateState) destroyHeld() bool { return g.pending() && g.destroy }
+
+// DestroyHeldError is the answer of a deletion with destroy (Delete) whose
+// destroy plan a safety gate holds for approval: nothing was destroyed, the
+// task is kept (disabled) until the plan is approved (then destroyed and
+// deleted), rejected or expired (then kept, its enabled flag given back).
+type DestroyHeldError struct{ Plan gate.Plan }
+
+func (e *DestroyHeldError) Error() string {
+	return fmt.Sprintf("the destroy of task %q is held for approval: plan %s: %s (nothing destroyed; the task is deleted once the plan is approved)",
+		e.Plan.Task, e.Plan.ID, e.Plan.Reason)
+}
 
 // gated reports whether a task's runs go through the safety gates.
 func gated(s *task.Spec) bool { return s.Approval != nil || s.Policy != nil }
@@ -130,7 +145,7 @@ func (c *Controller) endHeldLocked(e *entry, st gate.State, who string) gate.Pla
 	if who != "" {
 		g.plan.DecidedBy, g.plan.DecidedAt = who, time.Now().UTC()
 	}
-	g.drv, g.run = driver.HeldPlan{}, nil
+	g.drv, g.run, g.destroy = driver.HeldPlan{}, nil, false
 	c.changedLocked()
 	return clonePlan(g.plan)
 }
@@ -160,17 +175,18 @@ func discardPlan(ctx context.Context, log *slog.Logger, e *entry, p driver.HeldP
 // heldRun is a plan a gate holds, as a run's outcome gives it to the
 // controller (holdLocked).
 type heldRun struct {
-	plan   gate.Plan
-	drv    driver.HeldPlan
-	run    *runRecord
-	expire time.Duration // approval.expire; 0: never
+	plan    gate.Plan
+	drv     driver.HeldPlan
+	run     *runRecord
+	expire  time.Duration // approval.expire; 0: never
+	destroy bool          // the plan of a deletion with destroy (gatedDestroy)
 }
 
 // holdLocked keeps the plan a run held as the task's pending plan, with
 // its expiry timer. c.mu is held.
 func (c *Controller) holdLocked(e *entry, h *heldRun) {
 	g := &e.gates
-	g.plan, g.drv, g.run = h.plan, h.drv, h.run
+	g.plan, g.drv, g.run, g.destroy = h.plan, h.drv, h.run, h.destroy
 	g.settled = ""
 	if h.expire > 0 {
 		id := h.plan.ID
@@ -287,6 +303,85 @@ func (rc *reconciler) gatedRun(ctx context.Context, log *slog.Logger, j job, r *
 	return rc.applyHeld(ctx, log, e, s, r, hp)
 }
 
+// gatedDestroy is a deletion with destroy (ModeDestroy) of a task with
+// safety gates: the destroy is planned (`plan -destroy`) and goes through
+// the policy and the approval rules like any other plan. A plan the rules
+// hold is returned in the outcome (hold, marked DeletesTask) and nothing
+// is destroyed; a plan they let through is applied at once, exactly it,
+// and the task's state is removed (Forget). A policy that denies the
+// destroy, or cannot be evaluated, fails it: the task is kept.
+func (rc *reconciler) gatedDestroy(ctx context.Context, j job) outcome {
+	e, s := j.e, j.spec
+	log := rc.log.With("task_name", s.Name)
+	for _, p := range j.orphans {
+		discardPlan(ctx, log, e, p)
+	}
+	id := j.ID
+	if id == "" {
+		id = uuid.NewString()
+	}
+	rc.host.supersedeHeld(ctx, e, id, "") // the destroy replaces a plan the task held
+	trigger := Due(TriggerAPI).String()
+	start := time.Now()
+	log.Info("planning the destroy of the task's infrastructure (deletion with destroy)", "run_id", id, "gates", true)
+	hp, err := rc.planHeld(ctx, e, s, driver.Run{ID: id, Destroy: true}, nil)
+	if err == nil && s.Policy != nil && hp.Changes {
+		msgs, perr := checkPolicy(ctx, s, hp, trigger)
+		switch {
+		case perr != nil:
+			log.Error("policy could not be evaluated: nothing destroyed", "run_id", id, "error", perr)
+			err = &driver.Error{Op: "policy", Summary: "the policy could not be evaluated; nothing destroyed: " + perr.Error(), Err: perr}
+		case len(msgs) > 0:
+			denied := &policy.DeniedError{Messages: msgs}
+			log.Warn("policy denied the destroy: nothing destroyed, the task is kept", "run_id", id, "messages", strings.Join(msgs, "; "))
+			emitGate(rc.opts, gate.Event{Kind: gate.EventPolicy, Action: gate.ActionDenied, Task: s.Name, Messages: msgs, Trigger: trigger,
+				Plan: gate.Plan{ID: id, Task: s.Name, Created: start.UTC(), Destroy: hp.Counts.Destroy, InState: hp.Counts.InState, DeletesTask: true}})
+			err = &driver.Error{Op: "policy", Summary: denied.Error(), Err: denied, Terminal: true}
+		}
+		if err != nil {
+			discardPlan(ctx, log, e, hp)
+		}
+	}
+	if err != nil {
+		rc.recordDestroy(ctx, s, id, start, hp.Result, err)
+		return outcome{failed: true, err: err}
+	}
+	counts := hp.Counts
+	reason := gate.Hold(s.Approval, counts)
+	if reason == "" && s.Approval != nil && s.Approval.Required {
+		reason = "approval required" // even a destroy without changes: it deletes the task
+	}
+	if reason != "" {
+		plan := gate.Plan{ID: id, Task: s.Name, Created: start.UTC(), State: gate.Pending, Reason: "task deletion with destroy: " + reason,
+			Add: counts.Add, Change: counts.Change, Destroy: counts.Destroy, InState: counts.InState, Text: rc.opts.redact(hp.Text), DeletesTask: true}
+		if d := s.Approval.Expire.D(); d > 0 {
+			plan.Expires = plan.Created.Add(d)
+		}
+		log.Warn("task deletion held: its destroy plan waits for approval; nothing destroyed", "run_id", id, "reason", reason,
+			"destroy", counts.Destroy)
+		r := &runRecord{id: id, trigger: trigger, kind: store.KindDestroy, actor: actorFrom(ctx), start: start}
+		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r, expire: s.Approval.Expire.D(), destroy: true}}
+	}
+	return rc.applyDestroy(ctx, e, s, id, hp, start)
+}
+
+// applyDestroy applies exactly the destroy plan hp as the run id, records
+// it (a destroy event) and removes the task's state.
+func (rc *reconciler) applyDestroy(ctx context.Context, e *entry, s *task.Spec, id string, hp driver.HeldPlan, start time.Time) outcome {
+	res, err := e.drv.(driver.PlanHolder).ApplyPlan(ctx, driver.Run{ID: id}, hp)
+	if err == nil {
+		res.Destroy = hp.Counts.Destroy // exactly the plan was applied
+	}
+	rc.recordDestroy(ctx, s, id, start, res, err)
+	if err == nil {
+		err = e.drv.Forget(ctx)
+	}
+	if err != nil {
+		return outcome{failed: true, err: err}
+	}
+	return outcome{}
+}
+
 // planHeld makes the task's driver (when needed) and a held plan.
 func (rc *reconciler) planHeld(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
 	if err := rc.ensureDriver(ctx, e, s); err != nil {
@@ -337,11 +432,16 @@ func (c *Controller) expireHeld(e *entry, id string) {
 		return
 	}
 	g.expire = nil
-	drv := g.drv
+	drv, was := g.drv, *g
 	g.settled = g.plan.Fingerprint
 	p := c.endHeldLocked(e, gate.Expired, "")
-	c.waitLocked(e, fmt.Sprintf("held plan %s expired without approval; the task runs again when its desired state changes", id))
+	if was.destroy {
+		c.waitLocked(e, fmt.Sprintf("the destroy plan %s of the task's deletion expired without approval: the task is kept", id))
+	} else {
+		c.waitLocked(e, fmt.Sprintf("held plan %s expired without approval; the task runs again when its desired state changes", id))
+	}
 	c.stepLocked(e, evDrop, wake{})
+	c.giveBackLocked(e, &was)
 	reserved := c.reserveLocked(e)
 	if !reserved {
 		g.orphans = append(g.orphans, drv)
@@ -451,6 +551,10 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 // approve applies the approved plan g (Approve's run, on a worker holding
 // a run slot).
 func (c *Controller) approve(ctx context.Context, e *entry, g gateState, name, id, who string) {
+	if g.destroy {
+		c.approveDestroy(ctx, e, g, name, id, who)
+		return
+	}
 	s := e.spec
 	log := c.log.With("task_name", name)
 	r := *g.run
@@ -475,6 +579,46 @@ func (c *Controller) approve(ctx context.Context, e *entry, g gateState, name, i
 	}
 }
 
+// approveDestroy applies the approved destroy plan of a deletion with
+// destroy and deletes the task. A plan Terraform finds stale is planned
+// again, and held again or applied per the rules; a destroy that fails
+// keeps the task, disabled, as a failed deletion does.
+func (c *Controller) approveDestroy(ctx context.Context, e *entry, g gateState, name, id, who string) {
+	s := e.spec
+	log := c.log.With("task_name", name)
+	ctx = WithActor(ctx, who)
+	out := c.rec.applyDestroy(ctx, e, &s, uuid.NewString(), g.drv, time.Now())
+	if out.failed && errors.Is(out.err, driver.ErrPlanStale) {
+		log.Warn("the approved destroy plan is stale: the destroy is planned again", "plan", id)
+		c.mu.Lock()
+		e.gates.plan.State = gate.Pending // superseded by the new plan
+		c.mu.Unlock()
+		out = c.reconcile(ctx, e, &s, Request{Name: name, Trigger: Due(TriggerAPI), Mode: ModeDestroy})
+		if out.hold != nil {
+			return // held again: it waits for its own approval
+		}
+	}
+	if out.failed {
+		log.Error("the approved destroy failed: the task is kept, disabled", "plan", id, "error", out.err)
+		return
+	}
+	log.Info("task deleted: its approved destroy plan was applied", "plan", id, "approved_by", who)
+	c.remove(ctx, name)
+}
+
+// giveBackLocked keeps a task whose held destroy plan (g, as it was) was
+// rejected or expired: its enabled flag is the one it had before the
+// deletion, and a change that came meanwhile runs. c.mu is held.
+func (c *Controller) giveBackLocked(e *entry, g *gateState) {
+	if !g.destroy {
+		return
+	}
+	e.spec.Enabled = g.enabled
+	signal(c.driftKick)
+	signal(c.cronKick)
+	c.markDirtyLocked(e, Due(TriggerEnable))
+}
+
 // Reject drops the task's pending plan id and records who rejected it
 // (api.Approvals): nothing is applied, and the same desired state is not
 // planned again; the task waits for its next change.
@@ -487,6 +631,7 @@ func (c *Controller) Reject(ctx context.Context, name, id, who string) error {
 	c.mu.Lock()
 	e.gates.settled = g.plan.Fingerprint
 	p := c.endHeldLocked(e, gate.Rejected, who)
+	c.giveBackLocked(e, &g) // a rejected destroy keeps the task
 	c.mu.Unlock()
 	c.discard(ctx, e, g.drv)
 	c.log.Info("held plan rejected: nothing applied; the task runs again when its desired state changes",

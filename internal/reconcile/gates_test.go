@@ -36,7 +36,10 @@ var _ driver.PlanHolder = (*holdDriver)(nil)
 func (d *holdDriver) PlanHeld(_ context.Context, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	n := len(in.Services)
+	n := 0
+	if !run.Destroy {
+		n = len(in.Services)
+	}
 	c := gate.Counts{Add: max(0, n-d.inState), Destroy: max(0, d.inState-n), InState: d.inState}
 	d.plans[run.ID] = n
 	return driver.HeldPlan{ID: run.ID, Ref: run.ID, Counts: c, Changes: c.Add+c.Destroy > 0, Text: "plan " + run.ID,
@@ -425,4 +428,96 @@ func fmtErr(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// waitIdle waits until fw is neither queued nor running.
+func (g *gateHarness) waitIdle(t *testing.T) {
+	t.Helper()
+	testutil.WaitFor(t, "fw idle", func() bool {
+		st, err := g.ctrl.Task("fw")
+		return err == nil && !st.Active
+	})
+}
+
+func (g *gateHarness) inState() int {
+	g.drv.mu.Lock()
+	defer g.drv.mu.Unlock()
+	return g.drv.inState
+}
+
+// A deletion with destroy goes through the approval rules: its destroy plan
+// is held (the task kept, disabled, not deleted) until approved, and only
+// the approval destroys and deletes the task.
+func TestGateDestroyHeldUntilApproved(t *testing.T) {
+	pct := 50
+	g := startGates(t, &task.Approval{MaxDestroyPercent: &pct})
+	g.set(3)
+	g.waitApplied(t, "fw")
+	g.waitIdle(t)
+	ctx := context.Background()
+	var dh *DestroyHeldError
+	if err := g.ctrl.Delete(ctx, "fw", true); !errors.As(err, &dh) {
+		t.Fatalf("delete with destroy: %v, want DestroyHeldError", err)
+	}
+	p := dh.Plan
+	if !p.DeletesTask || p.Destroy != 3 || p.State != gate.Pending ||
+		p.Reason != "task deletion with destroy: plan destroys 3 of 3 resources (max_destroy_percent 50)" {
+		t.Fatalf("held destroy plan %+v", p)
+	}
+	if g.inState() != 3 {
+		t.Fatal("the held destroy destroyed")
+	}
+	st, err := g.ctrl.Task("fw")
+	if err != nil || st.Spec.Enabled || st.Deleting {
+		t.Fatalf("task while its destroy is held: %+v %v; want kept, disabled", st, err)
+	}
+	if err := g.ctrl.RunNow(ctx, "fw"); !errors.Is(err, ErrActive) {
+		t.Errorf("run while the destroy is held: %v, want ErrActive", err)
+	}
+	if err := g.ctrl.Delete(ctx, "fw", true); !errors.As(err, &dh) || dh.Plan.ID != p.ID {
+		t.Errorf("second delete with destroy: %v, want the same held plan %s", err, p.ID)
+	}
+	if err := g.ctrl.Approve(ctx, "fw", p.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the task deleted", func() bool {
+		_, err := g.ctrl.Task("fw")
+		return errors.Is(err, ErrNotFound)
+	})
+	if g.inState() != 0 {
+		t.Fatal("the approved destroy did not destroy")
+	}
+}
+
+// A rejected destroy keeps the task and its infrastructure, enabled again.
+func TestGateDestroyRejectedKeepsTheTask(t *testing.T) {
+	g := startGates(t, &task.Approval{Required: true})
+	g.set(2)
+	p := g.waitHeld(t, "")
+	if err := g.ctrl.Approve(context.Background(), "fw", p.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	g.waitApplied(t, "fw")
+	g.waitIdle(t)
+	var dh *DestroyHeldError
+	if err := g.ctrl.Delete(context.Background(), "fw", true); !errors.As(err, &dh) || dh.Plan.Reason != "task deletion with destroy: approval required" {
+		t.Fatalf("delete with destroy under approval.required: %v", err)
+	}
+	if err := g.ctrl.Reject(context.Background(), "fw", dh.Plan.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := g.ctrl.Task("fw")
+	if err != nil || !st.Spec.Enabled {
+		t.Fatalf("after the rejection: %+v %v; want the task kept, enabled", st, err)
+	}
+	if g.inState() != 2 {
+		t.Fatal("the rejected destroy destroyed")
+	}
+	// Deleted without destroy, the task goes and its infrastructure stays.
+	if err := g.ctrl.Delete(context.Background(), "fw", false); err != nil {
+		t.Fatal(err)
+	}
+	if g.inState() != 2 {
+		t.Fatal("a deletion without destroy destroyed")
+	}
 }

@@ -166,7 +166,11 @@ func transition(p phase, ev event, f facts) step {
 			default:
 				return step{to: phaseIdle, ok: true}
 			}
-		case phaseDeleting: // the deletion failed: the task stays, disabled
+		case phaseDeleting:
+			if f.held { // the deletion's destroy plan waits for approval
+				return step{to: phaseHeld, ok: true}
+			}
+			// the deletion failed: the task stays, disabled
 			return step{to: phaseIdle, ok: true}
 		}
 	case evStop:

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -123,8 +124,9 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 	c.protect(spec)
 	c.mu.Lock()
 	if e := c.tasks[spec.Name]; e != nil {
+		deleting := e.deletingLocked() || e.gates.destroyHeld()
 		c.mu.Unlock()
-		if e.deletingLocked() {
+		if deleting {
 			return fmt.Errorf("%w: task '%s' is being deleted: create it again once it is gone", ErrDeleting, spec.Name)
 		}
 		return fmt.Errorf("%w: a task named %q already exists", ErrExists, spec.Name)
@@ -230,6 +232,11 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	// A follower (standby, high availability) queues tasks but runs none,
 	// so there a queued task is not active: a new leader applies the
 	// cluster's enabled flags to it before becoming active.
+	if e.gates.destroyHeld() {
+		c.mu.Unlock()
+		return PlanResult{}, fmt.Errorf("%w: task '%s' cannot be updated: its deletion with destroy waits for approval of plan %s (reject it to keep the task)",
+			ErrActive, name, e.gates.plan.ID)
+	}
 	standbyFlag := c.standby && mode == EnableFlag
 	if e.lc.phase == phaseRunning || (e.lc.phase == phaseQueued && !standbyFlag) {
 		c.mu.Unlock()
@@ -275,6 +282,10 @@ func (c *Controller) RunNow(ctx context.Context, name string) error {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
+	if e.gates.destroyHeld() {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: task '%s' cannot be run: its deletion with destroy waits for approval of plan %s", ErrActive, name, e.gates.plan.ID)
+	}
 	if !c.stepLocked(e, evReserve, wake{}) { // queued or running
 		c.mu.Unlock()
 		return fmt.Errorf("%w: task '%s' is active and cannot be run at this time", ErrActive, name)
@@ -313,6 +324,14 @@ func (c *Controller) runReserved(ctx context.Context, e *entry, req Request) (ou
 // Delete removes a task. It is marked at once and removed when it is not
 // running; with destroy, `terraform destroy` runs first and its state and
 // working directory are removed. It returns when the task is gone.
+//
+// The destroy of a task with safety gates is a plan like any other
+// (gatedDestroy): when the approval rules hold it, nothing is destroyed,
+// the task is kept, disabled and held, and the error is a
+// *DestroyHeldError naming the plan; approving the plan destroys and
+// deletes the task (Approve). A deletion with destroy of a task whose
+// destroy is held answers the same plan again; one without destroy drops
+// it and deletes the task.
 func (c *Controller) Delete(ctx context.Context, name string, destroy bool) error {
 	c.mu.Lock()
 	e := c.tasks[name]
@@ -320,7 +339,15 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 		c.mu.Unlock()
 		return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
+	if destroy && e.gates.destroyHeld() {
+		p := clonePlan(e.gates.plan)
+		c.mu.Unlock()
+		return &DestroyHeldError{Plan: p}
+	}
 	enabled := e.spec.Enabled
+	if e.gates.destroyHeld() {
+		enabled = e.gates.enabled // the flag it had before its destroy was held
+	}
 	e.spec.Enabled = false
 	c.stepLocked(e, evDelete, wake{}) // deleting now, or once the run in progress ends
 	e.policyStop.stop()               // a policy evaluation in progress ends now: nothing is applied
@@ -339,10 +366,17 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 		s := e.spec
 		var res outcome
 		err := c.handOff(ctx, func(ctx context.Context) {
-			res = c.reconcile(ctx, e, &s, Request{Name: name, Trigger: Due(TriggerAPI), Mode: ModeDestroy})
+			res = c.reconcile(ctx, e, &s, Request{Name: name, ID: RunIDFrom(ctx), Trigger: Due(TriggerAPI), Mode: ModeDestroy})
 		})
 		if err == nil {
 			err = res.err
+		}
+		if err == nil && res.hold != nil {
+			c.mu.Lock()
+			e.gates.enabled = enabled       // given back on rejection or expiry
+			c.stepLocked(e, evDone, wake{}) // held: the task stays, disabled
+			c.mu.Unlock()
+			return &DestroyHeldError{Plan: clonePlan(res.hold.plan)}
 		}
 		if err != nil {
 			c.mu.Lock()
@@ -355,15 +389,25 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 	return nil
 }
 
-// remove forgets a task: its watches, events and state.
+// remove forgets a task: its watches, events and state, and the plan it
+// held (its files).
 func (c *Controller) remove(ctx context.Context, name string) {
 	c.opts.Watcher.UnsubscribeAll(name)
 	c.mu.Lock()
-	if e := c.tasks[name]; e != nil {
+	e := c.tasks[name]
+	var held driver.HeldPlan
+	if e != nil {
 		c.stopTimerLocked(e)
+		if e.gates.pending() {
+			held = e.gates.drv
+			c.endHeldLocked(e, gate.Superseded, "")
+		}
 	}
 	delete(c.tasks, name)
 	c.mu.Unlock()
+	if e != nil {
+		c.discard(ctx, e, held)
+	}
 	if err := c.opts.Store.DeleteTask(context.WithoutCancel(ctx), name); err != nil {
 		// The task is gone here; what the store keeps of it (events, run
 		// state) is orphaned until a task of that name is recorded again.

@@ -104,6 +104,9 @@ const unreadable = "unreadable"
 func (r *reconciler) Run(ctx context.Context, j job) outcome {
 	e, s, req := j.e, j.spec, j.Request
 	if req.Mode == ModeDestroy {
+		if gated(s) {
+			return r.gatedDestroy(ctx, j) // gates.go
+		}
 		return outcome{err: r.destroy(ctx, e, s)}
 	}
 	log := r.log.With("task_name", s.Name)
@@ -451,21 +454,27 @@ func (r *reconciler) destroy(ctx context.Context, e *entry, s *task.Spec) error 
 			"attempt", attempt, "retry_in", delay)
 		backoff.Sleep(ctx, delay)
 	}
-	r.log.Info("destroyed task infrastructure", "task_name", s.Name, "destroyed", res.Destroy, "error", err,
-		"duration", time.Since(start).Round(time.Millisecond))
-	// The destroy is an event of the task: a failed one stays in its
-	// history (the task is kept), where task delete -destroy reads it.
-	ev := store.Event{ID: id, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: time.Now(),
-		Kind: store.KindDestroy, Trigger: Due(TriggerAPI).String(), Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: r.redact(tail(res.LogPath, 4096)), Plan: &store.PlanSummary{Destroy: res.Destroy}}
-	if err != nil {
-		ev.Error = &store.EventError{Message: r.redact(err.Error())}
-	}
-	r.record(ctx, ev)
+	r.recordDestroy(ctx, s, id, start, res, err)
 	if err != nil {
 		return err
 	}
 	return e.drv.Forget(ctx)
+}
+
+// recordDestroy logs a destroy of the task's infrastructure and records it
+// as an event of the task: a failed one stays in its history (the task is
+// kept), where task delete -destroy reads it.
+func (r *reconciler) recordDestroy(ctx context.Context, s *task.Spec, id string, start time.Time, res driver.Result, err error) {
+	r.log.Info("destroyed task infrastructure", "task_name", s.Name, "run_id", id, "destroyed", res.Destroy, "error", err,
+		"duration", time.Since(start).Round(time.Millisecond))
+	ev := store.Event{ID: id, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: time.Now(),
+		Kind: store.KindDestroy, Trigger: Due(TriggerAPI).String(), Config: eventConfig(s), LogPath: res.LogPath,
+		LogTail: r.redact(tail(res.LogPath, 4096)), Plan: &store.PlanSummary{Destroy: res.Destroy}, Actor: actorFrom(ctx)}
+	if err != nil {
+		ev.Error = &store.EventError{Message: r.redact(err.Error())}
+		ev.ErrorSummary = r.redact(driver.ErrorSummary(err))
+	}
+	r.record(ctx, ev)
 }
 
 // record stores an event that is not a run's outcome (a drift check, a

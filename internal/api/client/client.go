@@ -376,13 +376,21 @@ func (c *Client) UpdateTask(ctx context.Context, name string, enabled bool, run 
 // DeleteTask calls DELETE /v1/tasks/{name}[?destroy=true] and returns the
 // request id.
 func (c *Client) DeleteTask(ctx context.Context, name string, destroy bool) (string, error) {
+	out, err := c.DeleteTaskResult(ctx, name, destroy)
+	return out.RequestID, err
+}
+
+// DeleteTaskResult calls DELETE /v1/tasks/{name}[?destroy=true] and
+// returns the whole answer: for a task with safety gates and destroy, it
+// says whether the destroy is held for approval (Status, Plan).
+func (c *Client) DeleteTaskResult(ctx context.Context, name string, destroy bool) (api.DeleteTaskResponse, error) {
 	v := url.Values{}
 	if destroy {
 		v.Set("destroy", "true")
 	}
-	var out api.RequestIDResponse
+	var out api.DeleteTaskResponse
 	err := c.do(ctx, http.MethodDelete, taskPath(name), v, nil, &out)
-	return out.RequestID, err
+	return out, err
 }
 
 // RunTask calls POST /v1/tasks/{name}/run.

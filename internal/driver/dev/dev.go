@@ -72,7 +72,14 @@ func (d *Driver) Destroy(_ context.Context, run driver.Run) (driver.Result, erro
 // PlanHeld logs the inputs a plan would receive and holds a plan without
 // changes.
 func (d *Driver) PlanHeld(_ context.Context, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
-	res := d.would("plan", run, in)
+	if in == nil { // a destroy plan keeps the inputs last written
+		in = &task.Inputs{}
+	}
+	op := "plan"
+	if run.Destroy {
+		op = "plan -destroy"
+	}
+	res := d.would(op, run, in)
 	if d.held == nil {
 		d.held = map[string]bool{}
 	}

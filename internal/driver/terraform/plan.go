@@ -142,7 +142,7 @@ func (d *Driver) plan(ctx context.Context, run driver.Run, in *task.Inputs, keep
 			d.dropHeld(planPath)
 		}
 	}()
-	changes, err := d.runPlan(ctx, planPath)
+	changes, err := d.runPlan(ctx, planPath, run.Destroy)
 	planText, _ := d.sink.output()
 	if err != nil {
 		res.Output = planText
@@ -198,9 +198,10 @@ func (d *Driver) plan(ctx context.Context, run driver.Run, in *task.Inputs, keep
 	return held, nil
 }
 
-// runPlan runs `terraform plan -out planPath`.
-func (d *Driver) runPlan(ctx context.Context, planPath string) (bool, error) {
-	opts := append([]tfexec.PlanOption{tfexec.Out(planPath)}, parallelism[tfexec.PlanOption](d.opts.Spec.Parallelism)...)
+// runPlan runs `terraform plan -out planPath` (with -destroy: the plan
+// destroys everything in the task's state).
+func (d *Driver) runPlan(ctx context.Context, planPath string, destroy bool) (bool, error) {
+	opts := append([]tfexec.PlanOption{tfexec.Out(planPath), tfexec.Destroy(destroy)}, parallelism[tfexec.PlanOption](d.opts.Spec.Parallelism)...)
 	if !d.ui {
 		d.sink.begin("plan", false)
 		return d.tf.Plan(ctx, opts...)

@@ -32,6 +32,12 @@ var _ driver.PlanHolder = (*Driver)(nil)
 // does not: JSON is then nil and the run log says so); InState counts the
 // managed resource instances of the workspace's current state.
 func (d *Driver) PlanHeld(ctx context.Context, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
+	if run.Destroy {
+		// Refused rather than planned otherwise: a destroy through the
+		// gates must be the destroy it shows.
+		err := errors.New(`driver "terraform-cloud" cannot hold a destroy plan for approval: delete the task without destroy and destroy the workspace's resources in Terraform Cloud`)
+		return driver.HeldPlan{}, &driver.Error{Op: "plan", Summary: err.Error(), Err: err, Terminal: true}
+	}
 	var (
 		held driver.HeldPlan
 		r    *tfe.Run
