@@ -8,9 +8,12 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,5 +152,139 @@ task {
 	ev := g.waitNewEvent("slow", nil, "recorded with its approver", func(ev store.Event) bool { return ev.Actor == gateWriteName })
 	if !ev.Success {
 		t.Fatalf("the approved run failed: %+v", ev)
+	}
+}
+
+// doBody sends a request with a JSON body and the write token.
+func (a gateAPI) doBody(method, path, body string) (int, string) {
+	a.t.Helper()
+	req, err := http.NewRequest(method, a.base+path, strings.NewReader(body))
+	must(a.t, err)
+	req.Header.Set("Authorization", "Bearer "+a.write)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// startDestroyable starts a daemon whose task "web" (max_destroy_percent =
+// 50) has applied web-1..web-4 and is idle.
+func startDestroyable(t *testing.T, c *testutil.Consul) (*gated, string, []string) {
+	t.Helper()
+	dir, varFile := newTaskDir(t)
+	registerWeb(t, c, 1, 2, 3, 4)
+	g := startGated(t, c, gateTask("web", varFile, `
+  approval {
+    max_destroy_percent = 50
+  }`))
+	waitRules(t, dir, "web-1,web-2,web-3,web-4")
+	g.waitQuiet("web")
+	return g, dir, []string{"CTS_ADDRESS=" + g.base, "CTS_TOKEN=" + gateWriteSecret}
+}
+
+const destroyReason = "task deletion with destroy: plan destroys 4 of 4 resources (max_destroy_percent 50)"
+
+// task delete -destroy of a task with max_destroy_percent = 50 destroys
+// nothing: its destroy plan (4 of 4) is held, the command says so and how
+// to approve, exit 17; the task is kept, waiting. Approving the plan
+// destroys everything and deletes the task.
+func TestGateDestroyHeldThenApproved(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	g, dir, env := startDestroyable(t, c)
+
+	o, code := runCLI(ctsyncBin, env, "", "task", "delete", "-destroy", "-auto-approve", "web")
+	if code != 17 || !strings.Contains(o, "held for approval") || !strings.Contains(o, "nothing was destroyed") {
+		t.Fatalf("task delete -destroy (exit %d, want 17 and held for approval):\n%s", code, o)
+	}
+	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after a held destroy")
+	p := g.waitPending("web", destroyReason)
+	if !p.DeletesTask || p.Destroy != 4 || !strings.Contains(o, "task approve -plan="+p.ID+" web") {
+		t.Fatalf("held plan %+v; CLI output:\n%s", p, o)
+	}
+	st := g.waitStatus("web", "waiting", func(st gateStatus) bool { return st.Status == "waiting" })
+	if st.Held == nil || st.Held.ID != p.ID {
+		t.Errorf("status while the destroy is held: %s", st.raw)
+	}
+	// The API answers the same for the held task, and nothing is destroyed.
+	code, body := g.do("DELETE", "/v1/tasks/web?destroy=true", gateWriteSecret)
+	if code != http.StatusAccepted || !strings.Contains(body, `"status":"held"`) || !strings.Contains(body, p.ID) {
+		t.Fatalf("DELETE ?destroy=true of a task whose destroy is held: %d %s", code, body)
+	}
+	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after a second delete")
+
+	o, code = runCLI(ctsyncBin, env, "", "task", "approve", "-auto-approve", "web")
+	if code != 0 || !strings.Contains(o, "deletes the task") {
+		t.Fatalf("task approve of the destroy plan (exit %d):\n%s", code, o)
+	}
+	testutil.Eventually(t, 2*time.Minute, "the task deleted", func() bool {
+		code, _ := g.do("GET", "/v1/status/tasks/web", gateReadSecret)
+		return code == http.StatusNotFound
+	})
+	waitRules(t, dir, "")
+}
+
+// A rejected destroy keeps the task and everything it manages; the task
+// runs again (enabled as before).
+func TestGateDestroyHeldThenRejected(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	g, dir, _ := startDestroyable(t, c)
+
+	code, body := g.do("DELETE", "/v1/tasks/web?destroy=true", gateWriteSecret)
+	var r struct {
+		Status string     `json:"status"`
+		Plan   *gate.Plan `json:"plan"`
+	}
+	if code != http.StatusAccepted || json.Unmarshal([]byte(body), &r) != nil || r.Status != "held" || r.Plan == nil ||
+		r.Plan.Reason != destroyReason || !r.Plan.DeletesTask {
+		t.Fatalf("DELETE ?destroy=true: %d %s; want 202 with the held destroy plan", code, body)
+	}
+	if code, body := g.decide("web", r.Plan.ID, "reject", gateWriteSecret); code != http.StatusOK {
+		t.Fatalf("reject: %d %s", code, body)
+	}
+	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after the rejected destroy")
+	// Kept and enabled: a change runs it.
+	g.waitStatus("web", "kept, enabled", func(st gateStatus) bool { return st.Status != "" && st.Status != "waiting" })
+	registerWeb(t, c, 5)
+	waitRules(t, dir, "web-1,web-2,web-3,web-4,web-5")
+}
+
+// A daemon killed (SIGKILL) while a task created through the API holds a
+// plan leaves its files; the restarted daemon, which does not have the
+// task, removes them at start-up.
+func TestGateKilledHeldPlanOfAPITaskRemoved(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	registerWeb(t, c, 1)
+	dir, _ := newTaskDir(t)
+	g := startGated(t, c, "")
+	body := fmt.Sprintf(`{"task":{"name":"api-held","module":%q,"variables":{"dir":%q},"condition":{"services":{"names":["web"]}},"approval":{"required":true}}}`,
+		module("per_instance"), fmt.Sprintf("%q", dir))
+	if code, b := g.doBody("POST", "/v1/tasks", body); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, b)
+	}
+	p := g.waitPending("api-held", "approval required")
+	planDir := filepath.Join(g.work, "sync", "api-held", ".ctsync-plan")
+	files := []string{filepath.Join(planDir, "held-"+p.ID+".tfplan"), filepath.Join(planDir, "held-"+p.ID+".tfvars")}
+	for _, f := range files {
+		if !fileExistsAt(f) {
+			t.Fatalf("the held plan's file %s is missing", f)
+		}
+	}
+	must(t, g.p.cmd.Process.Signal(syscall.SIGKILL))
+	g.p.wait(t, 60*time.Second)
+
+	g.p = startCtsync(t, g.work, "start", "-config-file", g.cfg)
+	g.waitUp()
+	g.p.waitOutput(t, 30*time.Second, "removed the held plans a previous ctsync left", "plans=1")
+	for _, f := range files {
+		if fileExistsAt(f) {
+			t.Errorf("the killed daemon's held plan file %s of an API task is still there after the restart", f)
+		}
 	}
 }

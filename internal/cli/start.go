@@ -295,6 +295,9 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 			dirs[s.Name] = cmp.Or(s.WorkingDir, filepath.Join(workDir, s.Name))
 		}
 		terraform.EndLeftovers(workDir, dirs, logger.With("component", "terraform"))
+		// The held plans of tasks created through the API, which this
+		// daemon does not have, are removed now (terraform/heldsweep.go).
+		terraform.SweepHeldPlans(workDir, dirs, logger.With("component", "terraform"))
 	}
 	cacheDir := filepath.Join(workDir, ".plugin-cache")
 	if err := os.MkdirAll(cacheDir, 0o750); err != nil {

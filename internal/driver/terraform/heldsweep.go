@@ -3,6 +3,7 @@ package terraform
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,13 +30,46 @@ var swept sync.Map
 // in the middle of. A folder whose holder is another
 // live process on this host (a second ctsync sharing the working
 // directory) is left alone.
-func (d *Driver) sweepHeld() {
-	if _, done := swept.LoadOrStore(d.realDir, true); done {
+func (d *Driver) sweepHeld() { sweepHeldIn(d.workDir, d.realDir, d.log) }
+
+// SweepHeldPlans removes, at start-up, the held plans a previous daemon
+// left in the folders of root (the working_dir) whose task is not in
+// configured (task name to working directory): the tasks created through
+// the API, which the restarted daemon does not have (they live until it
+// stops), so that no driver of theirs would ever remove them. The folders
+// of configured tasks are swept by their drivers (sweepHeld).
+func SweepHeldPlans(root string, configured map[string]string, log *slog.Logger) {
+	mine := map[string]bool{}
+	for _, dir := range configured {
+		if abs, err := filepath.Abs(dir); err == nil {
+			if real, err := filepath.EvalSymlinks(abs); err == nil {
+				mine[real] = true
+			}
+		}
+	}
+	found, _ := filepath.Glob(filepath.Join(root, "*", planDirName))
+	for _, f := range found {
+		dir, err := filepath.Abs(filepath.Dir(f))
+		if err != nil {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil || mine[real] {
+			continue
+		}
+		sweepHeldIn(dir, real, log.With("task_dir", filepath.Base(dir)))
+	}
+}
+
+// sweepHeldIn is sweepHeld for the task directory workDir (realDir: with
+// symbolic links resolved), logging to log.
+func sweepHeldIn(workDir, realDir string, log *slog.Logger) {
+	if _, done := swept.LoadOrStore(realDir, true); done {
 		return
 	}
-	dir := filepath.Join(d.workDir, planDirName)
+	dir := filepath.Join(workDir, planDirName)
 	if pid, host := readHolder(dir); pid > 0 && pid != os.Getpid() && host == hostname() && processAlive(pid) {
-		d.log.Info("leaving the held plans in the working directory alone: another running ctsync holds them", "pid", pid)
+		log.Info("leaving the held plans in the working directory alone: another running ctsync holds them", "pid", pid)
 		return
 	}
 	var files []string
@@ -47,15 +81,15 @@ func (d *Driver) sweepHeld() {
 	// only by a daemon killed while it planned (a plan file holds secrets).
 	if _, err := os.Lstat(filepath.Join(dir, planFile)); err == nil {
 		if err := os.Remove(filepath.Join(dir, planFile)); err != nil {
-			d.log.Warn("cannot remove the plan file a previous ctsync left", "file", planFile, "error", err)
+			log.Warn("cannot remove the plan file a previous ctsync left", "file", planFile, "error", err)
 		} else {
-			d.log.Info("removed the plan file a previous ctsync left while it planned", "file", planFile)
+			log.Info("removed the plan file a previous ctsync left while it planned", "file", planFile)
 		}
 	}
 	plans := 0
 	for _, f := range files {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			d.log.Warn("cannot remove a held plan file a previous ctsync left", "file", filepath.Base(f), "error", err)
+			log.Warn("cannot remove a held plan file a previous ctsync left", "file", filepath.Base(f), "error", err)
 			continue
 		}
 		if strings.HasSuffix(f, heldSuffix) {
@@ -63,13 +97,13 @@ func (d *Driver) sweepHeld() {
 		}
 	}
 	if err := os.Remove(filepath.Join(dir, holderFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		d.log.Warn("cannot remove the held plans' holder record", "error", err)
+		log.Warn("cannot remove the held plans' holder record", "error", err)
 	}
 	if len(files) > 0 {
-		d.log.Info("removed the held plans a previous ctsync left in the working directory (held plans end with the process that held them)",
+		log.Info("removed the held plans a previous ctsync left in the working directory (held plans end with the process that held them)",
 			"plans", plans, "files", len(files))
 	} else {
-		d.log.Debug("no held plans left in the working directory", "plans", 0)
+		log.Debug("no held plans left in the working directory", "plans", 0)
 	}
 }
 

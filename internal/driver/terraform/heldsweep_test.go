@@ -113,3 +113,41 @@ func TestSweepHeld(t *testing.T) {
 		t.Fatalf("a new held plan: %v", err)
 	}
 }
+
+// At start-up the held plans left in the folders of tasks the daemon does
+// not have (created through the API before it stopped) are removed; the
+// folders of configured tasks are left to their drivers.
+func TestSweepHeldPlansOfUnknownTasks(t *testing.T) {
+	root := t.TempDir()
+	write := func(task string) []string {
+		dir := filepath.Join(root, task, planDirName)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		var files []string
+		for _, f := range []string{heldPrefix + "r1" + heldSuffix, heldPrefix + "r1" + heldInputs} {
+			p := filepath.Join(dir, f)
+			if err := os.WriteFile(p, []byte("secret"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, p)
+		}
+		return files
+	}
+	api, configured := write("api-task"), write("conf-task")
+	var logs strings.Builder
+	SweepHeldPlans(root, map[string]string{"conf-task": filepath.Join(root, "conf-task")}, slog.New(slog.NewTextHandler(&logs, nil)))
+	for _, f := range api {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s of a task the daemon does not have is still there", f)
+		}
+	}
+	for _, f := range configured {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("%s of a configured task was removed at start-up (its driver sweeps it): %v", f, err)
+		}
+	}
+	if !strings.Contains(logs.String(), "plans=1") || !strings.Contains(logs.String(), "task_dir=api-task") {
+		t.Errorf("the sweep is not logged with its count and folder:\n%s", logs.String())
+	}
+}
