@@ -521,3 +521,22 @@ func TestGateDestroyRejectedKeepsTheTask(t *testing.T) {
 		t.Fatal("a deletion without destroy destroyed")
 	}
 }
+
+// RunNow on a task whose plan is held plans again: the new plan, whose id
+// is the run's (WithRunID), is held and RunNow says so (HeldError), never
+// that the run applied.
+func TestGateRunNowHeldNamesTheRun(t *testing.T) {
+	g := startGates(t, &task.Approval{Required: true})
+	g.set(2)
+	first := g.waitHeld(t, "")
+	ctx := WithRunID(context.Background(), "run-from-api")
+	var held *HeldError
+	if err := g.ctrl.RunNow(ctx, "fw"); !errors.As(err, &held) || held.Plan != "run-from-api" || held.Reason != "approval required" {
+		t.Fatalf("RunNow of a held task: %v, want HeldError naming plan run-from-api", err)
+	}
+	p := g.waitHeld(t, first.ID)
+	if p.ID != "run-from-api" {
+		t.Fatalf("held plan %s, want the run's id", p.ID)
+	}
+	g.noApply(t)
+}
