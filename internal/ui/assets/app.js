@@ -585,7 +585,17 @@ function runNow(name) {
   act(async () => {
     const r = await api('POST', taskPath(name) + '/run');
     const ev = r.event;
-    state.message = { text: 'Run succeeded' + (ev && ev.plan ? ' (' + planText(ev.plan) + ')' : '') + '.', kind: 'ok' };
+    if (r.status === 'held') {
+      // A safety gate holds the run's plan: nothing was applied.
+      const p = r.plan || {};
+      state.message = { text: 'Held for approval: ' + (p.reason || r.message || '') + ' (plan ' + (p.id || r.run_id) + '); nothing applied.', kind: 'info' };
+      return;
+    }
+    if (!ev) {
+      state.message = { text: 'Nothing ran: ' + (r.message || 'no run was recorded') + '.', kind: 'error' };
+      return;
+    }
+    state.message = { text: 'Run succeeded' + (ev.plan ? ' (' + planText(ev.plan) + ')' : '') + ': run ' + (r.run_id || ev.id) + '.', kind: 'ok' };
   });
 }
 
