@@ -1,7 +1,10 @@
 package cli
 
 import (
+	"context"
+
 	"github.com/ctsync/ctsync/internal/driver/terraform"
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/ha"
 	"github.com/ctsync/ctsync/internal/metrics"
 	"github.com/ctsync/ctsync/internal/store"
@@ -54,4 +57,20 @@ func selfInstance(id, driverPath string) ha.Instance {
 		self.TerraformVersion, self.OpenTofu = b.Version.String(), b.OpenTofu
 	}
 	return self
+}
+
+// onGate hands what a safety gate did to the observers (webhook, metrics)
+// and, in a cluster, records a task whose held destroy plan was rejected
+// or expired as kept (its deletion was saved with the destroy pending).
+func (a *app) onGate(ev gate.Event) {
+	a.obs.onGate(ev)
+	if !ev.Plan.DeletesTask || (ev.Action != gate.ActionRejected && ev.Action != gate.ActionExpired) {
+		return
+	}
+	if a.coord == nil {
+		return
+	}
+	if p, ok := a.coord.API(a.ctrl).(*ha.Persisting); ok {
+		go p.Kept(context.Background(), ev.Task)
+	}
 }

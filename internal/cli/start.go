@@ -405,7 +405,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		Standby:     a.coord.Standby(), // a follower until elected (ha.go)
 		Metrics:     a.obs.metrics,
 		OnEvent:     a.obs.onEvent,
-		OnGate:      a.obs.onGate,
+		OnGate:      a.onGate,
 		Desired:     desired,
 		// The one rule of a run's life at shutdown: runs in progress
 		// get this long to finish, then are interrupted.

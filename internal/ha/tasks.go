@@ -195,7 +195,8 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 		// A safety gate holds the destroy plan: the deletion stays
 		// recorded with its destroy pending. A new leader plans the
 		// destroy again, and its gates hold it again: nothing is
-		// destroyed without an approval.
+		// destroyed without an approval. A rejection or an expiry puts
+		// the task's record back (Kept).
 	case err != nil && !errors.Is(err, reconcile.ErrNotFound):
 		var rerr error
 		if had {
@@ -213,6 +214,24 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 		}
 	}
 	return err
+}
+
+// Kept records a task whose deletion with destroy was not carried out: its
+// destroy plan, held for approval, was rejected or expired (the deletion
+// was saved with its destroy pending, see Delete). The task's record is
+// the task as the controller has it again, so that a new leader keeps it
+// rather than planning its destroy again.
+func (p *Persisting) Kept(ctx context.Context, name string) {
+	if p.Mu != nil {
+		p.Mu.Lock()
+		defer p.Mu.Unlock()
+	}
+	if st, err := p.Controller.Task(name); err != nil || st.Deleting {
+		return // gone, or deleted since
+	}
+	if err := p.save(context.WithoutCancel(ctx), name); err == nil {
+		p.changed()
+	}
 }
 
 // save writes the record that describes the task as the controller has it

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
@@ -449,5 +450,42 @@ func TestPersistingDeleteOrderedWithRefreshes(t *testing.T) {
 		if rec := recs.TaskRecords()[name]; !rec.Deleted {
 			t.Errorf("%s: record %+v", name, rec)
 		}
+	}
+}
+
+// heldDestroyCtrl is a controller whose deletions with destroy are held
+// by a safety gate (reconcile.DestroyHeldError): the task stays.
+type heldDestroyCtrl struct{ Controller }
+
+func (h heldDestroyCtrl) Delete(ctx context.Context, name string, destroy bool) error {
+	if !destroy {
+		return h.Controller.Delete(ctx, name, destroy)
+	}
+	return &reconcile.DestroyHeldError{Plan: gate.Plan{ID: "p1", Task: name, Reason: "approval required", DeletesTask: true}}
+}
+
+// A deletion with destroy whose destroy plan is held stays recorded with
+// its destroy pending (a new leader plans it again and its gates hold it);
+// once the plan is rejected or expires, Kept puts the task's record back.
+func TestDeleteWithHeldDestroyStaysRecordedUntilKept(t *testing.T) {
+	ctx := context.Background()
+	recs := &memTasks{recs: map[string]store.TaskRecord{}}
+	c := standbyController(t)
+	activate(t, c)
+	p := &Persisting{Controller: heldDestroyCtrl{c}, Store: recs, Configured: map[string]bool{}}
+	if err := p.Create(ctx, spec("api5", true), false); err != nil {
+		t.Fatal(err)
+	}
+	idle(t, c)
+	var held *reconcile.DestroyHeldError
+	if err := p.Delete(ctx, "api5", true); !errors.As(err, &held) {
+		t.Fatalf("delete: %v, want DestroyHeldError", err)
+	}
+	if r := recs.TaskRecords()["api5"]; !r.Deleted || !r.Destroy || r.Spec == nil {
+		t.Fatalf("record while the destroy is held: %+v; want the deletion with its destroy pending", r)
+	}
+	p.Kept(ctx, "api5")
+	if r := recs.TaskRecords()["api5"]; r.Deleted || r.Destroy || r.Spec == nil || r.Spec.Name != "api5" {
+		t.Fatalf("record once kept: %+v; want the task", r)
 	}
 }
