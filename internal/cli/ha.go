@@ -74,3 +74,14 @@ func (a *app) onGate(ev gate.Event) {
 		go p.Kept(context.Background(), ev.Task)
 	}
 }
+
+// onDestroyed records, in a cluster, the deletion of a task whose approved
+// destroy plan was applied as done (no destroy left for a new leader).
+func (a *app) onDestroyed(name string) {
+	if a.coord == nil {
+		return
+	}
+	if p, ok := a.coord.API(a.ctrl).(*ha.Persisting); ok {
+		go p.Destroyed(context.Background(), name)
+	}
+}

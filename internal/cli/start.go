@@ -406,6 +406,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		Metrics:     a.obs.metrics,
 		OnEvent:     a.obs.onEvent,
 		OnGate:      a.onGate,
+		OnDestroyed: a.onDestroyed, // ha.go
 		Desired:     desired,
 		// The one rule of a run's life at shutdown: runs in progress
 		// get this long to finish, then are interrupted.

@@ -234,6 +234,22 @@ func (p *Persisting) Kept(ctx context.Context, name string) {
 	}
 }
 
+// Destroyed records the deletion of a task done: its held destroy plan was
+// approved and applied, and the controller has deleted the task (the
+// deletion was saved with its destroy pending, see Delete).
+func (p *Persisting) Destroyed(ctx context.Context, name string) {
+	if p.Mu != nil {
+		p.Mu.Lock()
+		defer p.Mu.Unlock()
+	}
+	if _, err := p.Controller.Task(name); err == nil {
+		return // a task of that name again
+	}
+	if err := p.saveRecord(context.WithoutCancel(ctx), name, store.TaskRecord{Deleted: true}); err == nil {
+		p.changed()
+	}
+}
+
 // save writes the record that describes the task as the controller has it
 // now.
 func (p *Persisting) save(ctx context.Context, name string) error {

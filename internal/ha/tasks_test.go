@@ -488,4 +488,17 @@ func TestDeleteWithHeldDestroyStaysRecordedUntilKept(t *testing.T) {
 	if r := recs.TaskRecords()["api5"]; r.Deleted || r.Destroy || r.Spec == nil || r.Spec.Name != "api5" {
 		t.Fatalf("record once kept: %+v; want the task", r)
 	}
+	// Approved and destroyed (the controller deleted the task): the
+	// deletion is recorded done, no destroy left for a new leader.
+	p.Destroyed(ctx, "api5") // the task is still here: nothing recorded
+	if r := recs.TaskRecords()["api5"]; r.Deleted {
+		t.Fatalf("record of a task still there: %+v", r)
+	}
+	if err := c.Delete(ctx, "api5", false); err != nil {
+		t.Fatal(err)
+	}
+	p.Destroyed(ctx, "api5")
+	if r := recs.TaskRecords()["api5"]; !r.Deleted || r.Destroy || r.Spec != nil {
+		t.Fatalf("record once destroyed: %+v; want the deletion done", r)
+	}
 }

@@ -67,6 +67,10 @@ type Options struct {
 	// approved, rejected, expired, superseded; a run the policy denied);
 	// it must not block. nil: not told.
 	OnGate func(gate.Event)
+	// OnDestroyed is called with the name of a task deleted once the
+	// destroy plan of its deletion was approved (not during Delete, which
+	// returned a *DestroyHeldError): a cluster records the deletion done.
+	OnDestroyed func(name string)
 	// Redact removes secrets from text recorded in events (log tails,
 	// error messages) and logs; nil leaves text as it is.
 	Redact func(string) string

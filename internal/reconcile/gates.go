@@ -604,6 +604,9 @@ func (c *Controller) approveDestroy(ctx context.Context, e *entry, g gateState, 
 	}
 	log.Info("task deleted: its approved destroy plan was applied", "plan", id, "approved_by", who)
 	c.remove(ctx, name)
+	if c.opts.OnDestroyed != nil {
+		c.opts.OnDestroyed(name)
+	}
 }
 
 // giveBackLocked keeps a task whose held destroy plan (g, as it was) was

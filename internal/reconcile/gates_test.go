@@ -450,7 +450,10 @@ func (g *gateHarness) inState() int {
 // the approval destroys and deletes the task.
 func TestGateDestroyHeldUntilApproved(t *testing.T) {
 	pct := 50
-	g := startGates(t, &task.Approval{MaxDestroyPercent: &pct})
+	spec := servicesTask("fw", "web")
+	spec.Approval = &task.Approval{MaxDestroyPercent: &pct}
+	destroyed := make(chan string, 1)
+	g := startGatesWith(t, spec, func(o *Options) { o.OnDestroyed = func(name string) { destroyed <- name } })
 	g.set(3)
 	g.waitApplied(t, "fw")
 	g.waitIdle(t)
@@ -486,6 +489,14 @@ func TestGateDestroyHeldUntilApproved(t *testing.T) {
 	})
 	if g.inState() != 0 {
 		t.Fatal("the approved destroy did not destroy")
+	}
+	select {
+	case name := <-destroyed:
+		if name != "fw" {
+			t.Fatalf("OnDestroyed(%q)", name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("OnDestroyed not called")
 	}
 }
 
