@@ -653,12 +653,17 @@ func taskRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		details := []string{clientError(cl, err)}
-		// A failed apply answers 500; its event, the newest, names the run
-		// and has the error in one line, instead of Terraform's whole one.
+		// A failed apply answers 500 naming its run; the run's event has
+		// the error in one line, instead of Terraform's whole one.
 		var ce *client.Error
 		if errors.As(err, &ce) && ce.StatusCode == http.StatusInternalServerError {
-			if evs, evErr := cl.Events(ctx, name); evErr == nil && len(evs) > 0 && !evs[0].Success && evs[0].Trigger == "api" {
-				details = runLines(name, evs[0])
+			if evs, evErr := cl.Events(ctx, name); evErr == nil {
+				for _, ev := range evs {
+					if ev.ID != "" && !ev.Success && strings.Contains(ce.Message, "(run "+ev.ID+")") {
+						details = runLines(name, ev)
+						break
+					}
+				}
 			}
 		}
 		return u.fail(fmt.Sprintf("Error: the run of '%s' failed", name), details...)
