@@ -551,3 +551,32 @@ func TestGateRunNowHeldNamesTheRun(t *testing.T) {
 	}
 	g.noApply(t)
 }
+
+// The policy judges a deletion's destroy plan too: a denied destroy
+// destroys nothing, fails the deletion and keeps the task.
+func TestGatePolicyDeniesDestroy(t *testing.T) {
+	dir := t.TempDir()
+	rego := filepath.Join(dir, "fw.rego")
+	if err := os.WriteFile(rego, []byte("package ctsync\n\ndeny contains \"no destroy through the api\" if input.trigger == \"api\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec := servicesTask("fw", "web")
+	spec.Policy = &task.Policy{Files: []string{rego}}
+	g := startGatesWith(t, spec, nil)
+	g.set(2)
+	g.waitApplied(t, "fw")
+	g.waitIdle(t)
+	err := g.ctrl.Delete(context.Background(), "fw", true)
+	if err == nil || !strings.Contains(err.Error(), "no destroy through the api") {
+		t.Fatalf("delete with destroy denied by the policy: %v", err)
+	}
+	if _, err := g.ctrl.Task("fw"); err != nil {
+		t.Fatalf("the task is gone after a denied destroy: %v", err)
+	}
+	if g.inState() != 2 {
+		t.Fatal("the denied destroy destroyed")
+	}
+	if ev := g.st.Events("fw")[0]; ev.Kind != store.KindDestroy || ev.Success {
+		t.Fatalf("the denied destroy's event %+v", ev)
+	}
+}
