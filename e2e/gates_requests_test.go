@@ -288,3 +288,59 @@ func TestGateKilledHeldPlanOfAPITaskRemoved(t *testing.T) {
 		}
 	}
 }
+
+// High availability, leader mode: a deletion with destroy held on the
+// leader stays recorded with its destroy pending; the leader is killed,
+// and the new leader plans the destroy again and holds it — nothing is
+// destroyed — until it is approved there: then everything is destroyed
+// and the task deleted.
+func TestGateHADestroyHeldOverFailover(t *testing.T) {
+	skipShort(t)
+	c := newHACluster(t)
+	dir, varFile := newTaskDir(t)
+	for _, id := range []string{"cts-a", "cts-b"} {
+		c.add(&haInstance{id: id, mod: "per_instance"}, func(in *haInstance) string {
+			return strings.Replace(haConfig(in, varFile), "  condition \"services\" {",
+				"  approval {\n    max_destroy_percent = 50\n  }\n  condition \"services\" {", 1)
+		})
+	}
+	for _, n := range []int{1, 2, 3, 4} {
+		c.register(fmt.Sprintf("web-%d", n), "web", 8000+n)
+	}
+	for _, in := range c.insts {
+		in.start(t)
+	}
+	leader := c.leading(60 * time.Second)
+	waitRules(t, dir, "web-1,web-2,web-3,web-4")
+	waitIdle(t, leader)
+
+	api1 := gateAPI{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", leader.port)}
+	code, body := api1.do("DELETE", "/v1/tasks/web-task?destroy=true", "")
+	if code != http.StatusAccepted || !strings.Contains(body, `"status":"held"`) {
+		t.Fatalf("DELETE ?destroy=true on the leader: %d %s; want 202 held", code, body)
+	}
+	reason := "task deletion with destroy: plan destroys 4 of 4 resources (max_destroy_percent 50)"
+	held := api1.waitPending("web-task", reason)
+
+	kill := time.Now()
+	must(t, leader.proc().cmd.Process.Kill())
+	leader.kills = append(leader.kills, kill)
+	next, _ := c.leaderSince(kill, 60*time.Second)
+	if next == leader {
+		t.Fatalf("the killed leader %s leads again", leader.id)
+	}
+	api2 := gateAPI{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", next.port)}
+	again := api2.waitPendingUnless("web-task", reason, rulesChanged(dir, "web-1,web-2,web-3,web-4"), held.ID)
+	if !again.DeletesTask {
+		t.Fatalf("the new leader's held plan is not the deletion's destroy: %+v", again)
+	}
+	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after the failover, before approval")
+	if code, body := api2.decide("web-task", again.ID, "approve", ""); code != http.StatusOK {
+		t.Fatalf("approve on the new leader: %d %s", code, body)
+	}
+	waitRules(t, dir, "")
+	testutil.Eventually(t, 2*time.Minute, "the task deleted on the new leader", func() bool {
+		code, _ := api2.do("GET", "/v1/status/tasks/web-task", "")
+		return code == http.StatusNotFound
+	})
+}
