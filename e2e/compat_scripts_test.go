@@ -64,7 +64,7 @@ task {
 	if o, code := run("", "-version"); code != 0 || !strings.HasPrefix(o, "consul-terraform-sync v") || !strings.Contains(o, "Compatible with Terraform") || !strings.Contains(o, "ctsync") {
 		t.Fatalf("-version as consul-terraform-sync (exit %d):\n%s", code, o)
 	}
-	if o, _ := run("", "task", "disable", "-help"); !strings.Contains(o, "consul-terraform-sync task disable") || !strings.Contains(o, "  ca-path \n") {
+	if o, _ := run("", "task", "disable", "-help"); !strings.Contains(o, "consul-terraform-sync task disable") || !strings.Contains(o, "\n    -ca-path\n        ") {
 		t.Fatalf("task disable -help:\n%s", o)
 	}
 	// CTS's usage lines, naming the binary as invoked.

@@ -117,13 +117,7 @@ func parseStartFlags(args []string, stdout, stderr io.Writer) (*startFlags, int)
 func startHelp(fs *flag.FlagSet) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Usage CLI: %s start [-help] [options]\n\n  Starts the daemon, or runs every task once (-once), or plans them (-inspect).\n\nOptions:\n", Name)
-	fs.VisitAll(func(f *flag.Flag) {
-		def := ""
-		if f.DefValue != "" {
-			def = " [Default: " + f.DefValue + "]"
-		}
-		fmt.Fprintf(&b, "    -%s%s\n        %s\n\n", f.Name, def, f.Usage)
-	})
+	writeOptions(&b, fs)
 	return b.String()
 }
 

@@ -160,13 +160,13 @@ func newClientCmd(name, usage, about string, stdout, stderr io.Writer) *clientCm
 }
 
 // Help is the command's -help text: usage, description and the options
-// with their values, in CTS's layout ("  auto-approve false").
+// with their defaults, in CTS's layout ("    -auto-approve [Default:
+// false]", the description on the next line), as start's.
 func (c *clientCmd) Help() string {
-	var opts []string
-	c.fs.VisitAll(func(f *flag.Flag) {
-		opts = append(opts, fmt.Sprintf("  %s %s\n    %s\n", f.Name, f.Value, f.Usage))
-	})
-	return fmt.Sprintf("%s\nOptions:\n%s", c.help, strings.Join(opts, "\n"))
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\nOptions:\n", c.help)
+	writeOptions(&b, c.fs)
+	return b.String()
 }
 
 // isHelp reports whether args ask for help (-h, -help or --help before a

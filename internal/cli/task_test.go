@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -631,16 +632,45 @@ func TestClientMutualTLS(t *testing.T) {
 	}
 }
 
-// TestTaskHelpListsDefaults: each task command's -help lists its flags
-// with their values as CTS does ("  auto-approve false"), on stdout.
+// TestTaskHelpListsDefaults: each task command's -help (and status's and
+// start's) lists its flags in CTS's layout, on stdout: "    -name
+// [Default: value]" (no default part when the default is empty), the
+// description on the next line indented by eight spaces, an empty line
+// after each. CTS's own e2e suite looks for "-auto-approve [Default:
+// false]" in enable, create and delete.
 func TestTaskHelpListsDefaults(t *testing.T) {
 	t.Setenv("CTS_ADDRESS", "")
-	for cmd, flags := range map[string][]string{
-		"enable":  {"\n  auto-approve false\n", "\n  http-addr ", "\n  ssl-verify true\n"},
-		"disable": {"\n  http-addr ", "\n  port 0\n"},
-		"create":  {"\n  auto-approve false\n", "\n  task-file \n    [Required] A file"},
-		"delete":  {"\n  auto-approve false\n", "\n  destroy false\n"},
-	} {
+	want := map[string][]string{
+		"enable":  {"\n    -auto-approve [Default: false]\n        Skip interactive approval", "\n    -http-addr [Default: http://localhost:8558]\n", "\n    -ssl-verify [Default: true]\n"},
+		"disable": {"\n    -http-addr [Default: http://localhost:8558]\n", "\n    -port [Default: 0]\n"},
+		"create":  {"\n    -auto-approve [Default: false]\n", "\n    -task-file\n        [Required] A file"},
+		"delete":  {"\n    -auto-approve [Default: false]\n", "\n    -destroy [Default: false]\n"},
+		"run":     {"\n    -auto-approve [Default: false]\n"},
+		"approve": {"\n    -http-addr [Default: http://localhost:8558]\n"},
+		"reject":  {"\n    -http-addr [Default: http://localhost:8558]\n"},
+		"logs":    {"\n    -http-addr [Default: http://localhost:8558]\n"},
+	}
+	entry := regexp.MustCompile(`^    -[a-z][a-z-]*( \[Default: [^\]\n]+\])?\n        \S[^\n]*\n(\n|\z)`)
+	check := func(name, help string, wants []string) {
+		t.Helper()
+		for _, f := range wants {
+			if !strings.Contains(help, f) {
+				t.Errorf("%s -help lacks %q:\n%s", name, f, help)
+			}
+		}
+		_, opts, ok := strings.Cut(help, "\nOptions:\n")
+		if !ok || opts == "" {
+			t.Fatalf("%s -help has no options:\n%s", name, help)
+		}
+		for n := 0; opts != ""; n++ {
+			m := entry.FindString(opts)
+			if m == "" {
+				t.Fatalf("%s -help: option %d is not in CTS's layout:\n%q", name, n+1, opts)
+			}
+			opts = opts[len(m):]
+		}
+	}
+	for cmd, flags := range want {
 		code, out, errOut := run(t, "", "task", cmd, "-help")
 		if code != ExitOK {
 			t.Fatalf("%s: exit %d", cmd, code)
@@ -648,13 +678,18 @@ func TestTaskHelpListsDefaults(t *testing.T) {
 		if errOut != "" {
 			t.Errorf("task %s -help wrote to stderr: %s", cmd, errOut)
 		}
-		help := out
-		for _, f := range flags {
-			if !strings.Contains(help, f) {
-				t.Errorf("task %s -help lacks %q:\n%s", cmd, f, help)
-			}
-		}
+		check("task "+cmd, out, flags)
 	}
+	code, out, _ := run(t, "", "status", "-help")
+	if code != ExitOK {
+		t.Fatalf("status: exit %d", code)
+	}
+	check("status", out, []string{"\n    -http-addr [Default: http://localhost:8558]\n"})
+	code, out, _ = run(t, "", "start", "-help")
+	if code != ExitOK {
+		t.Fatalf("start: exit %d", code)
+	}
+	check("start", out, []string{"\n    -once [Default: false]\n        Run every task once", "\n    -config-file\n        A configuration file"})
 }
 
 // TestInvokedName: installed as consul-terraform-sync (the way to drop

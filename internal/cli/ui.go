@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -67,4 +68,19 @@ func warnIgnored(w io.Writer, args []string) {
 	if len(args) > 0 {
 		fmt.Fprint(w, prefixed(infoPrefix, fmt.Sprintf("Warning: ignoring arguments after the flags: '%s'", strings.Join(args, ", "))))
 	}
+}
+
+// writeOptions lists a command's flags in CTS's -help layout, the same for
+// start and every task subcommand: each flag on its own line, indented by
+// four spaces, with its default when it has one ("    -auto-approve
+// [Default: false]"), then its description indented by eight, then an
+// empty line. Flags come in name order (flag.VisitAll's).
+func writeOptions(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		def := ""
+		if f.DefValue != "" {
+			def = " [Default: " + f.DefValue + "]"
+		}
+		fmt.Fprintf(w, "    -%s%s\n        %s\n\n", f.Name, def, f.Usage)
+	})
 }
