@@ -56,6 +56,7 @@ func (c *Controller) desired(ctx context.Context, s *task.Spec) (d Desired, read
 	if !ready {
 		return Desired{}, false, nil
 	}
+	c.catchUpInputs(ctx, s, data) // inputs.go
 	inputs, ready := ModuleInputDigest(s, c.get, c.digest)
 	if !ready {
 		return Desired{}, false, nil

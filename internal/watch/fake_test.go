@@ -32,6 +32,7 @@ type fakeConsul struct {
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced on every recorded event
 	queues    map[string]chan fakeReply
+	now       map[string]bool // paths whose requests without an index use their own queue (replyNow)
 	reqs      map[string][]url.Values
 	cancelled map[string]int
 }
@@ -92,7 +93,13 @@ func (f *fakeConsul) handle(w http.ResponseWriter, r *http.Request) {
 	f.reqs[r.URL.Path] = append(f.reqs[r.URL.Path], r.URL.Query())
 	f.signalLocked()
 	f.mu.Unlock()
-	q := f.queue(r.URL.Path)
+	qname := r.URL.Path
+	f.mu.Lock()
+	if f.now[qname] && !r.URL.Query().Has("index") {
+		qname += "?now"
+	}
+	f.mu.Unlock()
+	q := f.queue(qname)
 	select {
 	case <-r.Context().Done():
 		f.mu.Lock()
@@ -121,6 +128,22 @@ func (f *fakeConsul) handle(w http.ResponseWriter, r *http.Request) {
 // reply queues one successful answer for path.
 func (f *fakeConsul) reply(path string, index uint64, body any) {
 	f.queue(path) <- fakeReply{index: index, body: body}
+}
+
+// routeNow makes the requests for path that carry no index (non-blocking
+// reads) wait for replyNow's answers instead of reply's.
+func (f *fakeConsul) routeNow(path string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.now == nil {
+		f.now = map[string]bool{}
+	}
+	f.now[path] = true
+}
+
+// replyNow queues one answer for a non-blocking read of path (routeNow).
+func (f *fakeConsul) replyNow(path string, index uint64, body any) {
+	f.queue(path+"?now") <- fakeReply{index: index, body: body}
 }
 
 // fail queues one error answer for path.

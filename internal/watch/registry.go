@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/ctsync/ctsync/internal/backoff"
 	"github.com/ctsync/ctsync/internal/consul"
@@ -466,6 +467,7 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 	for ctx.Err() == nil {
 		r.fetches.Add(1)
 		started := time.Now()
+		asked := waitIndex
 		value, index, err := v.q.Fetch(ctx, r.client, waitIndex)
 		if ctx.Err() != nil {
 			return
@@ -542,6 +544,13 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 			continue
 		}
 		v.mu.Lock()
+		if v.ready && asked != 0 && index >= asked && index < v.index {
+			// Refresh stored a newer answer while this query was
+			// waiting: keep it (the next query, from this older index,
+			// answers at once).
+			v.mu.Unlock()
+			continue
+		}
 		changed := !v.ready || digest != v.digest
 		if changed {
 			v.value, v.digest = value, digest
@@ -558,6 +567,97 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 			r.logger.Debug("consul answer unchanged; not notifying", "key", v.key, "index", index)
 			continue
 		}
+		r.notifyAll(ctx, v)
+	}
+}
+
+// refreshTimeout bounds one Refresh: its reads are non-blocking, so this
+// is only reached when Consul does not answer.
+const refreshTimeout = 10 * time.Second
+
+// refreshParallel is how many reads one Refresh has in flight at once.
+const refreshParallel = 8
+
+// Refresh makes the values of keys at least as new as Consul's index at.
+// A view whose latest answer has a lower index may simply not have changed
+// since, or its blocking query may not have returned a change yet: it is
+// read again at once (a non-blocking query) and, when the value changed,
+// its subscribers are told, as when its own query returns. Views with an
+// index of at least at, and keys without a view, are left as they are.
+// Refresh returns when every read has answered or failed (a failed read
+// leaves the view as it was; its own query goes on) or ctx ends. It
+// reports how many views were read again.
+//
+// The controller calls it before a run that a change of one query (at
+// index at) triggers, so that the other data the run reads is not older
+// than that change.
+func (r *Registry) Refresh(ctx context.Context, keys []string, at uint64) int {
+	r.mu.Lock()
+	var stale []*view
+	for _, k := range keys {
+		v := r.views[k]
+		if v == nil {
+			continue
+		}
+		v.mu.RLock()
+		old := !v.ready || v.index < at
+		v.mu.RUnlock()
+		if old {
+			stale = append(stale, v)
+		}
+	}
+	r.mu.Unlock()
+	if len(stale) == 0 {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	defer cancel()
+	var g errgroup.Group
+	g.SetLimit(refreshParallel)
+	for _, v := range stale {
+		g.Go(func() error {
+			r.refreshView(ctx, v)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return len(stale)
+}
+
+// refreshView reads v at once and stores the answer unless the view holds
+// a newer one; subscribers are told when the value changed.
+func (r *Registry) refreshView(ctx context.Context, v *view) {
+	r.fetches.Add(1)
+	value, index, err := v.q.Fetch(ctx, r.client, 0)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.fetchErrors.Add(1)
+			r.logger.Debug("consul query could not be read again; its watch goes on", "key", v.key, "error", err.Error())
+		}
+		return
+	}
+	if index == 0 {
+		index = 1 // as runView
+	}
+	digest, err := DigestOf(value)
+	if err != nil { // values are plain data; cannot happen
+		return
+	}
+	v.mu.Lock()
+	if v.ready && index < v.index {
+		v.mu.Unlock() // the view's own query got further meanwhile
+		return
+	}
+	changed := !v.ready || digest != v.digest
+	if changed {
+		v.value, v.digest = value, digest
+	}
+	v.index = index
+	v.ready = true
+	v.refused = nil
+	v.mu.Unlock()
+	if changed {
+		r.logger.Debug("consul answer read again ahead of its watch", "key", v.key, "index", index)
 		r.notifyAll(ctx, v)
 	}
 }

@@ -464,3 +464,68 @@ func TestSubscribeToNewViewNotifiesOnce(t *testing.T) {
 		t.Errorf("%d subscriptions notified, want %d", len(seen), n)
 	}
 }
+
+// TestRefreshReadsStaleViewsAtOnce: Refresh reads a view whose latest
+// answer is older than the index asked for at once (a non-blocking query),
+// stores and announces a changed value, leaves views that are new enough
+// alone, and an older answer of the view's own blocking query, arriving
+// afterwards, does not replace the newer value.
+func TestRefreshReadsStaleViewsAtOnce(t *testing.T) {
+	verifyNoLeaks(t)
+	f := newFakeConsul(t)
+	rec := newRecorder()
+	r := fastRegistry(f.client(), nil, rec)
+	q := HealthService("web", ServiceOptions{})
+	r.Subscribe("t1", q)
+	stop := runRegistry(t, r)
+	defer stop()
+
+	a := []*api.ServiceEntry{entry("n1", "web-1", check("c", "passing", ""))}
+	b := []*api.ServiceEntry{entry("n1", "web-1", check("c", "passing", "")), entry("n1", "web-2", check("c", "passing", ""))}
+	f.reply(healthWeb, 10, a)
+	rec.waitCount(t, 1)
+	f.waitRequests(healthWeb, 2) // the blocking query from index 10 waits
+	f.routeNow(healthWeb)
+
+	// Index 12 is newer than the view's 10: read again at once.
+	done := make(chan int, 1)
+	go func() { done <- r.Refresh(context.Background(), []string{q.Key(), "no/such/view"}, 12) }()
+	reqs := f.waitRequests(healthWeb, 3)
+	if reqs[2].Has("index") {
+		t.Fatalf("the refresh read blocks: %v", reqs[2])
+	}
+	f.replyNow(healthWeb, 12, b)
+	if n := <-done; n != 1 {
+		t.Fatalf("Refresh read %d views again, want 1", n)
+	}
+	rec.waitCount(t, 2)
+	if v, idx, ok := r.Get(q.Key()); !ok || idx != 12 || len(v.([]task.Service)) != 2 {
+		t.Fatalf("after Refresh: Get = %v %d %v", v, idx, ok)
+	}
+	// New enough: nothing is read.
+	if n := r.Refresh(context.Background(), []string{q.Key()}, 12); n != 0 {
+		t.Fatalf("Refresh of a view at the index read %d views", n)
+	}
+	if got := len(f.requests(healthWeb)); got != 3 {
+		t.Fatalf("requests = %d, want 3", got)
+	}
+
+	// The view's own query (from 10) now answers with index 11, older
+	// than what Refresh stored: kept, nobody told.
+	f.reply(healthWeb, 11, a)
+	reqs = f.waitRequests(healthWeb, 4)
+	if reqs[3].Get("index") != "11" {
+		t.Fatalf("next blocking query from index %q, want 11", reqs[3].Get("index"))
+	}
+	f.reply(healthWeb, 12, b) // it answers at once: Consul is past 11
+	reqs = f.waitRequests(healthWeb, 5)
+	if reqs[4].Get("index") != "12" {
+		t.Fatalf("then from index %q, want 12", reqs[4].Get("index"))
+	}
+	if v, idx, _ := r.Get(q.Key()); idx != 12 || len(v.([]task.Service)) != 2 {
+		t.Fatalf("an older answer replaced the refreshed value: %v %d", v, idx)
+	}
+	if got := rec.count(); got != 2 {
+		t.Fatalf("notifications = %d, want 2: %v", got, rec.all())
+	}
+}
