@@ -143,7 +143,7 @@ func (f *fakeConsul) routeNow(path string) {
 
 // replyNow queues one answer for a non-blocking read of path (routeNow).
 func (f *fakeConsul) replyNow(path string, index uint64, body any) {
-	f.queue(path+"?now") <- fakeReply{index: index, body: body}
+	f.queue(path + "?now") <- fakeReply{index: index, body: body}
 }
 
 // fail queues one error answer for path.
