@@ -18,6 +18,7 @@ type lagWatcher struct {
 	mu        sync.Mutex
 	idx       map[string]uint64
 	pending   map[string]lagged
+	early     map[string]any // shown by Get before the view's note (setEarly)
 	refreshed []string
 }
 
@@ -27,7 +28,7 @@ type lagged struct {
 }
 
 func newLagWatcher() *lagWatcher {
-	return &lagWatcher{idx: map[string]uint64{}, pending: map[string]lagged{}}
+	return &lagWatcher{idx: map[string]uint64{}, pending: map[string]lagged{}, early: map[string]any{}}
 }
 
 // wrap makes the watcher stand in for the harness's (a start option).
@@ -40,7 +41,20 @@ func (w *lagWatcher) Get(key string) (any, uint64, bool) {
 	v, _, ok := w.fakeWatcher.Get(key)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if e, has := w.early[key]; has {
+		return e, w.idx[key], true
+	}
 	return v, w.idx[key], ok
+}
+
+// setEarly is a view that has stored its new value but not yet told its
+// subscribers (the registry stores, then notifies): Get shows it, no note
+// is sent; set sends the note later.
+func (w *lagWatcher) setEarly(key string, v any, idx uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.early[key] = v
+	w.idx[key] = idx
 }
 
 // set is a view's answer: value v at index idx.
@@ -48,6 +62,7 @@ func (w *lagWatcher) set(key string, v any, idx uint64) {
 	w.mu.Lock()
 	w.idx[key] = idx
 	delete(w.pending, key)
+	delete(w.early, key)
 	w.mu.Unlock()
 	w.fakeWatcher.Set(key, v)
 }
@@ -136,4 +151,31 @@ func TestConditionRunReadsModuleInputsCaughtUp(t *testing.T) {
 		t.Fatalf("read again %v, want the module input queries older than the catalog's change %v", got, want)
 	}
 	h.noApply(t) // db's health, delivered by the refresh, runs nothing more
+}
+
+// The catalog has stored a new service's name but its note is not handled
+// yet when the note of that service's health (a module input) is: the
+// module input's note runs nothing, and must not use up the change of
+// names, which the catalog's own note then triggers on.
+func TestCatalogNamesChangeSeenFirstByModuleInputNote(t *testing.T) {
+	s := task.Spec{Name: "cat", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
+		Condition:   task.Condition{CatalogServices: &task.CatalogServicesCondition{Regexp: "^api$|^db$", UseAsModuleInput: false}},
+		ModuleInput: task.ModuleInputs{Services: &task.ServicesSelector{Names: []string{"api", "db"}}}}
+	w := newLagWatcher()
+	h := start(t, 2, nil, s, w.wrap)
+	w.set(healthKey("api"), []task.Service{inst("api-1", "api")}, 5)
+	w.set(healthKey("db"), []task.Service{}, 5)
+	w.set(catalogKey(), map[string][]string{"api": {}}, 5)
+	h.waitApplied(t, "cat")
+
+	cat := map[string][]string{"api": {}, "db": {}}
+	w.setEarly(catalogKey(), cat, 10)
+	w.set(healthKey("db"), []task.Service{inst("db-1", "db")}, 10)
+	h.noApply(t) // the module input's note
+	w.set(catalogKey(), cat, 10)
+	h.waitApplied(t, "cat")
+	if got := serviceIDs(h.rec.last("cat").Services); got != "api-1,db-1" {
+		t.Fatalf("the run read services %s, want api-1,db-1", got)
+	}
+	h.noApply(t)
 }

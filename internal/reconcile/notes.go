@@ -130,9 +130,13 @@ func (c *Controller) syncDynamic(name string, e *entry, s *task.Spec) {
 // handleNote applies the condition's trigger rule and marks the task dirty;
 // a change of module input data alone does not.
 func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
-	if s.Condition.CatalogServices != nil {
+	if cs := s.Condition.CatalogServices; cs != nil && key == conditionCatalog(cs).Key() {
 		// catalog-services fires only when the set of matching names
-		// changes; other updates still reach the next run's inputs.
+		// changes; other updates still reach the next run's inputs. The
+		// names are compared from one note of the condition's query to
+		// the next only: a note of another query (a module input) may be
+		// handled after the catalog changed but before its own note, and
+		// must not take that change for itself.
 		names, ok := CatalogNames(s, c.get)
 		c.mu.Lock()
 		same := ok && e.nameSeen && slices.Equal(names, e.lastNames)
@@ -140,7 +144,7 @@ func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
 			e.lastNames, e.nameSeen = names, true
 		}
 		c.mu.Unlock()
-		if same && key == conditionCatalog(s.Condition.CatalogServices).Key() {
+		if same {
 			c.log.Debug("catalog-services: the set of names is the same; not triggering", "task_name", s.Name, "key", key)
 			signal(e.changed)
 			return
