@@ -126,6 +126,7 @@ func TestConditionRunReadsModuleInputsCaughtUp(t *testing.T) {
 	w.set(healthKey("db"), []task.Service{}, 5)
 	w.set(catalogKey(), map[string][]string{"api": {"tag_a"}}, 5)
 	h.waitApplied(t, "cat")
+	h.noApply(t) // the start-up notes handled (a re-check of them runs nothing)
 
 	// A second api instance with a new tag: no run.
 	w.set(healthKey("api"), []task.Service{inst("api-1", "api"), inst("api-2", "api")}, 8)
@@ -167,6 +168,7 @@ func TestCatalogNamesChangeSeenFirstByModuleInputNote(t *testing.T) {
 	w.set(healthKey("db"), []task.Service{}, 5)
 	w.set(catalogKey(), map[string][]string{"api": {}}, 5)
 	h.waitApplied(t, "cat")
+	h.noApply(t) // the start-up notes handled (a re-check of them runs nothing)
 
 	cat := map[string][]string{"api": {}, "db": {}}
 	w.setEarly(catalogKey(), cat, 10)
