@@ -1,11 +1,6 @@
 package cli
 
 import (
-	"strings"
-
-	"github.com/zclconf/go-cty/cty"
-
-	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver/terraform"
 	"github.com/ctsync/ctsync/internal/ha"
 	"github.com/ctsync/ctsync/internal/metrics"
@@ -64,50 +59,17 @@ func selfInstance(id, driverPath string) ha.Instance {
 // stateLocks is what records the Terraform state lock sessions of the
 // tasks' runs and ends those left by a stopped earlier owner (package
 // terraform, statelock.go): the cluster's state in Consul, under high
-// availability, when Terraform's state is in the same Consul (the consul
-// backend without an address, datacenter or namespace of its own). nil
-// otherwise: a stale lock then waits for Consul to expire it.
+// availability with the consul backend. nil otherwise: a stale lock then
+// waits for its holder's session to expire. The records and the clearing
+// go to ctsync's Consul: with a backend in another Consul (or datacenter)
+// no recorded session ever holds a lock there, and nothing is cleared.
 func (a *app) stateLocks() terraform.StateLocks {
 	kv, ok := a.store.(*store.ConsulKV)
-	if !ok || a.cfg.HA == nil || !backendOnOwnConsul(a.cfg) {
+	if !ok || a.cfg.HA == nil {
+		return nil
+	}
+	if b := a.cfg.Driver.Backend; b != nil && b.Type != "consul" {
 		return nil
 	}
 	return kv
-}
-
-// backendOnOwnConsul reports whether the tasks' Terraform state is kept by
-// the consul backend in ctsync's own Consul.
-func backendOnOwnConsul(cfg *config.Config) bool {
-	b := cfg.Driver.Backend
-	if b == nil {
-		return true // the default consul backend
-	}
-	if b.Type != "consul" {
-		return false
-	}
-	for k, v := range b.Attrs {
-		switch k {
-		case "path", "gzip", "lock", "scheme", "ca_file", "cert_file", "key_file", "access_token", "http_auth":
-		case "address":
-			if v.Type() != cty.String || v.IsNull() || !sameAddress(v.AsString(), cfg.Consul.Address) {
-				return false
-			}
-		default: // datacenter, and anything else that may point elsewhere
-			return false
-		}
-	}
-	return true
-}
-
-// sameAddress compares two Consul addresses without their scheme.
-func sameAddress(a, b string) bool {
-	trim := func(s string) string {
-		s = strings.ToLower(strings.TrimRight(s, "/"))
-		s = strings.TrimPrefix(s, "https://")
-		return strings.TrimPrefix(s, "http://")
-	}
-	if b == "" {
-		b = "localhost:8500"
-	}
-	return trim(a) == trim(b)
 }

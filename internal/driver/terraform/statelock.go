@@ -47,11 +47,32 @@ func (d *Driver) stateLockKey() (string, bool) {
 }
 
 // lockWatch scans Terraform's log for the lock sessions its commands
-// create and records each (RecordStateLock) before the command goes on.
+// create and records each (RecordStateLock). The records are written in
+// order by one goroutine (start, close), so that the log pump never waits
+// for Consul: a full pipe would stall Terraform.
 type lockWatch struct {
 	d    *Driver
 	key  string
 	line []byte
+	ch   chan string
+	done chan struct{}
+}
+
+func newLockWatch(d *Driver, key string) *lockWatch {
+	w := &lockWatch{d: d, key: key, ch: make(chan string, 8), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for session := range w.ch {
+			w.record(session)
+		}
+	}()
+	return w
+}
+
+// close waits for the records of the sessions seen so far.
+func (w *lockWatch) close() {
+	close(w.ch)
+	<-w.done
 }
 
 func (w *lockWatch) Write(p []byte) (int, error) {
@@ -61,7 +82,13 @@ func (w *lockWatch) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		w.scan(w.line[:i])
+		if m := lockSessionLine.FindSubmatch(w.line[:i]); m != nil {
+			select {
+			case w.ch <- string(m[1]):
+			default:
+				w.d.log.Debug("too many terraform lock sessions to record; one is not", "task_name", w.d.opts.Spec.Name, "session", string(m[1]))
+			}
+		}
 		w.line = w.line[i+1:]
 	}
 	if len(w.line) > 64<<10 { // a line this long is no session line
@@ -70,14 +97,7 @@ func (w *lockWatch) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (w *lockWatch) scan(line []byte) {
-	m := lockSessionLine.FindSubmatch(line)
-	if m == nil {
-		return
-	}
-	session := string(m[1])
-	// Synchronous: the record is in Consul before Terraform, whose next log
-	// lines wait in the pipe meanwhile, has done much with its lock.
+func (w *lockWatch) record(session string) {
 	if err := w.d.opts.StateLocks.RecordStateLock(context.Background(), w.d.opts.Spec.Name, w.key, session, w.d.opts.Instance); err != nil {
 		w.d.log.Debug("cannot record the terraform state lock session; a next owner waits for it to expire if this run is stopped",
 			"task_name", w.d.opts.Spec.Name, "session", session, "error", err)

@@ -68,7 +68,7 @@ func TestStateLockKey(t *testing.T) {
 func TestLockWatchRecordsSessions(t *testing.T) {
 	f := &fakeLocks{}
 	d := lockDriver(f, config.Backend{Type: "consul"})
-	w := &lockWatch{d: d, key: "p-env:web/.lock"}
+	w := newLockWatch(d, "p-env:web/.lock")
 	log := "2026-11-29T01:00:00.000Z [INFO]  backend/local: starting Apply operation\n" +
 		"2026-11-29T01:00:00.100Z [INFO]  created consul lock session 0c5a1bbf-2d36-6a36-54a1-8f6c3b37ab51\n" +
 		"2026-11-29T01:00:00.200Z [INFO]  apply calling Apply\n" +
@@ -78,6 +78,7 @@ func TestLockWatchRecordsSessions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	w.close()
 	want := []string{
 		"web p-env:web/.lock 0c5a1bbf-2d36-6a36-54a1-8f6c3b37ab51 cts-a",
 		"web p-env:web/.lock 7e1f52f4-1f0b-4a5b-9f45-0d6a3c2b1e00 cts-a",

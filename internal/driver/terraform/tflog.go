@@ -32,10 +32,13 @@ func (d *Driver) persistLog() (stop func()) {
 	}
 	var lw *lockWatch
 	if watch {
-		lw = &lockWatch{d: d, key: key}
+		lw = newLockWatch(d, key)
 	}
 	stop, err := d.startLogPump(d.opts.Driver.PersistLog, lw)
 	if err != nil {
+		if lw != nil {
+			lw.close()
+		}
 		d.log.Warn("cannot collect terraform's log (for terraform.log or its state lock session); this run has none", "error", err)
 		_ = d.tf.SetLogPath("")
 		return func() {}
@@ -123,6 +126,9 @@ func (d *Driver) startLogPump(persist bool, lw *lockWatch) (stop func(), err err
 		_ = r.SetReadDeadline(time.Now().Add(tfLogDrain))
 		<-done
 		r.Close()
+		if lw != nil {
+			lw.close()
+		}
 		if err := closeOut(); err != nil {
 			d.log.Warn("cannot write terraform.log", "error", err)
 		}
