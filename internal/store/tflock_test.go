@@ -70,10 +70,10 @@ func TestConsulKVClearStateLock(t *testing.T) {
 	if _, ok, err := s.ClearStateLock(ctx, "web", key); ok || err != nil || held() != human {
 		t.Fatalf("clear with a record of another key: %v %v, held by %q", ok, err, held())
 	}
-	_, err := c.Client.Session().Destroy(human, nil)
-	must(t, err)
-	_, err = c.Client.KV().Delete(key, nil)
-	must(t, err)
+	// Released by its holder (no lock-delay, unlike a destroyed session).
+	if ok, _, err := c.Client.KV().Release(&api.KVPair{Key: key, Session: human}, nil); err != nil || !ok {
+		t.Fatalf("release: %v %v", ok, err)
+	}
 
 	// The lock of a Terraform that an owner of the task ran (recorded),
 	// whose session has a 5 s lock-delay: cleared, and free at once.
@@ -82,7 +82,8 @@ func TestConsulKVClearStateLock(t *testing.T) {
 	lock(tf)
 	// Not while this instance does not hold the task's fence.
 	holding = false
-	if _, ok, err := s.ClearStateLock(ctx, "web", key); ok || !errors.Is(err, ErrNotLeader) || held() != tf {
+	_, ok, err := s.ClearStateLock(ctx, "web", key)
+	if ok || !errors.Is(err, ErrNotLeader) || held() != tf {
 		t.Fatalf("clear without the fence: %v %v, held by %q", ok, err, held())
 	}
 	holding = true

@@ -77,10 +77,15 @@ func runWatchdog(in io.Reader, parent int, timeout time.Duration, logw io.Writer
 		}
 	}
 	scan()
-	// Scans are frequent enough to see a Terraform command before it
-	// starts a provisioner; the timeout is checked as often.
-	tick := time.NewTicker(min(max(timeout/4, 50*time.Millisecond), 250*time.Millisecond))
-	defer tick.Stop()
+	// The groups are tracked (for when ctsync dies: its children are
+	// then reparented) every second, often enough to see a Terraform
+	// command before it starts a provisioner; the keep-alive is checked
+	// every quarter of the timeout (250 ms at most), and an expiry scans
+	// afresh before it kills.
+	check := time.NewTicker(min(max(timeout/4, 50*time.Millisecond), 250*time.Millisecond))
+	defer check.Stop()
+	track := time.NewTicker(time.Second)
+	defer track.Stop()
 	last := time.Now()
 	killAll := func(why string) {
 		for g := range groups {
@@ -99,9 +104,14 @@ func runWatchdog(in io.Reader, parent int, timeout time.Duration, logw io.Writer
 				return 0
 			}
 			last = time.Now()
-		case <-tick.C:
+		case <-track.C:
 			scan()
-			if time.Since(last) > timeout && len(groups) > 0 {
+		case <-check.C:
+			if time.Since(last) <= timeout {
+				continue
+			}
+			scan()
+			if len(groups) > 0 {
 				killAll(fmt.Sprintf("no keep-alive from ctsync (pid %d) for %s", parent, time.Since(last).Round(time.Millisecond)))
 			}
 		}
