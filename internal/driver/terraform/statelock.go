@@ -86,7 +86,7 @@ func (w *lockWatch) Write(p []byte) (int, error) {
 			select {
 			case w.ch <- string(m[1]):
 			default:
-				w.d.log.Debug("too many terraform lock sessions to record; one is not", "task_name", w.d.opts.Spec.Name, "session", string(m[1]))
+				w.d.log.Debug("too many terraform lock sessions to record; one is not", "session", string(m[1]))
 			}
 		}
 		w.line = w.line[i+1:]
@@ -100,10 +100,10 @@ func (w *lockWatch) Write(p []byte) (int, error) {
 func (w *lockWatch) record(session string) {
 	if err := w.d.opts.StateLocks.RecordStateLock(context.Background(), w.d.opts.Spec.Name, w.key, session, w.d.opts.Instance); err != nil {
 		w.d.log.Debug("cannot record the terraform state lock session; a next owner waits for it to expire if this run is stopped",
-			"task_name", w.d.opts.Spec.Name, "session", session, "error", err)
+			"session", session, "error", err)
 		return
 	}
-	w.d.log.Debug("recorded the terraform state lock session", "task_name", w.d.opts.Spec.Name, "session", session)
+	w.d.log.Debug("recorded the terraform state lock session", "session", session)
 }
 
 // clearStaleLock ends the task's state lock when it is held by the session
@@ -118,13 +118,13 @@ func (d *Driver) clearStaleLock(ctx context.Context) {
 	}
 	c, cleared, err := d.opts.StateLocks.ClearStateLock(ctx, d.opts.Spec.Name, key)
 	if err != nil {
-		d.log.Debug("cannot check the terraform state lock", "task_name", d.opts.Spec.Name, "key", key, "error", err)
+		d.log.Debug("cannot check the terraform state lock", "key", key, "error", err)
 		return
 	}
 	if !cleared {
 		return
 	}
 	d.log.Info("cleared the terraform state lock of a stopped run: an earlier owner of the task ran that terraform, and the high availability fence stopped it",
-		"task_name", d.opts.Spec.Name, "key", key, "session", c.Session, "ran_by", c.Member, "who", c.Who, "locked_at", c.Created)
+		"key", key, "session", c.Session, "ran_by", c.Member, "who", c.Who, "locked_at", c.Created)
 	d.sink.note("cleared the state lock %s of a stopped terraform run by %s (locked at %s)", c.Session, c.Member, c.Created)
 }
