@@ -14,7 +14,7 @@ import (
 // StateLocks keeps the records that let a task's next owner end the state
 // lock of a Terraform that an earlier owner ran and the HA fence stopped
 // (see store.ConsulKV.ClearStateLock). Set only under high availability
-// with the consul backend on ctsync's own Consul.
+// with the consul backend.
 type StateLocks interface {
 	RecordStateLock(ctx context.Context, task, key, session, member string) error
 	ClearStateLock(ctx context.Context, task, key string) (store.ClearedLock, bool, error)
@@ -48,7 +48,7 @@ func (d *Driver) stateLockKey() (string, bool) {
 
 // lockWatch scans Terraform's log for the lock sessions its commands
 // create and records each (RecordStateLock). The records are written in
-// order by one goroutine (start, close), so that the log pump never waits
+// order by one goroutine (newLockWatch, close), so that the log pump never waits
 // for Consul: a full pipe would stall Terraform.
 type lockWatch struct {
 	d    *Driver

@@ -23,8 +23,11 @@ const tfLogDrain = 2 * time.Second
 // private temporary folder (TF_LOG_PATH), and a goroutine copies it through
 // a redact.Writer into terraform.log. The file never holds a secret in
 // clear, not even while the command runs. stop waits for the end of the log
-// and removes the pipe. Without persist_log it does nothing; when the pipe
-// cannot be set up, the verb runs without a TRACE log (and says so).
+// and removes the pipe. Under high availability with the consul backend
+// the same pipe carries (at least) the core's INFO log, which lockWatch
+// reads for the state lock sessions (statelock.go). Without either it does
+// nothing; when the pipe cannot be set up, the verb runs without a log
+// (and says so).
 func (d *Driver) persistLog() (stop func()) {
 	key, watch := d.stateLockKey() // statelock.go
 	if !d.opts.Driver.PersistLog && !watch {
