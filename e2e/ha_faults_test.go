@@ -192,6 +192,22 @@ func TestHAFaultsMidApply(t *testing.T) {
 		t.Fatalf("%s acquired the lead after SIGCONT", leader.id)
 	}
 	checkBeats("sigstop", stop)
+	// The stopped leader's watchdog killed its Terraform (and the
+	// provisioner's shell) the kill bound after the stop, not at the end of
+	// its 12 s of side effects.
+	var lastStopped time.Time
+	for _, bt := range readBeats(hb) {
+		if bt.id == leader.id && bt.at.After(stop) {
+			lastStopped = bt.at
+		}
+	}
+	if !lastStopped.IsZero() {
+		measure("sigstop: stop -> stopped leader's last side effect", lastStopped.Sub(stop))
+		if kill := (haTTL - haTTL/2) / 2; lastStopped.Sub(stop) > kill+2*time.Second {
+			t.Errorf("the stopped leader beat %s after the stop, want its watchdog to kill it within the kill bound (%s) + 2 s",
+				lastStopped.Sub(stop).Round(time.Millisecond), kill)
+		}
+	}
 	leader = next
 
 	// 3. Consul restarts mid-apply and forgets everything (a dev agent):
