@@ -95,8 +95,8 @@ func (c *haCluster) other(in *haInstance) *haInstance {
 // Two instances, default TTL, the heartbeat module (12 s of side effects
 // per apply). The leader loses its link to Consul (bytes dropped,
 // connections left open) in the middle of an apply; then the new leader is
-// SIGSTOPped for 3 x TTL in the middle of an apply (its Terraform keeps
-// running) and continued; then Consul restarts (and forgets everything) in
+// SIGSTOPped for 3 x TTL in the middle of an apply (its watchdog kills its
+// Terraform) and continued; then Consul restarts (and forgets everything) in
 // the middle of an apply. After each fault the task converges, and no
 // instance's heartbeat is ever interleaved with another's.
 func TestHAFaultsMidApply(t *testing.T) {
@@ -157,11 +157,11 @@ func TestHAFaultsMidApply(t *testing.T) {
 	}
 	leader = next
 
-	// 2. SIGSTOP of the leader for 3 x TTL during an apply. Its Terraform
-	// is not stopped and finishes that apply (holding the state lock); the
-	// other instance takes over, runs the task again once the lock is
-	// free, and applies a change made meanwhile; SIGCONT: the old leader
-	// finds it lost the lead and follows.
+	// 2. SIGSTOP of the leader for 3 x TTL during an apply. Its fence
+	// watchdog kills its Terraform within the kill bound; the other
+	// instance takes over, runs the task again (clearing the dead
+	// Terraform's state lock), and applies a change made meanwhile;
+	// SIGCONT: the old leader finds it lost the lead and follows.
 	waitIdle(t, leader)
 	n = len(readBeats(hb))
 	register("web-3")
@@ -192,6 +192,22 @@ func TestHAFaultsMidApply(t *testing.T) {
 		t.Fatalf("%s acquired the lead after SIGCONT", leader.id)
 	}
 	checkBeats("sigstop", stop)
+	// The stopped leader's watchdog killed its Terraform (and the
+	// provisioner's shell) the kill bound after the stop, not at the end of
+	// its 12 s of side effects.
+	var lastStopped time.Time
+	for _, bt := range readBeats(hb) {
+		if bt.id == leader.id && bt.at.After(stop) {
+			lastStopped = bt.at
+		}
+	}
+	if !lastStopped.IsZero() {
+		measure("sigstop: stop -> stopped leader's last side effect", lastStopped.Sub(stop))
+		if kill := (haTTL - haTTL/2) / 2; lastStopped.Sub(stop) > kill+2*time.Second {
+			t.Errorf("the stopped leader beat %s after the stop, want its watchdog to kill it within the kill bound (%s) + 2 s",
+				lastStopped.Sub(stop).Round(time.Millisecond), kill)
+		}
+	}
 	leader = next
 
 	// 3. Consul restarts mid-apply and forgets everything (a dev agent):

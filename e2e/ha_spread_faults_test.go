@@ -50,8 +50,8 @@ task {
 //     tasks (its last side effect) before any other member takes one over,
 //     which happens within the failover bound; the tasks converge. The link
 //     heals and it gets its share back.
-//  2. SIGKILL of an owner (its Terraform, orphaned, finishes its apply
-//     holding the state lock).
+//  2. SIGKILL of an owner (its Terraform and provisioner shells are killed
+//     by its fence watchdog; the new owner clears the state lock).
 //  3. SIGTERM of an owner: it finishes its runs and hands its tasks over.
 //  4. two members join while the last one applies every task.
 //
@@ -315,7 +315,7 @@ func TestSpreadFaultsHeartbeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	kill.kills = append(kill.kills, killed)
-	change() // applied by the new owners only (the orphaned Terraform has the previous catalog)
+	change() // applied by the new owners only (the killed member's Terraform had the previous catalog)
 	converge("SIGKILL", killed)
 	own = owners("owners agreed after the SIGKILL")
 	idle()

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ctsync/ctsync/internal/consul"
+	"github.com/ctsync/ctsync/internal/driver/terraform"
 	"github.com/ctsync/ctsync/internal/reconcile"
 )
 
@@ -81,6 +82,16 @@ func (a *app) runDaemon(ctx context.Context) int {
 	if err != nil {
 		a.log.Error("api server failed to start", "error", err)
 		return ExitError
+	}
+	// Under high availability a second process kills this one's Terraform
+	// when this one cannot (stopped or killed): see terraform.Watchdog.
+	if a.cfg.HA != nil && a.coord.KillBound() > 0 {
+		wd, err := terraform.StartWatchdog(a.coord.KillBound(), a.log.With("component", "ha"))
+		if err != nil {
+			a.log.Error("cannot start the fence watchdog", "error", err)
+			return ExitError
+		}
+		defer wd.Close()
 	}
 	gr := newGroup(ctx)
 	defer gr.endBack()

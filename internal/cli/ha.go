@@ -85,3 +85,21 @@ func (a *app) onDestroyed(name string) {
 		go p.Destroyed(context.Background(), name)
 	}
 }
+
+// stateLocks is what records the Terraform state lock sessions of the
+// tasks' runs and ends those left by a stopped earlier owner (package
+// terraform, statelock.go): the cluster's state in Consul, under high
+// availability with the consul backend. nil otherwise: a stale lock then
+// waits for its holder's session to expire. The records and the clearing
+// go to ctsync's Consul: with a backend in another Consul (or datacenter)
+// no recorded session ever holds a lock there, and nothing is cleared.
+func (a *app) stateLocks() terraform.StateLocks {
+	kv, ok := a.store.(*store.ConsulKV)
+	if !ok || a.cfg.HA == nil {
+		return nil
+	}
+	if b := a.cfg.Driver.Backend; b != nil && b.Type != "consul" {
+		return nil
+	}
+	return kv
+}

@@ -351,6 +351,8 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 			Logger:         logger.With("component", "terraform"),
 			StopTimeout:    stopTimeout,
 			Redactor:       a.obs.redactor, // run logs on disk are redacted (setupObserve)
+			StateLocks:     a.stateLocks(), // ha.go
+			Instance:       cfg.ID,
 		}, nil
 	}
 	factory := func(spec task.Spec) (driver.Driver, error) {

@@ -116,12 +116,13 @@ type Tasks interface {
 // was taken over, cannot overwrite what the new leader wrote, whatever its
 // clock says.
 type ConsulKV struct {
-	kv      *api.KV
-	prefix  string
-	history int
-	ns      string
-	timeout time.Duration
-	log     *slog.Logger
+	kv       *api.KV
+	sessions *api.Session // tflock.go
+	prefix   string
+	history  int
+	ns       string
+	timeout  time.Duration
+	log      *slog.Logger
 
 	fence Fence
 
@@ -193,19 +194,20 @@ func NewConsulKV(client *api.Client, o ConsulKVOptions) *ConsulKV {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &ConsulKV{
-		kv:      client.KV(),
-		prefix:  strings.TrimRight(o.Prefix, "/"),
-		history: o.History,
-		ns:      o.Namespace,
-		timeout: kvTimeout,
-		log:     o.Logger,
-		fence:   o.Fence,
-		events:  map[string][]seqEvent{},
-		next:    map[string]uint64{},
-		run:     map[string]RunState{},
-		tasks:   map[string]TaskRecord{},
-		remote:  map[string]RemoteRun{},
-		claimed: map[string]bool{},
+		kv:       client.KV(),
+		sessions: client.Session(),
+		prefix:   strings.TrimRight(o.Prefix, "/"),
+		history:  o.History,
+		ns:       o.Namespace,
+		timeout:  kvTimeout,
+		log:      o.Logger,
+		fence:    o.Fence,
+		events:   map[string][]seqEvent{},
+		next:     map[string]uint64{},
+		run:      map[string]RunState{},
+		tasks:    map[string]TaskRecord{},
+		remote:   map[string]RemoteRun{},
+		claimed:  map[string]bool{},
 	}
 }
 

@@ -102,6 +102,9 @@ func (d *Driver) prepare(ctx context.Context, op string, run driver.Run, in *tas
 	if err != nil {
 		return "", &driver.Error{Op: op, Err: err}
 	}
+	// A state lock left by a Terraform the fence stopped on an earlier
+	// owner does not wait for Consul to expire it (statelock.go).
+	d.clearStaleLock(ctx)
 	// A state an earlier run could not save goes to the backend first: a
 	// run on the backend's older state would redo what that run did.
 	if _, err := d.pushErrored(ctx, pushBound); err != nil {

@@ -82,6 +82,13 @@ type Options struct {
 	// driver: plan, apply and destroy wait for their share of it, and their
 	// peak RSS is measured (see MemoryBudget).
 	Memory *MemoryBudget
+	// StateLocks, under high availability with the consul backend on
+	// ctsync's Consul, records the state lock session of each Terraform
+	// command and ends a lock left by a Terraform that the fence stopped
+	// on an earlier owner of the task (statelock.go); Instance is this
+	// instance's id, recorded with it.
+	StateLocks StateLocks
+	Instance   string
 }
 
 // Driver runs one task with Terraform or OpenTofu. It implements

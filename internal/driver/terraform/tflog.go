@@ -3,6 +3,7 @@ package terraform
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -22,22 +23,37 @@ const tfLogDrain = 2 * time.Second
 // private temporary folder (TF_LOG_PATH), and a goroutine copies it through
 // a redact.Writer into terraform.log. The file never holds a secret in
 // clear, not even while the command runs. stop waits for the end of the log
-// and removes the pipe. Without persist_log it does nothing; when the pipe
-// cannot be set up, the verb runs without a TRACE log (and says so).
+// and removes the pipe. Under high availability with the consul backend
+// the same pipe carries (at least) the core's INFO log, which lockWatch
+// reads for the state lock sessions (statelock.go). Without either it does
+// nothing; when the pipe cannot be set up, the verb runs without a log
+// (and says so).
 func (d *Driver) persistLog() (stop func()) {
-	if !d.opts.Driver.PersistLog {
+	key, watch := d.stateLockKey() // statelock.go
+	if !d.opts.Driver.PersistLog && !watch {
 		return func() {}
 	}
-	stop, err := d.startLogPump()
+	var lw *lockWatch
+	if watch {
+		lw = newLockWatch(d, key)
+	}
+	stop, err := d.startLogPump(d.opts.Driver.PersistLog, lw)
 	if err != nil {
-		d.log.Warn("cannot collect terraform's log for terraform.log; this run has none", "error", err)
+		if lw != nil {
+			lw.close()
+		}
+		d.log.Warn("cannot collect terraform's log (for terraform.log or its state lock session); this run has none", "error", err)
 		_ = d.tf.SetLogPath("")
 		return func() {}
 	}
 	return stop
 }
 
-func (d *Driver) startLogPump() (stop func(), err error) {
+// startLogPump starts the pipe and the goroutine that reads it: into
+// terraform.log (redacted) when persist, through lw (unredacted: it only
+// looks for the state lock session) when set. Without persist Terraform
+// logs its core at INFO only, which is where the lock session is.
+func (d *Driver) startLogPump(persist bool, lw *lockWatch) (stop func(), err error) {
 	dir, err := os.MkdirTemp("", "ctsync-tflog-")
 	if err != nil {
 		return nil, err
@@ -62,19 +78,34 @@ func (d *Driver) startLogPump() (stop func(), err error) {
 		r.Close()
 		return fail(err)
 	}
-	out, err := os.OpenFile(filepath.Join(d.workDir, tfLogFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
+	var out *os.File
+	if persist {
+		if out, err = os.OpenFile(filepath.Join(d.workDir, tfLogFile), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err != nil {
+			r.Close()
+			keep.Close()
+			return fail(err)
+		}
+	} else if err := d.tf.SetLogCore("INFO"); err != nil {
 		r.Close()
 		keep.Close()
 		return fail(err)
+	}
+	closeOut := func() error { return nil }
+	var dst io.Writer = io.Discard
+	if out != nil {
+		w := redact.NewWriter(out, d.opts.Redactor)
+		closeOut = func() error { return errors.Join(w.Flush(), out.Close()) }
+		dst = w
+	}
+	if lw != nil {
+		dst = io.MultiWriter(lw, dst)
 	}
 	if err := d.tf.SetLogPath(pipe); err != nil {
 		r.Close()
 		keep.Close()
-		out.Close()
+		_ = closeOut()
 		return fail(err)
 	}
-	w := redact.NewWriter(out, d.opts.Redactor)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -84,7 +115,7 @@ func (d *Driver) startLogPump() (stop func(), err error) {
 			if n > 0 {
 				// Keep reading even when the file cannot be written: a
 				// full pipe would block Terraform.
-				_, _ = w.Write(buf[:n])
+				_, _ = dst.Write(buf[:n])
 			}
 			if err != nil {
 				return
@@ -98,7 +129,10 @@ func (d *Driver) startLogPump() (stop func(), err error) {
 		_ = r.SetReadDeadline(time.Now().Add(tfLogDrain))
 		<-done
 		r.Close()
-		if err := errors.Join(w.Flush(), out.Close()); err != nil {
+		if lw != nil {
+			lw.close()
+		}
+		if err := closeOut(); err != nil {
 			d.log.Warn("cannot write terraform.log", "error", err)
 		}
 		os.RemoveAll(dir)
