@@ -118,7 +118,7 @@ task {
 		o, code = runCLI(ctsyncBin, []string{"CTS_ADDRESS=" + base}, "", "task", "run", "-auto-approve", "firewall")
 		return !strings.Contains(o, "is active")
 	})
-	m := regexp.MustCompile(`Run (\S+): apply failed in \S+\n {4}Plan: 1 to add, 0 to change, 1 to destroy\.\n {4}Error: local-exec provisioner error\n`).FindStringSubmatch(o)
+	m := regexp.MustCompile(`Run (\S+): apply failed in \S+\n {4}Plan: 1 to add, 0 to change, 1 to destroy\.\n {4}Error: local-exec provisioner error: exit status 3\. Output: 503 Service Unavailable\n`).FindStringSubmatch(o)
 	if code != 11 || !strings.Contains(o, "terraform_data.rules is tainted, so must be replaced") || strings.Contains(o, "exit 3") ||
 		!strings.Contains(o, "==> Error: the run of 'firewall' failed\n") || m == nil ||
 		!strings.Contains(o, "ctsync task logs -run="+m[1]+" firewall") {

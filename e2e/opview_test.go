@@ -114,7 +114,7 @@ func TestFailedRunAtAGlance(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	const summary = "Error: local-exec provisioner error"
+	const summary = "Error: local-exec provisioner error: exit status 3. Output: 503 Service Unavailable"
 	if st.LastRun.Success || st.LastRun.ErrorSummary != summary || st.LastRun.Terminal {
 		t.Errorf("last run %+v, want a failure summarised as %q, not terminal", st.LastRun, summary)
 	}

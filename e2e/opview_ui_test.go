@@ -66,7 +66,7 @@ task {
 	waitEvents(t, base, "firewall", 60*time.Second, func(evs []store.Event) bool { return len(evs) >= 2 })
 
 	b := newBrowser(t, chromium, shots)
-	const summary = "Error: local-exec provisioner error"
+	const summary = "Error: local-exec provisioner error: exit status 3. Output: 503 Service Unavailable"
 
 	// ---- the list: error summary, pending retry, runs per minute ----
 	b.do("open the dashboard", chromedp.Navigate(base+"/ui/"))

@@ -312,11 +312,11 @@ func TestOnceMode(t *testing.T) {
 		t.Fatalf("failure not reported with task name and Terraform's error:\n%s", out)
 	}
 	// The summary says Terraform's diagnostic (with the author's message
-	// of a failed condition), not the provisioner's command line that
-	// Terraform's detail starts with.
+	// of a failed condition, with what the provisioner printed), not the
+	// provisioner's command line that Terraform's detail starts with.
 	if out := p.out.String(); !strings.Contains(out, "==> Run summary: 2 tasks, 0 succeeded, 2 failed, in ") ||
 		!regexp.MustCompile(`\n    broken +failed +[0-9.]+m?s +Error: Resource precondition failed: this module always fails\n`).MatchString(out) ||
-		!regexp.MustCompile(`\n    firewall +failed +[0-9.]+m?s +Error: local-exec provisioner error\n`).MatchString(out) {
+		!regexp.MustCompile(`\n    firewall +failed +[0-9.]+m?s +Error: local-exec provisioner error: exit status 3\. Output: 503 Service Unavailable\n`).MatchString(out) {
 		t.Fatalf("no run summary with the failures:\n%s", out)
 	}
 	// -log-format=json: CTS's message and key, in JSON.

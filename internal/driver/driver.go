@@ -184,8 +184,8 @@ type Error struct {
 	Op      string // init, workspace, plan, apply, destroy, ...
 	Summary string
 	// Headline is the one-line form of the failure: Terraform's
-	// diagnostic summaries only ("Error: <summary>", several joined by
-	// "; "), without their detail; "" when Summary has no diagnostic.
+	// diagnostics with the first paragraph of their detail, short
+	// (Diagnostics.Headline); "" when Summary has no diagnostic.
 	Headline string
 	Err      error
 	// Terminal marks an error that running the same desired state again
@@ -255,11 +255,13 @@ var terminalSummaries = []string{
 }
 
 // maxHeadline bounds the length of ErrorSummary's line.
-const maxHeadline = 200
+const maxHeadline = 240
 
 // ErrorSummary returns the one-line summary of a run's error: the
-// Headline of a driver *Error (Terraform's "Error: <summary>" lines),
-// else the first line of the error, cut at 200 bytes. "" for nil.
+// Headline of a driver *Error (Terraform's "Error: <summary>: <detail>"
+// lines), else the first line of the error, cut at 240 bytes. "" for nil.
+// It is what every one-line error shows: a run's error_summary, a retry's
+// last_error, the status and -once tables, webhook texts, the dashboard.
 func ErrorSummary(err error) string {
 	if err == nil {
 		return ""
@@ -313,39 +315,54 @@ func (ds Diagnostics) Summary() string {
 	return strings.Join(out, "; ")
 }
 
-// Headline is the summaries of the error diagnostics ("Error: <summary>",
-// each once, joined by "; "), or "" when there is none.
-// A diagnostic that reports a failed condition or validation rule keeps
-// the first paragraph of its detail, the module author's error_message
-// ("Error: Resource precondition failed: a service named bad is not
-// allowed"): its summary alone does not say what failed.
+// Headline is the one-line form of the error diagnostics: each becomes
+// "Error: <summary>: <first paragraph of its detail>" (the detail cut at
+// 160 bytes), kept once, joined by "; "; "" when there is none. The
+// summary alone rarely says why ("Error: local-exec provisioner error"),
+// the detail's first paragraph does (the module author's error_message of
+// a failed condition, what an argument should be). A local-exec
+// provisioner's detail drops the command line Terraform puts first
+// ("Error running command '<command>': "), which is long and says
+// nothing of the cause: "Error: local-exec provisioner error: exit status
+// 22. Output: 503 Service Unavailable".
 func (ds Diagnostics) Headline() string {
 	var out []string
 	for _, d := range ds.Errors() {
 		t := "Error: " + d.Summary
-		if slices.Contains(authorMessageSummaries, d.Summary) {
-			if m := firstParagraph(d.Detail); m != "" {
-				t += ": " + cutUTF8(m, maxAuthorMessage)
-			}
+		if m := firstParagraph(provisionerDetail(d.Detail)); m != "" {
+			t += ": " + cutUTF8(m, maxHeadlineDetail)
 		}
-		if !slices.Contains(out, t) {
-			out = append(out, t)
+		if slices.ContainsFunc(out, func(o string) bool { return o == t || strings.HasPrefix(o, t+": ") }) {
+			continue
 		}
+		out = append(out, t)
 	}
 	return strings.Join(out, "; ")
 }
 
-// authorMessageSummaries are the summaries of the diagnostics whose detail
-// starts with a message the module's author wrote (a condition's or a
-// validation rule's error_message).
-var authorMessageSummaries = []string{
-	"Resource precondition failed", "Resource postcondition failed",
-	"Module output value precondition failed", "Check block assertion failed",
-	"Invalid value for variable",
+// provisionerDetail is the detail of a failed local-exec provisioner
+// without its command line: Terraform writes "Error running command
+// '<command>': <error>. Output: <output>", and the command may be long
+// enough to push the output (the cause) out of a one-line summary. Any
+// other detail is returned unchanged.
+func provisionerDetail(detail string) string {
+	const prefix = "Error running command '"
+	if !strings.HasPrefix(detail, prefix) {
+		return detail
+	}
+	head := detail
+	if i := strings.Index(detail, ". Output:"); i >= 0 {
+		head = detail[:i]
+	}
+	j := strings.LastIndex(head, "': ")
+	if j < len(prefix)-1 {
+		return detail
+	}
+	return detail[j+len("': "):]
 }
 
-// maxAuthorMessage bounds the author's message kept in a headline.
-const maxAuthorMessage = 120
+// maxHeadlineDetail bounds the detail kept per diagnostic in a headline.
+const maxHeadlineDetail = 160
 
 // Terminal reports whether an error diagnostic comes from the
 // configuration itself (see ErrTerminal).

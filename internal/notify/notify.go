@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -241,8 +242,8 @@ func (s *sender) payload(kind string, ev store.Event) Payload {
 	switch kind {
 	case config.NotifyFailed:
 		text = fmt.Sprintf("ctsync: task %q failed", ev.TaskName)
-		if ev.Error != nil {
-			text += ": " + ev.Error.Message
+		if msg := oneLineError(ev); msg != "" {
+			text += ": " + msg
 		}
 	case config.NotifyRecovered:
 		text = fmt.Sprintf("ctsync: task %q recovered: its run succeeded after a failure", ev.TaskName)
@@ -253,6 +254,20 @@ func (s *sender) payload(kind string, ev store.Event) Payload {
 		}
 	}
 	return Payload{Type: kind, Task: ev.TaskName, Time: time.Now().UTC(), Text: text, Event: ev}
+}
+
+// oneLineError is the failure of ev in one line: its error_summary (the
+// cause, as status and the dashboard show it), else the first line of its
+// error. A webhook's text is one line; the whole error is in its event.
+func oneLineError(ev store.Event) string {
+	if ev.ErrorSummary != "" {
+		return ev.ErrorSummary
+	}
+	if ev.Error == nil {
+		return ""
+	}
+	msg, _, _ := strings.Cut(strings.TrimSpace(ev.Error.Message), "\n")
+	return strings.TrimSpace(msg)
 }
 
 // deliver POSTs the payload, retrying transient failures.

@@ -116,7 +116,8 @@ func run(id, task string, ok bool, at int) store.Event {
 	ev := store.Event{ID: id, TaskName: task, Success: ok, Kind: store.KindApply,
 		StartTime: t0.Add(time.Duration(at) * time.Minute), EndTime: t0.Add(time.Duration(at)*time.Minute + time.Second)}
 	if !ok {
-		ev.Error = &store.EventError{Message: "Error: apply failed with token s3cr3t-token"}
+		ev.Error = &store.EventError{Message: "apply: Error: local-exec provisioner error: Error running command 'curl -H \"token: s3cr3t-token\" https://lb.example/pool': exit status 22. Output: 503 Service Unavailable s3cr3t-token\n\nand more"}
+		ev.ErrorSummary = "Error: local-exec provisioner error: exit status 22. Output: 503 Service Unavailable s3cr3t-token"
 	}
 	return ev
 }
@@ -190,6 +191,10 @@ func TestDelivery(t *testing.T) {
 	}
 	if got[2].Event.Plan == nil || got[2].Event.Plan.Change != 1 || !strings.Contains(got[2].Text, "1 to change") {
 		t.Errorf("drift notification: %+v", got[2])
+	}
+	// The failure's text is its one-line summary, the cause included.
+	if want := `ctsync: task "web" failed: Error: local-exec provisioner error: exit status 22. Output: 503 Service Unavailable [redacted]`; got[0].Text != want {
+		t.Errorf("failed text %q, want %q", got[0].Text, want)
 	}
 	rc.mu.Lock()
 	h := rc.headers[0]

@@ -54,9 +54,9 @@ func TestChangesBetweenRuns(t *testing.T) {
 }
 
 func TestErrorSummaryIsTheDiagnosticLine(t *testing.T) {
-	stderr := "╷\n│ Error: local-exec provisioner error\n│\n│   with null_resource.x,\n│   on main.tf line 3:\n│\n│ Error running command '/usr/bin/configure-firewall --zone a --apply all rules': exit status 1.\n╵\n"
+	stderr := "╷\n│ Error: local-exec provisioner error\n│\n│   with null_resource.x,\n│   on main.tf line 3:\n│\n│ Error running command '/usr/bin/configure-firewall --zone a --apply all rules': exit status 1. Output: 503 Service Unavailable\n╵\n"
 	err := &driver.Error{Op: "apply", Summary: tftext.Summarize(stderr), Headline: tftext.Headline(stderr)}
-	if got := driver.ErrorSummary(fmt.Errorf("wrapped: %w", err)); got != "Error: local-exec provisioner error" {
+	if got := driver.ErrorSummary(fmt.Errorf("wrapped: %w", err)); got != "Error: local-exec provisioner error: exit status 1. Output: 503 Service Unavailable" {
 		t.Fatalf("summary %q", got)
 	}
 	if got := driver.ErrorSummary(errors.New("storing the in-flight marker: x\nmore")); got != "storing the in-flight marker: x" {

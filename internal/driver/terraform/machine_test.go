@@ -146,7 +146,7 @@ func TestMachineUIOrText(t *testing.T) {
 			res, err = d.Apply(ctx, run("bad"), services("fail"))
 			var de *driver.Error
 			if !errors.As(err, &de) || de.Summary != "Error: Unsupported argument: not expected here" ||
-				de.Headline != "Error: Unsupported argument" || !de.Terminal || res.Add != 2 {
+				de.Headline != "Error: Unsupported argument: not expected here" || !de.Terminal || res.Add != 2 {
 				t.Fatalf("failed apply: %+v %#v", res, err)
 			}
 		})

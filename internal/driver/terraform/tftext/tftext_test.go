@@ -44,7 +44,9 @@ func TestSummarize(t *testing.T) {
 
 func TestHeadline(t *testing.T) {
 	stderr := "\n╷\n│ Error: local-exec provisioner error\n│ \n│   with terraform_data.rules,\n│   on main.tf line 9:\n│ \n│ Error running command 'echo x; exit 3': exit status 3. Output: x\n╵\n╷\n│ Error: local-exec provisioner error\n╵\nError: Invalid reference\n\n  Error: not a diagnostic\n"
-	if got, want := Headline(stderr), "Error: local-exec provisioner error; Error: Invalid reference"; got != want {
+	// A provisioner's detail without its command line: the cause, once
+	// (the same diagnostic without detail is not repeated).
+	if got, want := Headline(stderr), "Error: local-exec provisioner error: exit status 3. Output: x; Error: Invalid reference"; got != want {
 		t.Fatalf("Headline = %q, want %q", got, want)
 	}
 	// A failed condition keeps its author's message: the summary alone
