@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/testutil"
 )
 
@@ -41,6 +42,48 @@ func TestFaultTerraformMissing(t *testing.T) {
 				t.Fatalf("no clear error (%q):\n%s", tc.want, p.out.String())
 			}
 		})
+	}
+}
+
+// No Terraform and no task (the packaged configuration): the daemon starts
+// and serves its API; a task added later fails to run with an error that
+// says what to install, and runs once Terraform is there.
+func TestNoTerraformNoTask(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	work := t.TempDir()
+	port := testutil.FreePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	cfg := writeFile(t, work, "config.hcl", faultConfig(t, c.Addr, filepath.Join(work, "sync-tasks"), port, ""))
+	p := startCtsyncEnv(t, work, []string{"PATH=/nonexistent"}, "start", "-config-file", cfg)
+	testutil.Eventually(t, 60*time.Second, "GET /v1/status to answer", func() bool {
+		code, _ := apiCall(t, "GET", base+"/v1/status", "", nil)
+		return code == 200
+	})
+	if ls := p.lines("no Terraform binary", "neither terraform nor tofu was found on PATH"); len(ls) == 0 {
+		t.Errorf("no warning that Terraform is missing:\n%s", p.out.String())
+	}
+
+	out := t.TempDir()
+	body := fmt.Sprintf(`{"task":{"name":"web","module":%q,"variables":{"dir":%q},"condition":{"services":{"names":["web"]}}}}`,
+		module("services_file"), fmt.Sprintf("%q", out))
+	const want = `task \"web\" needs Terraform to run: neither terraform nor tofu was found on PATH; install Terraform or OpenTofu`
+	code, resp := apiCall(t, "POST", base+"/v1/tasks?run=now", body, nil)
+	if code < 400 || !strings.Contains(resp, want) {
+		t.Fatalf("creating a task with run=now without Terraform: %d %s, want an error with %q", code, resp, want)
+	}
+	// Created without running: its run fails with the same words, shown
+	// as its one-line error; the daemon goes on.
+	code, resp = apiCall(t, "POST", base+"/v1/tasks", body, nil)
+	expectStatus(t, "create", 201, code, resp)
+	evs := waitEvents(t, base, "web", 60*time.Second, func(evs []store.Event) bool { return len(evs) > 0 })
+	if evs[0].Success || !strings.Contains(evs[0].ErrorSummary, strings.ReplaceAll(want, `\"`, `"`)) {
+		t.Fatalf("the run without Terraform: %+v", evs[0])
+	}
+	p.running(t)
+	if code, _ := apiCall(t, "GET", base+"/v1/status", "", nil); code != 200 {
+		t.Fatalf("GET /v1/status: %d after the failed run", code)
 	}
 }
 

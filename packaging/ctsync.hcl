@@ -7,7 +7,9 @@
 # `systemctl reload ctsync`). Reference: docs/configuration.md.
 #
 # With nothing but comments, ctsync starts with no task and waits for the
-# local Consul agent.
+# local Consul agent; it needs no Terraform then. A task needs `terraform`
+# or `tofu` (0.14 or newer) on the PATH, or driver "terraform" { path }:
+# without one, the task's run fails and says so.
 
 # log_level   = "INFO"
 # port        = 8558

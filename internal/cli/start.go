@@ -162,12 +162,20 @@ func buildApp(ctx context.Context, f *startFlags, stderr io.Writer) (*app, int) 
 		logger.Warn("development client: no Terraform runs; each run is logged with its inputs, and nothing is changed")
 	} else if cfg.TFC == nil { // the terraform-cloud driver runs Terraform remotely (tfc.go)
 		b, ver, err := terraform.FindBinary(cfg.Driver.Path)
-		if err != nil {
-			logger.Error("terraform driver", "error", err)
+		switch {
+		case err != nil && len(cfg.Tasks) == 0 && !f.once && !f.inspect:
+			// Nothing runs Terraform yet: the daemon starts (the packaged
+			// configuration has no task), and a task added later looks
+			// for the binary when it runs, failing with this error until
+			// one is installed.
+			logger.Warn("no Terraform binary: the daemon starts because no task is configured; a task fails to run until Terraform or OpenTofu is installed", "error", err)
+		case err != nil:
+			logger.Error("terraform driver: the configured tasks need Terraform to run", "tasks", len(cfg.Tasks), "error", err)
 			return nil, ExitDriver
+		default:
+			bin = b
+			logger.Info("using terraform binary", "path", bin, "version", ver.String())
 		}
-		bin = b
-		logger.Info("using terraform binary", "path", bin, "version", ver.String())
 	}
 
 	wait := onceWait

@@ -81,8 +81,14 @@ func (r *release) writePackage(format, arch string) error {
 			RPM: nfpm.RPM{BuildHost: "ctsync-release", Packager: "ctsync", Group: "System Environment/Daemons"},
 		},
 	}
+	// Terraform runs the tasks (the daemon starts without it while it has
+	// none): recommended, installed by default where the package manager
+	// has it (HashiCorp's repository names it terraform, OpenTofu's tofu).
 	if format == "deb" {
 		info.Depends = []string{"passwd"} // useradd, groupadd (shadow-utils on RPM systems: always there)
+		info.Recommends = []string{"terraform | tofu"}
+	} else {
+		info.Recommends = []string{"(terraform or tofu)"}
 	}
 	info = nfpm.WithDefaults(info)
 	if err := nfpm.PrepareForPackager(info, format); err != nil {

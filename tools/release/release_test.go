@@ -152,6 +152,13 @@ func TestDebArm64Contents(t *testing.T) {
 			t.Errorf("%s differs between the amd64 and arm64 .deb", f)
 		}
 	}
+	// Terraform or OpenTofu is recommended (installed by default with
+	// apt where a repository has it; the daemon starts without).
+	for _, deb := range []string{amd, arm} {
+		if got := strings.TrimSpace(run(t, "dpkg-deb", "-f", deb, "Recommends")); got != "terraform | tofu" {
+			t.Errorf("%s: Recommends %q, want %q", filepath.Base(deb), got, "terraform | tofu")
+		}
+	}
 	dir := t.TempDir()
 	run(t, "dpkg-deb", "-x", arm, dir)
 	sameFile(t, filepath.Join(dir, "usr/bin/ctsync"), binaryFromTarballArch(t, "arm64"))
@@ -208,6 +215,17 @@ func TestDebInstallsAndRemoves(t *testing.T) {
 		if _, err := os.Stat(p); err != nil {
 			t.Error(err)
 		}
+	}
+	if rec := run(t, "dpkg-query", "-W", "-f", "${Recommends}", "ctsync"); rec != "terraform | tofu" {
+		t.Errorf("Recommends: %q", rec)
+	}
+	// The unit wants the network online (as Consul's does) rather than
+	// requiring it: a network-online.target that fails (no wait-online
+	// service) does not keep ctsync from starting.
+	unit, err := os.ReadFile("/usr/lib/systemd/system/ctsync.service")
+	must(t, err)
+	if !strings.Contains(string(unit), "\nWants=network-online.target\n") || strings.Contains(string(unit), "Requires=network-online.target") {
+		t.Errorf("the unit does not use Wants=network-online.target:\n%s", unit)
 	}
 	// The installed unit, as systemd reads it.
 	if out, err := exec.Command("systemd-analyze", "verify", "/usr/lib/systemd/system/ctsync.service").CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
@@ -304,6 +322,9 @@ func checkRPM(t *testing.T, pkg, rpmArch, arch string) {
 	}
 	if s := run(t, "rpm", "-qp", "--scripts", pkg); !strings.Contains(s, "useradd --system") || !strings.Contains(s, "preuninstall") {
 		t.Errorf("scripts:\n%s", s)
+	}
+	if rec := strings.TrimSpace(run(t, "rpm", "-qp", "--recommends", pkg)); rec != "(terraform or tofu)" {
+		t.Errorf("recommends: %q", rec)
 	}
 	if v := run(t, "rpm", "-qp", "--queryformat", "%{ARCH} %{LICENSE}", pkg); v != rpmArch+" MPL-2.0" {
 		t.Errorf("arch and licence: %q", v)

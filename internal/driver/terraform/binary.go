@@ -74,7 +74,7 @@ func locate(path string) (string, error) {
 				return absPath(p)
 			}
 		}
-		return "", fmt.Errorf("neither terraform nor tofu was found on PATH; install one or set driver \"terraform\" { path }")
+		return "", fmt.Errorf("neither terraform nor tofu was found on PATH; install Terraform or OpenTofu (%s or newer) or set driver \"terraform\" { path }", MinVersion)
 	}
 	st, err := os.Stat(path)
 	if err != nil {

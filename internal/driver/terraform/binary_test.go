@@ -92,6 +92,12 @@ func TestFindBinary(t *testing.T) {
 	if _, err := DetectBinary(""); err == nil {
 		t.Fatal("nothing on PATH, yet found")
 	}
+	// A task's driver built without a binary (the daemon started without
+	// one) says which task needs it and what to install.
+	_, err = New(localTask(t, t.TempDir(), "web", ""))
+	if want := `task "web" needs Terraform to run: neither terraform nor tofu was found on PATH; install Terraform or OpenTofu (0.14.0 or newer) or set driver "terraform" { path }`; err == nil || err.Error() != want {
+		t.Fatalf("New without a binary: %v, want %s", err, want)
+	}
 }
 
 func TestFindRealTerraform(t *testing.T) {

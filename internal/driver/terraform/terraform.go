@@ -147,9 +147,11 @@ func New(opts Options) (*Driver, error) {
 	}
 	switch {
 	case opts.Binary == "":
+		// The daemon started without one (no task needed it then), or
+		// the driver is built on its own: looked for now.
 		bin, _, err := FindBinary(opts.Driver.Path)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("task %q needs Terraform to run: %w", opts.Spec.Name, err)
 		}
 		opts.Binary = bin
 	case !strings.ContainsRune(opts.Binary, filepath.Separator):
