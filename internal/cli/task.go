@@ -46,11 +46,14 @@ func readAnswer() (string, error) {
 	return strings.TrimSpace(string(line)), nil
 }
 
-// approve asks for approval as CTS does and reports whether the answer is
-// exactly "yes"; action names it in the "Cancelled <action> task" line. An
-// interrupt (ctx done) while waiting rejects.
+// approve asks for approval and reports whether the answer is exactly
+// "yes"; action names it in the "Cancelled <action> task" line. An
+// interrupt (ctx done) while waiting cancels. The question starts as CTS's
+// ("Only 'yes' will be accepted to approve"), then says what any other
+// answer does: it only cancels the command (CTS's "enter 'no' or leave
+// blank to reject" suggested that a plan would be rejected).
 func approve(ctx context.Context, u term, name, action string) (bool, error) {
-	u.output("Only 'yes' will be accepted to approve, enter 'no' or leave blank to reject.\n")
+	u.output("Only 'yes' will be accepted to approve; any other answer, or none, cancels: %s\n", cancelMeans(action))
 	fmt.Fprint(u.out, "Enter a value: ")
 	type result struct {
 		answer string
@@ -76,6 +79,23 @@ func approve(ctx context.Context, u term, name, action string) (bool, error) {
 		return false, nil
 	}
 	return true, nil
+}
+
+// cancelMeans says what cancelling action leaves as it is.
+func cancelMeans(action string) string {
+	switch action {
+	case "creating":
+		return "the task is not created."
+	case "enabling":
+		return "the task stays disabled."
+	case "running":
+		return "the task does not run now."
+	case "deleting":
+		return "the task is not deleted."
+	case "approving the plan of", "rejecting the plan of":
+		return "the plan stays held, neither approved nor rejected."
+	}
+	return "nothing is changed."
 }
 
 // approvePlan is CTS's question before a plan is applied (task enable and

@@ -208,7 +208,9 @@ func wantCalls(t *testing.T, f *fakeCtrl, want ...string) {
 	}
 }
 
-const prompt = "    Only 'yes' will be accepted to approve, enter 'no' or leave blank to reject.\n\nEnter a value: "
+// prompt is the start of the question; what cancelling leaves as it is
+// follows (see the golden files).
+const prompt = "    Only 'yes' will be accepted to approve; any other answer, or none, cancels: "
 
 func TestTaskEnable(t *testing.T) {
 	cases := []struct {
