@@ -17,7 +17,9 @@ function chartFigure(id, title, note) {
 
 // drawChart draws data ([xs, ...series]) in the figure id. The figure's
 // data-points says how many values were drawn (0: an empty chart says so),
-// data-series-points how many each series has.
+// data-series-points how many each series has; once drawn, data-x-ticks
+// holds the x axis's labels ("|" between them) and data-x-range the x
+// scale's bounds (seconds), which the browser test reads.
 function drawChart(id, series, data, opts) {
   const fig = document.getElementById(id);
   if (!fig) return;
@@ -29,6 +31,8 @@ function drawChart(id, series, data, opts) {
   const points = counts.reduce((a, b) => a + b, 0);
   fig.dataset.points = String(points);
   fig.dataset.seriesPoints = counts.join(','); // per series, in order
+  delete fig.dataset.xTicks;
+  delete fig.dataset.xRange;
   if (!points) {
     box.append(el('p', { class: 'muted empty' }, 'No data yet.'));
     return;
@@ -38,16 +42,109 @@ function drawChart(id, series, data, opts) {
     return;
   }
   const width = Math.max(280, Math.floor(box.getBoundingClientRect().width || fig.getBoundingClientRect().width || 600));
+  const tip = el('div', { class: 'chart-tip', role: 'tooltip', hidden: true });
   const u = new uPlot(Object.assign({
     width, height: 170,
     cursor: { drag: { x: false, y: false } },
     legend: { show: true },
-    // Durations and counts start at zero.
-    scales: { x: { time: true }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
-    series: [{}].concat(series),
-    axes: [{}, { size: 50 }],
+    // The x range comes from the data, at least minXSpan wide; durations
+    // and counts start at zero.
+    scales: { x: { time: true, range: xRange }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+    series: [{ label: 'time', value: (u, v) => (v === null || v === undefined ? '—' : fmtTipTime(v)) }].concat(series),
+    axes: [{ space: 70, incrs: timeIncrs, values: (u, splits, ax, space, incr) => {
+      const labels = timeLabels(splits, incr);
+      fig.dataset.xTicks = labels.join('|');
+      return labels;
+    } }, { size: 50 }],
+    hooks: {
+      draw: [(u) => { fig.dataset.xRange = u.scales.x.min + ',' + u.scales.x.max; }],
+      setCursor: [(u) => showTip(u, tip)],
+    },
   }, opts || {}), data, box);
+  u.over.append(tip);
   charts.set(id, u);
+}
+
+// timeIncrs are the x axis's tick steps (seconds): whole seconds at least,
+// then the units a clock reads (a burst of runs gave ticks ":15.500").
+const timeIncrs = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
+  86400, 2 * 86400, 7 * 86400, 14 * 86400, 30 * 86400, 91 * 86400, 182 * 86400, 365 * 86400];
+
+// minXSpan is the narrowest x range (seconds): a single run is drawn in
+// the middle of a minute, not of the years uPlot would pick; a burst of
+// runs spreads over a minute at least.
+const minXSpan = 60;
+
+// xRange is the x scale's range: the data's, with 5% on each side (a point
+// is not drawn on the frame), and at least minXSpan around its middle. The
+// bounds are read from the data: for a single point uPlot passes a range
+// of its own (a thousand days after it).
+function xRange(u, dmin, dmax) {
+  let min = null, max = null;
+  for (const x of u.data[0]) {
+    if (x === null || x === undefined) continue;
+    if (min === null || x < min) min = x;
+    if (max === null || x > max) max = x;
+  }
+  if (min === null) return [dmin, dmax];
+  const pad = (max - min) * 0.05;
+  let lo = min - pad, hi = max + pad;
+  if (hi - lo < minXSpan) {
+    const mid = (min + max) / 2;
+    lo = mid - minXSpan / 2;
+    hi = mid + minXSpan / 2;
+  }
+  return [lo, hi];
+}
+
+const pad2 = (n) => String(n).padStart(2, '0');
+const monthNames = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+const dayLabel = (d) => monthNames[d.getMonth()] + ' ' + d.getDate();
+
+// timeLabels are the labels of the x ticks at splits (seconds), incr apart:
+// HH:MM:SS below a minute, HH:MM below a day, the date above; the first
+// tick and each one on a new day also carry the date, on a second line.
+function timeLabels(splits, incr) {
+  let prevDay = null;
+  return splits.map((s) => {
+    const d = new Date(s * 1000);
+    const day = d.getFullYear() + '-' + d.getMonth() + '-' + d.getDate();
+    const newDay = day !== prevDay;
+    prevDay = day;
+    if (incr >= 86400) return dayLabel(d) + (incr >= 182 * 86400 || newDay && d.getMonth() === 0 ? ' ' + d.getFullYear() : '');
+    const hm = pad2(d.getHours()) + ':' + pad2(d.getMinutes());
+    const t = incr < 60 ? hm + ':' + pad2(d.getSeconds()) : hm;
+    return newDay ? t + '\n' + dayLabel(d) : t;
+  });
+}
+
+// fmtTipTime is a point's time in the hover tip: date and time to the
+// second (and the millisecond when it has one).
+function fmtTipTime(v) {
+  const d = new Date(v * 1000);
+  const ms = d.getMilliseconds();
+  return dayLabel(d) + ' ' + pad2(d.getHours()) + ':' + pad2(d.getMinutes()) + ':' + pad2(d.getSeconds()) +
+    (ms ? '.' + String(ms).padStart(3, '0') : '');
+}
+
+// showTip shows the values under the cursor next to it: the time, then each
+// series that has a value there (the legend below the chart says the same).
+function showTip(u, tip) {
+  const i = u.cursor.idx;
+  if (i === null || i === undefined || u.cursor.left < 0) { tip.hidden = true; return; }
+  const lines = [fmtTipTime(u.data[0][i])];
+  u.series.forEach((s, k) => {
+    const v = u.data[k][i];
+    if (k === 0 || !s.show || v === null || v === undefined) return;
+    lines.push(s.label + ': ' + (s.value ? s.value(u, v, k, i) : String(v)));
+  });
+  if (lines.length < 2) { tip.hidden = true; return; }
+  tip.textContent = lines.join('\n');
+  tip.hidden = false;
+  const w = u.over.clientWidth;
+  const left = u.cursor.left + 12;
+  tip.style.left = (left + 160 > w ? Math.max(0, u.cursor.left - 172) : left) + 'px';
+  tip.style.top = Math.max(0, u.cursor.top - 10) + 'px';
 }
 
 // Point-only series (no line between runs).
