@@ -103,6 +103,17 @@ func kinds(objs map[string]map[string]any) string {
 	return strings.Join(ks, " ")
 }
 
+// podVolume is the pod template's volume named name, or nil.
+func podVolume(sts map[string]any, name string) any {
+	vs, _ := dig(sts, "spec", "template", "spec", "volumes").([]any)
+	for _, v := range vs {
+		if dig(v, "name") == name {
+			return v
+		}
+	}
+	return nil
+}
+
 func needHelm(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("helm"); err != nil {
@@ -116,14 +127,49 @@ func TestChartLintAndTemplate(t *testing.T) {
 		t.Fatalf("helm lint: %v\n%s", err, out)
 	}
 
-	// One instance: no Secret, no ServiceMonitor; Recreate, so never two.
+	// One instance: no Secret, no ServiceMonitor; a StatefulSet, whose
+	// rolling update stops the pod before its replacement starts, so never
+	// two.
 	one := render(t)
-	if got, want := kinds(one), "ConfigMap/rel-ctsync Deployment/rel-ctsync PodDisruptionBudget/rel-ctsync Service/rel-ctsync ServiceAccount/rel-ctsync"; got != want {
+	if got, want := kinds(one), "ConfigMap/rel-ctsync PodDisruptionBudget/rel-ctsync Service/rel-ctsync ServiceAccount/rel-ctsync StatefulSet/rel-ctsync"; got != want {
 		t.Errorf("default objects:\n got %s\nwant %s", got, want)
 	}
-	dep := one["Deployment/rel-ctsync"]
-	if s := dig(dep, "spec", "strategy", "type"); s != "Recreate" {
-		t.Errorf("one instance: strategy %v, want Recreate", s)
+	dep := one["StatefulSet/rel-ctsync"]
+	if s := dig(dep, "spec", "updateStrategy", "type"); s != "RollingUpdate" || dig(dep, "spec", "podManagementPolicy") != "OrderedReady" {
+		t.Errorf("one instance: updateStrategy %v, podManagementPolicy %v", s, dig(dep, "spec", "podManagementPolicy"))
+	}
+	// /var/lib/ctsync (history, held plans, plugin cache) on a claim of
+	// its own, kept across rollouts: by default, 2Gi, the default class.
+	if n, m := dig(dep, "spec", "volumeClaimTemplates", 0, "metadata", "name"), dig(dep, "spec", "template", "spec", "containers", 0, "volumeMounts", 1); n != "work" ||
+		dig(m, "name") != "work" || dig(m, "mountPath") != "/var/lib/ctsync" {
+		t.Errorf("persistence: claim %v, mount %v", n, m)
+	}
+	if sz := dig(dep, "spec", "volumeClaimTemplates", 0, "spec", "resources", "requests", "storage"); sz != "2Gi" ||
+		dig(dep, "spec", "volumeClaimTemplates", 0, "spec", "storageClassName") != nil ||
+		dig(dep, "spec", "volumeClaimTemplates", 0, "spec", "accessModes", 0) != "ReadWriteOnce" {
+		t.Errorf("the claim template: %v", dig(dep, "spec", "volumeClaimTemplates", 0))
+	}
+	if v := podVolume(dep, "work"); v != nil {
+		t.Errorf("a pod volume work besides the claim template: %v", v)
+	}
+	// A storage class, "-" for none, an existing claim, or an emptyDir.
+	if sc := dig(render(t, "persistence.storageClass=fast", "persistence.size=10Gi")["StatefulSet/rel-ctsync"], "spec", "volumeClaimTemplates", 0, "spec", "storageClassName"); sc != "fast" {
+		t.Errorf("storageClass fast: %v", sc)
+	}
+	if sc := dig(render(t, "persistence.storageClass=-")["StatefulSet/rel-ctsync"], "spec", "volumeClaimTemplates", 0, "spec", "storageClassName"); sc != "" {
+		t.Errorf("storageClass -: %v, want \"\"", sc)
+	}
+	ex := render(t, "persistence.existingClaim=ctsync-data")["StatefulSet/rel-ctsync"]
+	if c := dig(podVolume(ex, "work"), "persistentVolumeClaim", "claimName"); c != "ctsync-data" || dig(ex, "spec", "volumeClaimTemplates") != nil {
+		t.Errorf("existingClaim: volume %v, templates %v", podVolume(ex, "work"), dig(ex, "spec", "volumeClaimTemplates"))
+	}
+	off := render(t, "persistence.enabled=false")["StatefulSet/rel-ctsync"]
+	if l := dig(podVolume(off, "work"), "emptyDir", "sizeLimit"); l != "2Gi" || dig(off, "spec", "volumeClaimTemplates") != nil {
+		t.Errorf("persistence off: volume %v, templates %v", podVolume(off, "work"), dig(off, "spec", "volumeClaimTemplates"))
+	}
+	if out, err := helm(t, "template", "rel", chartDir(), "--set", "replicaCount=2", "--set", "highAvailability.enabled=true",
+		"--set", "persistence.existingClaim=ctsync-data"); err == nil || !strings.Contains(out, "persistence.existingClaim is one volume for one instance") {
+		t.Errorf("existingClaim with two instances rendered (err %v):\n%s", err, out)
 	}
 	c := dig(dep, "spec", "template", "spec", "containers", 0)
 	// Readiness follows /v1/health (Consul reachable, controller live);
@@ -160,12 +206,15 @@ func TestChartLintAndTemplate(t *testing.T) {
 	if dig(ha["Secret/rel-ctsync-secrets"], "data", "api-token-ops") != nil {
 		t.Errorf("the ops token comes from an existing Secret, yet the chart stores one")
 	}
-	hc := dig(ha["Deployment/rel-ctsync"], "spec", "template", "spec", "containers", 0)
+	hc := dig(ha["StatefulSet/rel-ctsync"], "spec", "template", "spec", "containers", 0)
 	if s := dig(hc, "env", 1, "valueFrom", "secretKeyRef", "name"); s != "consul-acl" {
 		t.Errorf("CONSUL_HTTP_TOKEN from %v, want the Secret consul-acl", s)
 	}
-	if r := dig(ha["Deployment/rel-ctsync"], "spec", "replicas"); r != 3 {
-		t.Errorf("replicas %v", r)
+	if r := dig(ha["StatefulSet/rel-ctsync"], "spec", "replicas"); r != 3 || dig(ha["StatefulSet/rel-ctsync"], "spec", "podManagementPolicy") != "Parallel" {
+		t.Errorf("replicas %v, podManagementPolicy %v", r, dig(ha["StatefulSet/rel-ctsync"], "spec", "podManagementPolicy"))
+	}
+	if n := dig(ha["StatefulSet/rel-ctsync"], "spec", "volumeClaimTemplates", 0, "metadata", "name"); n != "work" {
+		t.Errorf("HA: each instance's claim: %v", n)
 	}
 
 	// Two instances without high availability would both apply every task.
@@ -195,7 +244,7 @@ func TestChartConfigLoads(t *testing.T) {
 	hcl = strings.Replace(hcl, `"/var/lib/ctsync/sync-tasks"`, fmt.Sprintf("%q", filepath.Join(dir, "sync-tasks")), 1)
 	must(t, os.WriteFile(filepath.Join(dir, "ctsync.hcl"), []byte(hcl), 0o644))
 	// The container's command, with this machine's paths.
-	script, _ := dig(objs["Deployment/rel-ctsync"], "spec", "template", "spec", "containers", 0, "args", 0).(string)
+	script, _ := dig(objs["StatefulSet/rel-ctsync"], "spec", "template", "spec", "containers", 0, "args", 0).(string)
 	bin := binaryFromTarball(t)
 	script = strings.NewReplacer("/tmp/instance.hcl", filepath.Join(dir, "instance.hcl"),
 		"/usr/bin/ctsync", bin, "-config-dir=/etc/ctsync.d", "-config-dir="+dir).Replace(script)
@@ -314,7 +363,7 @@ func TestChartPackageMatchesImage(t *testing.T) {
 		t.Errorf("index.json names the image %q for containerd, manifest.json %q", n, ref)
 	}
 
-	// The packaged chart's Deployment runs exactly that image.
+	// The packaged chart's StatefulSet runs exactly that image.
 	tpl, err := helm(t, "template", "rel", pkg)
 	if err != nil {
 		t.Fatalf("helm template %s: %v\n%s", pkg, err, tpl)
@@ -351,7 +400,7 @@ func TestChartLivenessWithoutConsul(t *testing.T) {
 	objs := render(t, "consul.address="+noConsul, fmt.Sprintf("service.port=%d", port),
 		"apiAuth.tokens[0].name=ops", "apiAuth.tokens[0].access=write", "apiAuth.tokens[0].value=0123456789abcdef-write",
 		"config=task {\n  name = \"web\"\n  module = \"./m\"\n  condition \"services\" {\n    names = [\"web\"]\n  }\n}\n")
-	dep := objs["Deployment/rel-ctsync"]
+	dep := objs["StatefulSet/rel-ctsync"]
 	c := dig(dep, "spec", "template", "spec", "containers", 0)
 	path, _ := dig(c, "livenessProbe", "httpGet", "path").(string)
 	if path == "" || dig(c, "livenessProbe", "httpGet", "port") != "http" {

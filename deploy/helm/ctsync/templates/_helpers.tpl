@@ -49,6 +49,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.highAvailability.enabled) -}}
 {{- fail "replicaCount > 1 needs highAvailability.enabled=true: without it every instance would apply every task" -}}
 {{- end -}}
+{{- if and .Values.persistence.enabled .Values.persistence.existingClaim (gt (int .Values.replicaCount) 1) -}}
+{{- fail "persistence.existingClaim is one volume for one instance: with replicaCount > 1 leave it empty (each instance gets a claim of its own)" -}}
+{{- end -}}
 {{- if not (has .Values.highAvailability.mode (list "leader" "spread")) -}}
 {{- fail (printf "highAvailability.mode must be \"leader\" or \"spread\", not %q" .Values.highAvailability.mode) -}}
 {{- end -}}
