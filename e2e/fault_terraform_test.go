@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,8 +59,12 @@ func TestNoTerraformNoTask(t *testing.T) {
 	cfg := writeFile(t, work, "config.hcl", faultConfig(t, c.Addr, filepath.Join(work, "sync-tasks"), port, ""))
 	p := startCtsyncEnv(t, work, []string{"PATH=/nonexistent"}, "start", "-config-file", cfg)
 	testutil.Eventually(t, 60*time.Second, "GET /v1/status to answer", func() bool {
-		code, _ := apiCall(t, "GET", base+"/v1/status", "", nil)
-		return code == 200
+		resp, err := http.Get(base + "/v1/status")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
 	})
 	if ls := p.lines("no Terraform binary", "neither terraform nor tofu was found on PATH"); len(ls) == 0 {
 		t.Errorf("no warning that Terraform is missing:\n%s", p.out.String())

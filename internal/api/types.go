@@ -113,8 +113,8 @@ type LastRun struct {
 	Trigger   string    `json:"trigger,omitempty"`
 	StartTime time.Time `json:"start_time"`
 	EndTime   time.Time `json:"end_time"`
-	// ErrorSummary is the failure in one line (Terraform's "Error:
-	// <summary>" lines).
+	// ErrorSummary is the failure in one line (driver.ErrorSummary:
+	// Terraform's "Error: <summary>: <detail's first paragraph>").
 	ErrorSummary string             `json:"error_summary,omitempty"`
 	Terminal     bool               `json:"terminal"`
 	Plan         *store.PlanSummary `json:"plan,omitempty"`

@@ -50,8 +50,8 @@ type Event struct {
 	// TFCRunURL is the remote run's page (terraform-cloud driver).
 	TFCRunURL string `json:"tfc_run_url,omitempty"`
 
-	// ErrorSummary is the failure in one line: Terraform's diagnostic
-	// summaries ("Error: <summary>"), without their detail.
+	// ErrorSummary is the failure in one line: Terraform's diagnostics
+	// with the first paragraph of their detail (driver.ErrorSummary).
 	ErrorSummary string `json:"error_summary,omitempty"`
 	// Actor is the name of the API token whose request ran the task
 	// (trigger "api" with api_auth on).
