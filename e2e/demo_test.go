@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,7 +21,11 @@ import (
 // after its scripted changes it prints the dashboard's URL and keeps
 // Consul, nginx and ctsync running, the dashboard answering, until Ctrl-C
 // (SIGINT to its process group), which stops everything, removes its
-// temporary folder and exits 0.
+// temporary folder and exits 0. No request through the load balancer that
+// it shows gets a 502 (it waits for nginx's reloads to finish). Its output
+// goes through a pipe, as in `make demo | tee demo.log`, and, as tee does
+// on Ctrl-C, the reader goes away first: the clean-up still stops nginx
+// and removes the folder.
 func TestDemoKeepsRunning(t *testing.T) {
 	skipShort(t)
 	if _, err := exec.LookPath("nginx"); err != nil {
@@ -31,14 +36,16 @@ func TestDemoKeepsRunning(t *testing.T) {
 	cmd := exec.Command("bash", filepath.Join(testutil.RepoRoot(), "scripts", "demo.sh"))
 	cmd.Env = append(os.Environ(), "CTSYNC_BIN="+ctsyncBin, "CTSYNC_DEMO_EXIT=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	stdout, err := cmd.StdoutPipe()
+	stdout, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = cmd.Stdout
+	var stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	w.Close()
 	done := make(chan error, 1)
 	t.Cleanup(func() {
 		// A failed test: Ctrl-C, whose trap stops everything (nginx runs
@@ -76,7 +83,7 @@ func TestDemoKeepsRunning(t *testing.T) {
 		select {
 		case l, ok := <-lines:
 			if !ok {
-				t.Fatalf("the demo ended before Ctrl-C:\n%s", out.String())
+				t.Fatalf("the demo ended before Ctrl-C:\n%s\n%s", out.String(), stderr.String())
 			}
 			if m := dashRe.FindStringSubmatch(l); m != nil {
 				dashboard = m[1]
@@ -86,7 +93,7 @@ func TestDemoKeepsRunning(t *testing.T) {
 				waiting = false
 			}
 		case <-timeout:
-			t.Fatalf("the demo did not reach its end within 4 minutes:\n%s", out.String())
+			t.Fatalf("the demo did not reach its end within 4 minutes:\n%s\n%s", out.String(), stderr.String())
 		}
 	}
 	if dashboard == "" || !strings.Contains(out.String(), "Everything keeps running until you press Ctrl-C") {
@@ -112,7 +119,27 @@ func TestDemoKeepsRunning(t *testing.T) {
 		t.Fatalf("no demo folder printed:\n%s", out.String())
 	}
 
-	// Ctrl-C.
+	// What the load balancer answered: backends only, never a 502.
+	blocks := strings.Split(out.String(), "six requests through the load balancer")
+	if len(blocks) != 4 {
+		t.Fatalf("want three traffic samples:\n%s", out.String())
+	}
+	for _, b := range blocks[1:] {
+		if n := strings.Count(b, "    hello from web-"); n != 6 || strings.Contains(b, "502") || strings.Contains(b, "Bad Gateway") {
+			t.Errorf("a traffic sample with %d answers from backends of 6, or a 502:\n%s", n, b)
+		}
+	}
+	pidText, err := os.ReadFile(filepath.Join(m[1], "nginx", "nginx.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nginxPID, err := strconv.Atoi(strings.TrimSpace(string(pidText)))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Ctrl-C, under `| tee`: the reader of the output is gone first.
+	stdout.Close()
 	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -120,13 +147,17 @@ func TestDemoKeepsRunning(t *testing.T) {
 	case err := <-done:
 		done <- err // for the cleanup
 		if err != nil {
-			t.Errorf("the demo exited with %v after Ctrl-C:\n%s", err, out.String())
+			t.Errorf("the demo exited with %v after Ctrl-C:\n%s\n%s", err, out.String(), stderr.String())
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the demo did not stop within 60s of Ctrl-C:\n%s", out.String())
+		t.Fatalf("the demo did not stop within 60s of Ctrl-C:\n%s\n%s", out.String(), stderr.String())
 	}
-	if !strings.Contains(out.String(), "stopped consul, ctsync and nginx; removed "+m[1]) {
-		t.Errorf("no clean-up line:\n%s", out.String())
+	if !strings.Contains(stderr.String(), "stopped consul, ctsync and nginx; removed "+m[1]) {
+		t.Errorf("no clean-up line on standard error:\n%s", stderr.String())
+	}
+	if err := syscall.Kill(nginxPID, 0); err != syscall.ESRCH {
+		t.Errorf("nginx's master (pid %d) still runs after Ctrl-C: %v", nginxPID, err)
+		_ = syscall.Kill(nginxPID, syscall.SIGKILL)
 	}
 	if _, err := os.Stat(m[1]); !os.IsNotExist(err) {
 		t.Errorf("the demo's folder %s is still there (%v)", m[1], err)

@@ -15,13 +15,27 @@ PIDS=()
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
+# cleanup stops what the demo started and removes its folder. It runs to
+# the end even when standard output is gone (`make demo | tee demo.log`:
+# Ctrl-C stops tee too, and a write to the pipe would kill the shell), and
+# a second Ctrl-C does not stop it; it reports on standard error.
 cleanup() {
-  say "Cleaning up"
-  [ -f "$DEMO/nginx/nginx.pid" ] && "$NGINX" -p "$DEMO/nginx" -c "$DEMO/nginx/nginx.conf" -s stop 2>/dev/null || true
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  set +e
+  trap '' INT TERM PIPE
+  printf '\n\033[1m==> %s\033[0m\n' "Cleaning up" >&2
+  local master
+  master=$(cat "$DEMO/nginx/nginx.pid" 2>/dev/null)
+  if [ -n "$master" ]; then
+    # nginx runs as a daemon, outside the demo's process group: stopped
+    # here, and waited for.
+    "$NGINX" -p "$DEMO/nginx" -c "$DEMO/nginx/nginx.conf" -s stop >/dev/null 2>&1 || kill "$master" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "$master" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$master" 2>/dev/null
+  fi
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
   rm -rf "$DEMO"
-  echo "stopped consul, ctsync and nginx; removed $DEMO"
+  echo "stopped consul, ctsync and nginx; removed $DEMO" >&2
 }
 trap cleanup EXIT
 
@@ -70,6 +84,7 @@ cat >"$DEMO/nginx/upstream.conf" <<EOF
 upstream backend { server 127.0.0.1:9 down; }
 EOF
 cat >"$DEMO/nginx/nginx.conf" <<EOF
+worker_processes 1;
 pid $DEMO/nginx/nginx.pid;
 error_log $DEMO/nginx/logs/error.log;
 events {}
@@ -90,6 +105,30 @@ EOF
 mkdir -p "$DEMO/nginx/tmp"
 "$NGINX" -p "$DEMO/nginx" -c "$DEMO/nginx/nginx.conf" -e "$DEMO/nginx/logs/error.log"
 
+# nginx_workers prints the PIDs of the nginx master's children: its worker,
+# and during a reload the old workers, which still answer with the previous
+# upstream (a 502 while it was "server 127.0.0.1:9 down") until they exit.
+nginx_workers() {
+  local master pid ppid f
+  master=$(cat "$DEMO/nginx/nginx.pid" 2>/dev/null) || return 0
+  for f in /proc/[0-9]*/stat; do
+    read -r pid _ _ ppid _ <"$f" 2>/dev/null || continue
+    if [ "$ppid" = "$master" ]; then printf '%s ' "$pid"; fi
+  done
+}
+# reloaded OLD: nginx's reload has finished: one worker (worker_processes
+# 1), none of the workers OLD that ran before the upstream changed (the
+# module reloads nginx only when the upstream file changes).
+reloaded() {
+  # shellcheck disable=SC2046
+  set -- $(nginx_workers)
+  [ "$#" = 1 ] || return 1
+  case " $OLD_WORKERS " in *" $1 "*) return 1 ;; esac
+}
+has_worker() { [ -n "$(nginx_workers)" ]; }
+wait_for "nginx's worker" has_worker
+OLD_WORKERS=$(nginx_workers)
+
 register() { # id port
   curl -sf -X PUT "$CONSUL/v1/agent/service/register" -d @- <<EOF
 {"ID": "$1", "Name": "web", "Address": "127.0.0.1", "Port": $2, "Tags": ["demo"],
@@ -100,7 +139,7 @@ deregister() { curl -sf -X PUT "$CONSUL/v1/agent/service/deregister/$1"; }
 servers() { grep -c '^    server 127.0.0.1:[0-9]*;' "$DEMO/nginx/upstream.conf" || true; }
 # serves NAME: some of nine requests reach backend NAME.
 serves() { for _ in 1 2 3 4 5 6 7 8 9; do curl -s "http://127.0.0.1:$LB_PORT/" | grep -q "$1" && return 0; done; return 1; }
-# avoids NAME: none of nine requests reaches it (nginx's reload has finished).
+# avoids NAME: none of nine requests reaches it.
 avoids() { for _ in 1 2 3 4 5 6 7 8 9; do curl -s "http://127.0.0.1:$LB_PORT/" | grep -q "$1" && return 1; done; return 0; }
 
 traffic() {
@@ -147,21 +186,26 @@ EOF
 PIDS+=($!)
 wait_for "two upstream servers" bash -c "[ \"\$(grep -c '^    server 127.0.0.1:[0-9]*;' $DEMO/nginx/upstream.conf)\" = 2 ]"
 echo "dashboard: $DASHBOARD"
+wait_for "nginx's reload to finish" reloaded
 wait_for "nginx to send traffic to web-1" serves web-1
 wait_for "nginx to send traffic to web-2" serves web-2
 echo "nginx upstream rendered by ctsync:"; sed 's/^/    /' "$DEMO/nginx/upstream.conf"
 traffic
 
 say "Registering web-3: ctsync adds it"
+OLD_WORKERS=$(nginx_workers)
 register web-3 "$B3"
 wait_for "three upstream servers" bash -c "[ \"\$(grep -c '^    server 127.0.0.1:[0-9]*;' $DEMO/nginx/upstream.conf)\" = 3 ]"
+wait_for "nginx's reload to finish" reloaded
 wait_for "nginx to send traffic to web-3" serves web-3
 sed 's/^/    /' "$DEMO/nginx/upstream.conf"
 traffic
 
 say "Deregistering web-1: ctsync removes it"
+OLD_WORKERS=$(nginx_workers)
 deregister web-1
 wait_for "two upstream servers" bash -c "[ \"\$(grep -c '^    server 127.0.0.1:[0-9]*;' $DEMO/nginx/upstream.conf)\" = 2 ]"
+wait_for "nginx's reload to finish" reloaded
 wait_for "nginx to stop sending traffic to web-1" avoids web-1
 sed 's/^/    /' "$DEMO/nginx/upstream.conf"
 traffic
