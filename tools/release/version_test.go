@@ -102,3 +102,88 @@ func TestStaticELF(t *testing.T) {
 		}
 	}
 }
+
+// The release version when the tags did not travel (a clone or a merge
+// without them): scripts/version.sh, in a repository of its own, takes the
+// newest release heading of CHANGELOG.md and the commit that added it. At
+// that commit it prints the release (0.1.0), N commits later what git
+// describe would (0.1.0-N-g<commit>, whose package sorts after it), with
+// local changes -dirty; a tag wins over the heading. A ctsync built with
+// its linker flags at the release commit says `ctsync v0.1.0`.
+func TestVersionFromChangelog(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	root, err := filepath.Abs(opts.root)
+	must(t, err)
+	dir := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(dir, "scripts"), 0o755))
+	script, err := os.ReadFile(filepath.Join(root, "scripts", "version.sh"))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(dir, "scripts", "version.sh"), script, 0o755))
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"}, args...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	commit := func(changelog string) string {
+		t.Helper()
+		must(t, os.WriteFile(filepath.Join(dir, "CHANGELOG.md"), []byte(changelog), 0o644))
+		git("add", "-A")
+		git("commit", "-q", "-m", "change")
+		return git("rev-parse", "--short=7", "HEAD")
+	}
+	version := func(arg ...string) string {
+		t.Helper()
+		return strings.TrimSpace(run(t, "bash", append([]string{filepath.Join(dir, "scripts", "version.sh")}, arg...)...))
+	}
+	git("init", "-q")
+	const head = "# Changelog\n\n## Unreleased\n\n"
+	commit(head + "- a change\n")
+	if v := version(); !strings.HasPrefix(v, "0.0.0-") {
+		t.Errorf("before any release: %q, want a pseudo-version", v)
+	}
+	release := head + "## 0.1.0 — 2026-11-29\n\n### Added\n- a change\n"
+	commit(release)
+	if v := version(); v != "0.1.0" {
+		t.Errorf("at the release commit: %q, want 0.1.0", v)
+	}
+	ldflags := version("ldflags")
+	commit(release + "\n")
+	later := commit(strings.Replace(release, "## Unreleased\n\n", "## Unreleased\n\n- a fix\n\n", 1))
+	if v := version(); v != "0.1.0-2-g"+later {
+		t.Errorf("two commits after the release: %q, want 0.1.0-2-g%s", v, later)
+	}
+	if pv, _, meta, err := packageVersion(version()); err != nil || pv != "0.1.0" || meta != "2.g"+later {
+		t.Errorf("its package version: %s+%s (%v), want 0.1.0+2.g%s", pv, meta, err, later)
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "CHANGELOG.md"), []byte(release+"edited\n"), 0o644))
+	if v := version(); v != "0.1.0-2-g"+later+"-dirty" {
+		t.Errorf("with local changes: %q", v)
+	}
+	git("checkout", "-q", "--", "CHANGELOG.md")
+	git("tag", "v0.2.0")
+	if v := version(); v != "0.2.0" {
+		t.Errorf("tagged v0.2.0: %q, want the tag's version", v)
+	}
+
+	// The binary built at the release commit, with its linker flags.
+	if testing.Short() {
+		return
+	}
+	bin := filepath.Join(t.TempDir(), "ctsync")
+	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, "./cmd/ctsync")
+	build.Dir = root
+	build.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if out := run(t, bin, "version"); !strings.HasPrefix(out, "ctsync v0.1.0 (") {
+		t.Errorf("ctsync version at the release commit:\n%s", out)
+	}
+}
