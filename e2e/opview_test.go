@@ -87,9 +87,10 @@ task {
 }
 
 // TestFailedRunAtAGlance: a task whose apply fails in a provisioner (real
-// Consul, real Terraform). Its status says the last result, Terraform's
-// one-line diagnostic (not the provisioner's command line) and the
-// pending retry; the failed run keeps the plan it had, its phases and
+// Consul, real Terraform). Its status, ctsync status and the failed
+// webhook say the last result and Terraform's one-line diagnostic with
+// what the provisioner printed (not its command line), and the pending
+// retry; the failed run keeps the plan it had, its phases and
 // what changed in Consul since the previous run.
 func TestFailedRunAtAGlance(t *testing.T) {
 	skipShort(t)
@@ -98,7 +99,9 @@ func TestFailedRunAtAGlance(t *testing.T) {
 	port := testutil.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
-	startCtsync(t, work, "start", "-config-file", failingApplyConfig(t, c.Addr, work, port))
+	hook := newHookSink(t)
+	startCtsync(t, work, "start", "-config-file", failingApplyConfig(t, c.Addr, work, port),
+		"-config-file", writeFile(t, work, "hook.hcl", hook.block("failed")))
 
 	var st api.TaskStatus
 	deadline := time.Now().Add(90 * time.Second)
@@ -124,6 +127,11 @@ func TestFailedRunAtAGlance(t *testing.T) {
 	if p := st.LastRun.Plan; p == nil || p.Add != 1 {
 		t.Errorf("the failed apply's plan summary: %+v, want +1", p)
 	}
+
+	// The failed webhook's text is the same line.
+	hook.wait(t, "firewall", "the failure with its one-line error", func(n hookNote) bool {
+		return n.Type == "failed" && n.Text == `ctsync: task "firewall" failed: `+summary
+	})
 
 	// ctsync status says the same: the pending retry (not "on change") and
 	// the one-line error.
