@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -402,5 +403,122 @@ func TestRedactionBareTokenAndOracleEndToEnd(t *testing.T) {
 	// The secret is still redacted where the request did not put it.
 	if strings.Contains(p.out.String(), "Bearer "+gateWriteSecret) {
 		t.Fatal("a token in the daemon's output")
+	}
+}
+
+// sayModule's plan shows the task's values, and its provisioner prints
+// them at every apply (the resource is replaced each time): into the run
+// log and, with log = true, the daemon's log.
+const sayModule = `
+variable "services" {
+  type    = any
+  default = {}
+}
+
+variable "values" {
+  type = list(string)
+}
+
+resource "terraform_data" "say" {
+  input            = var.values
+  triggers_replace = timestamp()
+  provisioner "local-exec" {
+    command = "echo \"said: ${join(",", var.values)}\""
+  }
+}
+`
+
+// The values a request gives a task's variables are shown as written in
+// that task's own text only: when one is exactly a configured secret (the
+// webhook's bearer token), the daemon's log and another task's run log
+// and terraform.log still show "[redacted]" for it, while the task's own
+// run log and plan show the value as the request wrote it.
+func TestRedactionProtectOnlyTheTasksOwnTextEndToEnd(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	hook := newHookSink(t)
+	const hookToken = "hook-token-fedcba9876543210"
+	work := t.TempDir()
+	say := t.TempDir()
+	writeFile(t, say, "main.tf", sayModule)
+	port := testutil.FreePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	hookBlock := strings.Replace(hook.block("failed"), "{\n", fmt.Sprintf("{\n  headers = {\n    Authorization = %q\n  }\n", "Bearer "+hookToken), 1)
+	// Terraform's output is forwarded to the daemon's log (log = true) and
+	// its TRACE log kept (persist_log = true).
+	drv := "driver \"terraform\" {\n  log         = true\n  persist_log = true\n}\n"
+	printer := fmt.Sprintf(`
+task {
+  name   = "printer"
+  module = %q
+  variables = {
+    values = ["%s"]
+  }
+  condition "services" {
+    names               = ["web"]
+    use_as_module_input = false
+  }
+}
+`, say, hookToken)
+	cfg := daemonConfig(t, work, port, c.Addr, gateAuth+hookBlock+drv+printer)
+	registerWeb(t, c, 1)
+	p := startCtsync(t, work, "start", "-config-file", cfg)
+	g := gateAPI{t: t, base: base, read: gateReadSecret, write: gateWriteSecret}
+	g.waitUp()
+	g.waitQuiet("printer")
+	runLog := func(name string, ev store.Event) string {
+		t.Helper()
+		code, text := limitsCall(t, base, "GET", "/v1/tasks/"+name+"/events/"+ev.ID+"/log", gateReadSecret, "")
+		if code != http.StatusOK {
+			t.Fatalf("%s's run log: %d %s", name, code, text)
+		}
+		return text
+	}
+
+	// A write token holder creates a task whose variable is the secret:
+	// its own run log and plans show it as written.
+	taskBody := func(name, approval string) string {
+		return fmt.Sprintf(`{"task":{"name":%q,"module":%q,"variables":{"values":%q},%s"condition":{"services":{"names":["web"],"use_as_module_input":false}}}}`,
+			name, say, fmt.Sprintf(`[%q]`, hookToken), approval)
+	}
+	if code, out := limitsCall(t, base, "POST", "/v1/tasks", gateWriteSecret, taskBody("mine", "")); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	mine := g.waitNewEvent("mine", nil, "that succeeded", func(ev store.Event) bool { return ev.Success })
+	if text := runLog("mine", mine); !strings.Contains(text, "said: "+hookToken) {
+		t.Fatalf("the task's own run log: want its value as written:\n%s", text)
+	}
+	if code, out := limitsCall(t, base, "POST", "/v1/tasks", gateWriteSecret, taskBody("mine-held", `"approval":{"required":true},`)); code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	held := g.waitPlan("mine-held", "held", func(p gate.Plan) bool { return p.State == gate.Pending })
+	if !strings.Contains(held.Text, hookToken) {
+		t.Fatalf("the task's own held plan: want its value as written: %s", held.Text)
+	}
+
+	// Another task's run, while those exist: its run log, on disk and
+	// served, and its terraform.log still redact the secret.
+	seen := g.eventIDs("printer")
+	if code, _, out := g.runNow("printer"); code != http.StatusOK {
+		t.Fatalf("run printer: %d %s", code, out)
+	}
+	ev := g.waitNewEvent("printer", seen, "that succeeded", func(ev store.Event) bool { return ev.Success })
+	if text := runLog("printer", ev); strings.Contains(text, hookToken) || !strings.Contains(text, "said: [redacted]") {
+		t.Errorf("printer's run log: want the secret redacted:\n%s", text)
+	}
+	logs, _ := filepath.Glob(filepath.Join(work, "sync", "printer", "logs", "*.log"))
+	logs = append(logs, filepath.Join(work, "sync", "printer", "terraform.log"))
+	for _, f := range logs {
+		if b, err := os.ReadFile(f); err != nil || strings.Contains(string(b), hookToken) {
+			t.Errorf("%s (%v): holds the secret", f, err)
+		}
+	}
+	// The daemon's log: Terraform's output of every task went through it,
+	// the provisioners' lines included.
+	testutil.Eventually(t, time.Minute, "the daemon's log to show the provisioners' lines", func() bool {
+		return strings.Count(p.out.String(), "(local-exec): said: ") >= 3
+	})
+	if out := p.out.String(); strings.Contains(out, hookToken) || strings.Count(out, "(local-exec): said: [redacted]") < 3 {
+		t.Errorf("the daemon's log: want the secret redacted:\n%s", out)
 	}
 }

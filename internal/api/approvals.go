@@ -79,7 +79,7 @@ func (s *Server) heldStatus(ts *TaskStatus) {
 	if p == nil {
 		return
 	}
-	h := &HeldStatus{ID: p.ID, Reason: s.redact(p.Reason), Created: p.Created.UTC(), Add: p.Add, Change: p.Change, Destroy: p.Destroy}
+	h := &HeldStatus{ID: p.ID, Reason: s.redact(ts.TaskName, p.Reason), Created: p.Created.UTC(), Add: p.Add, Change: p.Change, Destroy: p.Destroy}
 	if !p.Expires.IsZero() {
 		e := p.Expires.UTC()
 		h.Expires = &e
@@ -93,12 +93,12 @@ func (s *Server) heldStatus(ts *TaskStatus) {
 
 // redactPlan hides the configuration's secrets in what a plan shows.
 func (s *Server) redactPlan(p gate.Plan) gate.Plan {
-	p.Reason = s.redact(p.Reason)
-	p.Text = s.redact(p.Text)
+	p.Reason = s.redact(p.Task, p.Reason)
+	p.Text = s.redact(p.Task, p.Text)
 	if len(p.Changes) > 0 {
 		ch := make([]string, len(p.Changes))
 		for i, c := range p.Changes {
-			ch[i] = s.redact(c)
+			ch[i] = s.redact(p.Task, c)
 		}
 		p.Changes = ch
 	}

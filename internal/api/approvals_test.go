@@ -14,6 +14,7 @@ import (
 	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/gate/gatetest"
 	"github.com/ctsync/ctsync/internal/notify"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -40,7 +41,7 @@ func TestHeldPlanApproveAndReject(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("fw", "web"), servicesTask("other", "api")},
 		withApprovals(fa), withTokens(testTokens...),
 		func(o *Options) {
-			o.Redact = func(s string) string { return strings.ReplaceAll(s, "s3cr3t", "[redacted]") }
+			o.Redactor = redact.NewRedactor([]string{"s3cr3t"})
 		})
 	read, write := bearer(readSecret), bearer(writeSecret)
 

@@ -97,7 +97,7 @@ func (s *Server) getEvent(w http.ResponseWriter, r *http.Request) {
 		if ev.ID != id {
 			continue
 		}
-		resp := EventResponse{Event: ev.Redacted(s.redact), RequestID: requestID(r)}
+		resp := EventResponse{Event: ev.Redacted(s.opts.Redactor.ForTask(name).Redact), RequestID: requestID(r)}
 		if i > 0 {
 			resp.NewerID = evs[i-1].ID
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
@@ -68,7 +69,7 @@ func TestCheckStoredTaskPolicy(t *testing.T) {
 // logs and held plans: a module's plan may print a secret.
 func TestInspectPlanRedacted(t *testing.T) {
 	h := newHarness(t, nil, func(o *Options) {
-		o.Redact = func(s string) string { return strings.ReplaceAll(s, "1 to add", "[redacted]") }
+		o.Redactor = redact.NewRedactor([]string{"1 to add"})
 	})
 	h.w.Set(healthKey("web"), instances("web-1"))
 	body := `{"task":{"name":"now","module":"m","condition":{"services":{"names":["web"]}}}}`

@@ -227,7 +227,7 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 	}
 	ts.LastRun = s.lastRun(evs)
 	if r := t.Retry; r != nil {
-		ts.Retry = &RetryStatus{Attempt: r.Attempt, NextAt: r.NextAt.UTC().Truncate(time.Millisecond), LastError: s.redact(r.LastError)}
+		ts.Retry = &RetryStatus{Attempt: r.Attempt, NextAt: r.NextAt.UTC().Truncate(time.Millisecond), LastError: s.redact(name, r.LastError)}
 	}
 	return ts
 }
@@ -239,7 +239,7 @@ func (s *Server) lastRun(evs []store.Event) *LastRun {
 		if ev.Kind == store.KindDrift {
 			continue
 		}
-		ev = ev.Redacted(s.redact)
+		ev = ev.Redacted(s.opts.Redactor.ForTask(ev.TaskName).Redact)
 		return &LastRun{ID: ev.ID, Success: ev.Success, Trigger: ev.Trigger, StartTime: ev.StartTime, EndTime: ev.EndTime,
 			ErrorSummary: ev.ErrorSummary, Terminal: ev.Terminal, Plan: ev.Plan}
 	}
@@ -333,7 +333,9 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, TaskResponse{Task: TaskView(spec),
-			Run: &RunResult{Plan: s.redact(res.Plan), ChangesPresent: res.ChangesPresent, TFCRunURL: res.TFCRunURL}, RequestID: requestID(r)})
+			// The task is not kept: its plan is shown through a view of
+			// its own that shows its variables' values as written.
+			Run: &RunResult{Plan: s.opts.Redactor.Protecting(spec.VariableStrings()...).Redact(res.Plan), ChangesPresent: res.ChangesPresent, TFCRunURL: res.TFCRunURL}, RequestID: requestID(r)})
 		return
 	case "now":
 		if err := ctl.Create(r.Context(), spec, true); err != nil {
@@ -378,7 +380,7 @@ func (s *Server) updateTask(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if run == "inspect" {
-		writeJSON(w, http.StatusOK, UpdateTaskResponse{Inspect: &RunResult{Plan: s.redact(res.Plan), ChangesPresent: res.ChangesPresent, TFCRunURL: res.TFCRunURL}})
+		writeJSON(w, http.StatusOK, UpdateTaskResponse{Inspect: &RunResult{Plan: s.redact(name, res.Plan), ChangesPresent: res.ChangesPresent, TFCRunURL: res.TFCRunURL}})
 		return
 	}
 	s.log.Info("task updated through the api", "task_name", name, "enabled", *req.Enabled, "run", run, "token", tokenName(r), "request_id", requestID(r))
@@ -422,7 +424,7 @@ func (s *Server) deleteTask(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, errNotFound):
 		case errors.As(err, &held):
 			s.log.Warn("task deletion held: its destroy plan waits for approval", "task_name", name, "plan", held.Plan.ID,
-				"reason", s.redact(held.Plan.Reason), "token", token, "request_id", id)
+				"reason", s.redact("", held.Plan.Reason), "token", token, "request_id", id)
 		default:
 			s.log.Error("deleting task failed", "task_name", name, "request_id", id, "error", err)
 		}
@@ -524,7 +526,7 @@ func (s *Server) runTask(w http.ResponseWriter, r *http.Request) {
 			hp := s.redactPlan(*p)
 			resp.Plan = &hp
 		} else {
-			resp.Plan = &gate.Plan{ID: held.Plan, Task: name, Reason: s.redact(held.Reason), State: gate.Pending}
+			resp.Plan = &gate.Plan{ID: held.Plan, Task: name, Reason: s.redact(name, held.Reason), State: gate.Pending}
 		}
 		s.log.Info("task run through the api: its plan is held for approval", "task_name", name, "run_id", runID,
 			"token", tokenName(r), "request_id", requestID(r))

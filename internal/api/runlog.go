@@ -56,7 +56,7 @@ func (s *Server) getEventLog(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, fmt.Errorf("reading the log of event '%s': %w", id, err))
 		return
 	}
-	text = s.redact(text)
+	text = s.redact(name, text)
 	h := w.Header()
 	h.Set("Content-Type", "text/plain; charset=utf-8")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -96,23 +96,23 @@ func readLog(path string, limit int64) (string, error) {
 	return fmt.Sprintf("[the first %d bytes of this log are not shown]\n", st.Size()-int64(len(b))) + string(b), nil
 }
 
-// redact hides the configuration's secrets (Options.Redact).
-func (s *Server) redact(text string) string {
-	if s.opts.Redact == nil {
-		return text
-	}
-	return s.opts.Redact(text)
+// redact hides the configuration's secrets (Options.Redactor) in text of
+// the task named task, through the task's view: the values of its own
+// variables are shown as written (redact.Redactor.ForTask). With task ""
+// (text of no task) every secret is hidden.
+func (s *Server) redact(task, text string) string {
+	return s.opts.Redactor.ForTask(task).Redact(text)
 }
 
 // redactEvents returns the events with secrets hidden in their log tail
 // and error message; the events given are not changed.
 func (s *Server) redactEvents(evs []store.Event) []store.Event {
-	if s.opts.Redact == nil || len(evs) == 0 {
+	if s.opts.Redactor == nil || len(evs) == 0 {
 		return evs
 	}
 	out := make([]store.Event, len(evs))
 	for i, ev := range evs {
-		out[i] = ev.Redacted(s.opts.Redact)
+		out[i] = ev.Redacted(s.opts.Redactor.ForTask(ev.TaskName).Redact)
 	}
 	return out
 }

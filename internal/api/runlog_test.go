@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -24,12 +25,7 @@ func writeLog(t *testing.T, content string) string {
 
 func withRedact(secrets ...string) harnessOpt {
 	return func(o *Options) {
-		o.Redact = func(s string) string {
-			for _, x := range secrets {
-				s = strings.ReplaceAll(s, x, "[redacted]")
-			}
-			return s
-		}
+		o.Redactor = redact.NewRedactor(secrets)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 )
@@ -81,9 +82,10 @@ type Options struct {
 	// and CTS's empty object), an error is 503 with the reason. It is the
 	// check Consul runs on ctsync's own registration.
 	Health func() error
-	// Redact, when set, hides secrets in what the API serves: run logs and
-	// the log tails and error messages of events (see runlog.go).
-	Redact func(string) string
+	// Redactor, when set, hides secrets in what the API serves: run logs,
+	// plans, the log tails and error messages of events (see runlog.go);
+	// a task's own text through the task's view (redact.Redactor.ForTask).
+	Redactor *redact.Redactor
 
 	// Tokens are the api_auth tokens; none: the API needs no token, as in
 	// CTS (security.go).

@@ -31,7 +31,7 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 		Cluster:      a.coord.Cluster(),
 		Logger:       a.log.With("component", "api"),
 		BufferPeriod: a.cfg.BufferPeriod,
-		Redact:       a.obs.redactor.Redact,
+		Redactor:     a.obs.redactor,
 		Validate:     a.validateAPITask,
 		Approvals:    approvalsOf(a.ctrl), // approval.go
 		Health:       func() error { return errors.Join(a.ctrl.Live(), a.registry.Live()) },

@@ -358,9 +358,13 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 			Memory:         a.memory,
 			Logger:         logger.With("component", "terraform"),
 			StopTimeout:    stopTimeout,
-			Redactor:       a.obs.redactor, // run logs on disk are redacted (setupObserve)
-			StateLocks:     a.stateLocks(), // ha.go
-			Instance:       cfg.ID,
+			// Run logs and terraform.log on disk are redacted
+			// (setupObserve), through the task's view: the values of its
+			// own variables, when a request wrote them, are shown as
+			// written (redact.Redactor.ForTask).
+			Redactor:   a.obs.redactor.ForTask(spec.Name),
+			StateLocks: a.stateLocks(), // ha.go
+			Instance:   cfg.ID,
 		}, nil
 	}
 	factory := func(spec task.Spec) (driver.Driver, error) {
@@ -415,8 +419,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		// The one rule of a run's life at shutdown: runs in progress
 		// get this long to finish, then are interrupted.
 		ShutdownGrace: shutdownGrace,
-		Redact:        a.obs.redactor.Redact,
-		Protect:       a.obs.redactor.Protect,
+		Redactor:      a.obs.redactor,
 		RetryMax:      cfg.Retry.MaxDelay,
 		MaxRetries:    cfg.Retry.MaxRetries,
 	}, cfg.Tasks)

@@ -14,6 +14,7 @@ import (
 	"github.com/ctsync/ctsync/internal/clock"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/gate"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/watch"
@@ -71,14 +72,13 @@ type Options struct {
 	// destroy plan of its deletion was approved (not during Delete, which
 	// returned a *DestroyHeldError): a cluster records the deletion done.
 	OnDestroyed func(name string)
-	// Redact removes secrets from text recorded in events (log tails,
-	// error messages) and logs; nil leaves text as it is.
-	Redact func(string) string
-	// Protect is given the strings of the variables of every task created
-	// or inspected through Create and Inspect (the API, task records in
-	// Consul KV) before it runs: the redaction shows them as written
-	// (redact.Redactor.Protect, docs/security.md). nil: not told.
-	Protect func(values ...string)
+	// Redactor removes secrets from text recorded in events (log tails,
+	// error messages), held plans and logs: a task's own text through its
+	// view (ForTask). The controller sets the protected strings of every
+	// task created through Create (the API, task records in Consul KV)
+	// before it runs, and drops them when the task is removed
+	// (redact.Redactor.Protect, docs/security.md). nil leaves text as it is.
+	Redactor *redact.Redactor
 	// ShutdownGrace is how long the runs in progress may take to finish
 	// once Run's context ends; then they are interrupted (their context
 	// ends: Terraform gets SIGINT) and Run returns ErrRunsInterrupted.
@@ -339,7 +339,7 @@ func (c *Controller) digest(key string) (watch.Digest, bool) {
 }
 
 // redact removes secrets from text that reaches events and logs.
-func (c *Controller) redact(text string) string { return c.opts.redact(text) }
+func (c *Controller) redact(task, text string) string { return c.opts.redact(task, text) }
 
 // get adapts the watcher to a Getter.
 func (c *Controller) get(key string) (any, bool) {

@@ -108,7 +108,7 @@ func (c *Controller) checkDrift(ctx context.Context, e *entry) {
 	ev := store.Event{ID: uuid.NewString(), TaskName: s.Name, Success: true, StartTime: start, EndTime: time.Now(),
 		Kind: store.KindDrift, Trigger: "drift-check", InputsHash: hash,
 		Plan:    &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy},
-		LogPath: res.LogPath, LogTail: c.redact(tail(res.LogPath, 4096)), TFCRunURL: res.RunURL}
+		LogPath: res.LogPath, LogTail: c.redact(s.Name, tail(res.LogPath, 4096)), TFCRunURL: res.RunURL}
 	c.rec.record(ctx, ev)
 	if remediate {
 		c.mu.Lock()

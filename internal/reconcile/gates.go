@@ -243,7 +243,7 @@ func (rc *reconciler) gatedRun(ctx context.Context, log *slog.Logger, j job, r *
 	r.res.Add, r.res.Change, r.res.Destroy, r.res.Changes = counts.Add, counts.Change, counts.Destroy, hp.Changes
 	plan := gate.Plan{ID: r.id, Task: s.Name, Created: r.start.UTC(), State: gate.Pending,
 		Add: counts.Add, Change: counts.Change, Destroy: counts.Destroy, InState: counts.InState,
-		Text: rc.opts.redact(hp.Text), Changes: changeLines(changes(r.prev, r.inputs)), Fingerprint: r.want.Fingerprint}
+		Text: rc.opts.redact(s.Name, hp.Text), Changes: changeLines(changes(r.prev, r.inputs)), Fingerprint: r.want.Fingerprint}
 
 	// Policy: a deny is final for this desired state; an evaluation
 	// error leaves the verdict unknown, so nothing is applied either. A
@@ -353,7 +353,7 @@ func (rc *reconciler) gatedDestroy(ctx context.Context, j job) outcome {
 	}
 	if reason != "" {
 		plan := gate.Plan{ID: id, Task: s.Name, Created: start.UTC(), State: gate.Pending, Reason: "task deletion with destroy: " + reason,
-			Add: counts.Add, Change: counts.Change, Destroy: counts.Destroy, InState: counts.InState, Text: rc.opts.redact(hp.Text), DeletesTask: true}
+			Add: counts.Add, Change: counts.Change, Destroy: counts.Destroy, InState: counts.InState, Text: rc.opts.redact(s.Name, hp.Text), DeletesTask: true}
 		if d := s.Approval.Expire.D(); d > 0 {
 			plan.Expires = plan.Created.Add(d)
 		}

@@ -569,7 +569,7 @@ func (c *Controller) endRunLocked(e *entry, req Request, res outcome) {
 			"attempt", lc.lockWaits, "delay", delay.Round(time.Millisecond))
 		lc.due.Trigger = Due(TriggerRetry)
 		lc.rerun = false // a change does not free the lock: the retry reads it
-		lc.retry = Retry{Attempt: lc.lockWaits, LastError: c.redact(driver.ErrorSummary(res.err))}
+		lc.retry = Retry{Attempt: lc.lockWaits, LastError: c.redact(name, driver.ErrorSummary(res.err))}
 		c.stepLocked(e, evRetry, wake{d: delay})
 	case res.failed && res.terminal:
 		c.log.Warn("task failed with a terminal error: it runs again when its desired state changes",
@@ -581,7 +581,7 @@ func (c *Controller) endRunLocked(e *entry, req Request, res outcome) {
 		if !res.waiting {
 			c.log.Info("retrying task after failure", "task_name", name, "attempt", lc.retries, "delay", delay.Round(time.Millisecond))
 		}
-		lc.retry = Retry{Attempt: lc.retries, LastError: c.redact(driver.ErrorSummary(res.err))}
+		lc.retry = Retry{Attempt: lc.retries, LastError: c.redact(name, driver.ErrorSummary(res.err))}
 		// A change that came during the run runs now.
 		c.stepLocked(e, evRetry, wake{d: delay, before: func() {
 			if lc.due.Trigger.IsZero() {

@@ -121,7 +121,6 @@ type PlanResult struct {
 // keeps it only if the run succeeded; otherwise an enabled task runs as soon
 // as its data is there.
 func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) error {
-	c.protect(spec)
 	c.mu.Lock()
 	if e := c.tasks[spec.Name]; e != nil {
 		deleting := e.deletingLocked() || e.gates.destroyHeld()
@@ -145,6 +144,9 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 	if runNow {
 		c.stepLocked(e, evReserve, wake{}) // nothing else runs it meanwhile
 	}
+	// Its variables' values are shown as written in its own text from
+	// its first run on; remove drops them.
+	c.protectLocked(spec)
 	c.tasks[spec.Name] = e
 	signal(c.driftKick) // schedule its drift checks
 	signal(c.cronKick)  // and its cron ticks
@@ -183,7 +185,6 @@ func (c *Controller) Inspect(ctx context.Context, spec task.Spec) (PlanResult, e
 	}
 	defer os.RemoveAll(dir)
 	spec.WorkingDir = dir
-	c.protect(spec)
 	sub := "inspect:" + uuid.NewString()
 	e := &entry{spec: spec, changed: make(chan struct{}, 1)}
 	c.mu.Lock()
@@ -404,6 +405,9 @@ func (c *Controller) remove(ctx context.Context, name string) {
 		}
 	}
 	delete(c.tasks, name)
+	if e != nil {
+		c.opts.Redactor.Protect(name) // a task created again under this name sets its own
+	}
 	c.mu.Unlock()
 	if e != nil {
 		c.discard(ctx, e, held)
@@ -420,9 +424,11 @@ func (c *Controller) Events(name string) []store.Event {
 	return c.opts.Store.Events(name)
 }
 
-// protect tells Options.Protect the strings of a task's variables.
-func (c *Controller) protect(spec task.Spec) {
-	if c.opts.Protect != nil && len(spec.Variables) > 0 {
-		c.opts.Protect(spec.VariableStrings()...)
-	}
+// protectLocked makes the redaction show the strings of the task's
+// variables as written in the task's own text (redact.Redactor.Protect):
+// its run logs, terraform.log, plans and events, and nowhere else. The
+// task is in c.tasks: a Create refused (a task of that name exists) sets
+// nothing.
+func (c *Controller) protectLocked(spec task.Spec) {
+	c.opts.Redactor.Protect(spec.Name, spec.VariableStrings()...)
 }

@@ -267,8 +267,8 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *entry, 
 	terminal := driver.IsTerminal(err)
 	ev := store.Event{ID: rec.id, TaskName: s.Name, Success: err == nil, StartTime: rec.start, EndTime: rec.end,
 		Kind: rec.kind, Trigger: rec.trigger, InputsHash: rec.want.Used, Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: r.redact(tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL,
-		ErrorSummary: r.redact(driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs)}
+		LogTail: r.redact(s.Name, tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL,
+		ErrorSummary: r.redact(s.Name, driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs)}
 	if !rec.seen.IsZero() {
 		ev.DetectedAt = &rec.seen
 	}
@@ -284,11 +284,11 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *entry, 
 		}
 	}
 	if err != nil {
-		ev.Error = &store.EventError{Message: r.redact(err.Error())}
+		ev.Error = &store.EventError{Message: r.redact(s.Name, err.Error())}
 		// The last success stays recorded (what changed is told against
 		// it); the failure makes the task dirty until a run succeeds.
 		next = store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: rec.want.Fingerprint, Terminal: terminal, Outputs: st.Outputs}
-		log.Error("error applying task", "run_id", rec.id, "error", r.redact(err.Error()), "terminal", terminal, "log", res.LogPath)
+		log.Error("error applying task", "run_id", rec.id, "error", r.redact("", err.Error()), "terminal", terminal, "log", res.LogPath)
 	}
 	recErr := r.finish(ctx, s.Name, next, &ev)
 	out := outcome{recorded: recErr == nil, inputs: rec.inputs}
@@ -325,7 +325,7 @@ func (r *reconciler) unreadableState(ctx context.Context, s *task.Spec, trigger 
 	st := r.opts.Store.Run(s.Name)
 	now := time.Now()
 	ev := store.Event{ID: uuid.NewString(), TaskName: s.Name, StartTime: now, EndTime: now, Kind: store.KindApply,
-		Trigger: trigger, Config: eventConfig(s), Error: &store.EventError{Message: r.redact(err.Error())}}
+		Trigger: trigger, Config: eventConfig(s), Error: &store.EventError{Message: r.redact(s.Name, err.Error())}}
 	next := store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: unreadable}
 	_ = r.finish(ctx, s.Name, next, &ev) // logged there; the task is retried either way
 	return outcome{failed: true, err: err}
@@ -338,14 +338,13 @@ func (r *reconciler) skipped(name string) {
 }
 
 // redact removes secrets from text that reaches events and logs.
-func (r *reconciler) redact(text string) string { return r.opts.redact(text) }
+func (r *reconciler) redact(task, text string) string { return r.opts.redact(task, text) }
 
-// redact removes secrets from text that reaches events and logs.
-func (o *Options) redact(text string) string {
-	if o.Redact == nil {
-		return text
-	}
-	return o.Redact(text)
+// redact removes secrets from text that reaches events and logs: the text
+// of the task named task (its view: its variables' values are shown as
+// written), or, with task "", text of no task (the daemon's log).
+func (o *Options) redact(task, text string) string {
+	return o.Redactor.ForTask(task).Redact(text)
 }
 
 // Recording a run's outcome is retried: the run is not over until the
@@ -469,10 +468,10 @@ func (r *reconciler) recordDestroy(ctx context.Context, s *task.Spec, id string,
 		"duration", time.Since(start).Round(time.Millisecond))
 	ev := store.Event{ID: id, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: time.Now(),
 		Kind: store.KindDestroy, Trigger: Due(TriggerAPI).String(), Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: r.redact(tail(res.LogPath, 4096)), Plan: &store.PlanSummary{Destroy: res.Destroy}, Actor: actorFrom(ctx)}
+		LogTail: r.redact(s.Name, tail(res.LogPath, 4096)), Plan: &store.PlanSummary{Destroy: res.Destroy}, Actor: actorFrom(ctx)}
 	if err != nil {
-		ev.Error = &store.EventError{Message: r.redact(err.Error())}
-		ev.ErrorSummary = r.redact(driver.ErrorSummary(err))
+		ev.Error = &store.EventError{Message: r.redact(s.Name, err.Error())}
+		ev.ErrorSummary = r.redact(s.Name, driver.ErrorSummary(err))
 	}
 	r.record(ctx, ev)
 }

@@ -8,6 +8,7 @@ package redact
 import (
 	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -24,17 +25,45 @@ const Redacted = "[redacted]"
 
 // Redactor replaces secret values with "[redacted]". The zero value and a
 // nil *Redactor change nothing. Add extends it (a Vault secret that
-// rotates): every holder of the pointer sees the new secrets.
+// rotates): every holder of the pointer, and every view derived from it
+// (ForTask, Protecting), sees the new secrets.
+//
+// A Redactor is a view of a set of secrets shared by all the views of one
+// NewRedactor: the plain view (NewRedactor's) replaces every secret; a
+// task's view (ForTask) also shows as written the strings protected for
+// that task (Protect), and only those; Protecting gives a view of its own
+// protected strings.
 type Redactor struct {
-	r  *matcher
-	mu sync.Mutex
-	// secrets are the ones given so far; next holds the matcher built
-	// by Add or Protect, which Redact uses when set.
+	c    *core
+	task string   // ForTask: the task whose protected strings this view shows
+	own  *protSet // Protecting: this view's own protected strings
+}
+
+// core is what the views of one NewRedactor share.
+type core struct {
+	mu sync.Mutex // serialises Add and Protect
+	// secrets are the ones given so far; plain is their matcher (nil:
+	// nothing to redact), replaced by Add.
 	secrets []string
-	// protected are strings shown as written even where they contain a
-	// secret (Protect); only those that contain one are kept.
-	protected []string
-	next      atomic.Pointer[matcher]
+	plain   atomic.Pointer[matcher]
+	// tasks holds each task's protected strings (Protect), replaced
+	// whole (copy on write) on each change, so that a view reads it
+	// without a lock.
+	tasks atomic.Pointer[map[string]*protSet]
+}
+
+// protSet is a set of protected strings and the matcher they make with
+// the current secrets, built on first use and kept until the secrets
+// change (a new plain matcher) or the set is replaced.
+type protSet struct {
+	values []string
+	built  atomic.Pointer[derived]
+}
+
+// derived is the matcher of a protSet, built from base (the plain matcher
+// of that time).
+type derived struct {
+	base, m *matcher
 }
 
 // matcher is what a set of secrets compiles to: the replacer, and the
@@ -58,69 +87,106 @@ type matcher struct {
 // without its scheme; a Basic credential also by its decoded "user:pass"
 // and password.
 func NewRedactor(secrets []string) *Redactor {
-	red := &Redactor{secrets: slices.Clone(secrets)}
-	red.r = newReplacer(secrets, nil)
-	return red
+	c := &core{secrets: slices.Clone(secrets)}
+	c.plain.Store(newReplacer(secrets))
+	return &Redactor{c: c}
 }
 
-// Add makes r redact more secrets too (those it had stay redacted).
+// Add makes r redact more secrets too (those it had stay redacted), in
+// every view.
 func (r *Redactor) Add(secrets ...string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := len(r.secrets)
+	if r == nil || r.c == nil {
+		return
+	}
+	c := r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.secrets)
 	for _, s := range secrets {
-		if len(s) >= MinSecretLength && !slices.Contains(r.secrets, s) {
-			r.secrets = append(r.secrets, s)
+		if len(s) >= MinSecretLength && !slices.Contains(c.secrets, s) {
+			c.secrets = append(c.secrets, s)
 		}
 	}
-	if len(r.secrets) == n {
+	if len(c.secrets) == n {
 		return
 	}
-	r.next.Store(newReplacer(r.secrets, r.protected))
+	c.plain.Store(newReplacer(c.secrets))
 }
 
-// Protect makes r show the given strings as written wherever one appears
-// whole, even when it contains a secret: the string values of a task's
-// variables, which the task's definition shows in clear to every API
-// reader anyway. Without it the output of a task whose variable a
-// request set would answer whether the value was a secret ("[redacted]"
-// or not): an oracle for whoever can create tasks (docs/security.md). A
-// secret found elsewhere, or inside a longer string that is not
-// protected, is still replaced. Only the strings that contain a secret
-// at the time of the call are kept.
-func (r *Redactor) Protect(values ...string) {
+// ForTask returns the view of r for the text that belongs to the task
+// named name: its plan, its run logs, its terraform.log, its held plan,
+// its events. It redacts what r does, except that the strings protected
+// for that task (Protect) are shown as written. The name "" is the plain
+// view. A view is cheap: the matcher of a task is built once and kept
+// until its protected strings or the secrets change.
+func (r *Redactor) ForTask(name string) *Redactor {
 	if r == nil {
-		return
+		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.matcherLocked()
-	if m == nil {
-		return
-	}
-	n := len(r.protected)
-	for _, v := range values {
-		if len(v) < MinSecretLength || slices.Contains(r.protected, v) {
-			continue
-		}
-		for _, p := range m.secrets {
-			if strings.Contains(v, p) {
-				r.protected = append(r.protected, v)
-				break
-			}
-		}
-	}
-	if len(r.protected) == n {
-		return
-	}
-	r.next.Store(newReplacer(r.secrets, r.protected))
+	return &Redactor{c: r.c, task: name}
 }
 
-func (r *Redactor) matcherLocked() *matcher {
-	if n := r.next.Load(); n != nil {
-		return n
+// Protect sets the strings shown as written in the task's view (ForTask)
+// wherever one appears whole, even when it contains a secret: the string
+// values of the variables of a task created through the API or read from
+// Consul KV, which the task's definition shows in clear to every API
+// reader anyway. Without it the output of a task whose variable a request
+// set would answer whether the value was a secret ("[redacted]" or not):
+// an oracle for whoever can create tasks (docs/security.md). The strings
+// replace those the task had; none drops the task's (a deleted task).
+// Every other view, the plain one and other tasks', still redacts them,
+// and so does the task's own view a secret found elsewhere or inside a
+// longer string that is not protected.
+func (r *Redactor) Protect(task string, values ...string) {
+	if r == nil || r.c == nil {
+		return
 	}
-	return r.r
+	c := r.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.tasks.Load()
+	var cur *protSet
+	if old != nil {
+		cur = (*old)[task]
+	}
+	set := protectable(values)
+	if len(set) == 0 && cur == nil || cur != nil && slices.Equal(cur.values, set) {
+		return // unchanged: the task keeps its matcher
+	}
+	next := make(map[string]*protSet, len(values))
+	if old != nil {
+		maps.Copy(next, *old)
+	}
+	if len(set) == 0 {
+		delete(next, task)
+	} else {
+		next[task] = &protSet{values: set}
+	}
+	c.tasks.Store(&next)
+}
+
+// Protecting returns a view of r that shows the given strings as written
+// (as Protect does for a task), for text that belongs to no task kept:
+// the plan of a task inspected before it is created. Its matcher is built
+// on first use.
+func (r *Redactor) Protecting(values ...string) *Redactor {
+	if r == nil {
+		return nil
+	}
+	return &Redactor{c: r.c, own: &protSet{values: protectable(values)}}
+}
+
+// protectable returns the strings of values that can contain a secret,
+// sorted, without duplicates.
+func protectable(values []string) []string {
+	var out []string
+	for _, v := range values {
+		if len(v) >= MinSecretLength {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // replacer is the current replacer; nil when there is nothing to redact.
@@ -131,18 +197,34 @@ func (r *Redactor) replacer() *strings.Replacer {
 	return nil
 }
 
-// matcher is the current matcher; nil when there is nothing to redact.
+// matcher is the view's current matcher; nil when there is nothing to
+// redact.
 func (r *Redactor) matcher() *matcher {
-	if r == nil {
+	if r == nil || r.c == nil {
 		return nil
 	}
-	if n := r.next.Load(); n != nil {
-		return n
+	plain := r.c.plain.Load()
+	if plain == nil {
+		return nil
 	}
-	return r.r
+	set := r.own
+	if set == nil && r.task != "" {
+		if tasks := r.c.tasks.Load(); tasks != nil {
+			set = (*tasks)[r.task]
+		}
+	}
+	if set == nil {
+		return plain
+	}
+	if d := set.built.Load(); d != nil && d.base == plain {
+		return d.m
+	}
+	m := plain.protecting(set.values)
+	set.built.Store(&derived{base: plain, m: m})
+	return m
 }
 
-func newReplacer(secrets, protected []string) *matcher {
+func newReplacer(secrets []string) *matcher {
 	var all []string
 	add := func(s string) {
 		if len(s) < MinSecretLength {
@@ -164,7 +246,26 @@ func newReplacer(secrets, protected []string) *matcher {
 	if len(all) == 0 {
 		return nil
 	}
-	secretSet := compactLongestFirst(all)
+	return build(compactLongestFirst(all), nil)
+}
+
+// protecting returns the matcher of m's secrets that leaves the given
+// strings as written; m itself when none of them contains a secret.
+func (m *matcher) protecting(protected []string) *matcher {
+	for _, p := range protected {
+		esc := jsonEscaped(p)
+		for _, s := range m.secrets {
+			if strings.Contains(p, s) || strings.Contains(esc, s) {
+				return build(m.secrets, protected)
+			}
+		}
+	}
+	return m
+}
+
+// build compiles the secret patterns (longest first, no duplicates) and
+// the protected strings into a matcher.
+func build(secretSet, protected []string) *matcher {
 	// A protected string stands for itself: it is tried before the
 	// secrets it contains (strings.Replacer tries, at each position, the
 	// patterns in argument order), so a secret inside it is left alone.

@@ -3,8 +3,11 @@ package redact
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -129,14 +132,15 @@ func TestAuthorizationCredential(t *testing.T) {
 }
 
 // TestProtect: a protected string (a task variable's value, shown in
-// clear by the task's definition) is shown as written even when it
-// contains a secret, so that the output of a task whose variable a
-// request set does not answer whether the value is a secret; the secret
-// elsewhere stays redacted, in a Writer too.
+// clear by the task's definition) is shown as written in the task's own
+// view even when it contains a secret, so that the output of a task whose
+// variable a request set does not answer whether the value is a secret;
+// the secret elsewhere stays redacted, in a Writer too.
 func TestProtect(t *testing.T) {
 	const secret = "read-token-secret-0123456789"
-	r := NewRedactor([]string{secret})
-	r.Protect("short", "not-a-secret-guess", secret)
+	red := NewRedactor([]string{secret})
+	red.Protect("a", "short", "not-a-secret-guess", secret)
+	r := red.ForTask("a")
 	if got := r.Redact(`+ guess = "not-a-secret-guess"`); got != `+ guess = "not-a-secret-guess"` {
 		t.Errorf("a wrong guess: %q", got)
 	}
@@ -144,10 +148,11 @@ func TestProtect(t *testing.T) {
 		t.Errorf("the right guess is answered: %q", got)
 	}
 	// Elsewhere: a protected string equal to the secret protects every
-	// occurrence of it, which the task view already shows; a secret not
-	// protected stays redacted.
-	r2 := NewRedactor([]string{secret, "other-secret-value"})
-	r2.Protect("prefix-" + secret)
+	// occurrence of it in the task's view, which the task's definition
+	// already shows; a secret not protected stays redacted.
+	red2 := NewRedactor([]string{secret, "other-secret-value"})
+	red2.Protect("a", "prefix-"+secret)
+	r2 := red2.ForTask("a")
 	if got := r2.Redact("a prefix-" + secret + " b " + secret + " c other-secret-value"); got != "a prefix-"+secret+" b "+Redacted+" c "+Redacted {
 		t.Errorf("protected in context: %q", got)
 	}
@@ -161,4 +166,125 @@ func TestProtect(t *testing.T) {
 	if got := buf.String(); got != "x prefix-"+secret+" y "+Redacted+"\n" {
 		t.Errorf("writer: %q", got)
 	}
+}
+
+// TestProtectScopedToTask: a string protected for task A is shown as
+// written in A's view only: the plain view (the daemon's log) and task B's
+// view still redact the secret it is, in text and through a Writer; a
+// task's protections follow its current variables (replaced, dropped).
+func TestProtectScopedToTask(t *testing.T) {
+	const secret = "consul-acl-token-0123456789"
+	red := NewRedactor([]string{secret})
+	red.Protect("a", secret)
+	line := `token = "` + secret + `"`
+	want := `token = "` + Redacted + `"`
+	if got := red.ForTask("a").Redact(line); got != line {
+		t.Errorf("task a's view: %q", got)
+	}
+	for name, v := range map[string]*Redactor{"plain": red, "task b": red.ForTask("b"), `task ""`: red.ForTask("")} {
+		if got := v.Redact(line); got != want {
+			t.Errorf("%s view: %q", name, got)
+		}
+		var buf strings.Builder
+		w := NewWriter(&buf, v)
+		w.Write([]byte(line[:12]))
+		w.Write([]byte(line[12:]))
+		w.Flush()
+		if buf.String() != want {
+			t.Errorf("%s view, writer: %q", name, buf.String())
+		}
+	}
+	// The logger's handler uses the plain view.
+	var logged strings.Builder
+	h := NewRedactingHandler(slog.NewTextHandler(&logged, nil))
+	h.SetRedactor(red)
+	slog.New(h).Info("run", "value", secret)
+	if strings.Contains(logged.String(), secret) {
+		t.Errorf("log: %s", logged.String())
+	}
+	// Replaced: the task's new variables only.
+	red.Protect("a", "something-else")
+	if got := red.ForTask("a").Redact(line); got != want {
+		t.Errorf("after its variables changed: %q", got)
+	}
+	red.Protect("a", secret)
+	red.Protect("a") // deleted
+	if got := red.ForTask("a").Redact(line); got != want {
+		t.Errorf("after the task was deleted: %q", got)
+	}
+	// An inspected task's view of its own.
+	if got := red.Protecting(secret).Redact(line); got != line {
+		t.Errorf("Protecting: %q", got)
+	}
+	if got := red.Redact(line); got != want {
+		t.Errorf("plain after Protecting: %q", got)
+	}
+}
+
+// TestProtectMatcherCached: a task's matcher is built once and kept while
+// its protected strings and the secrets stay; Add rebuilds it (with the
+// new secret) and another task's Protect does not.
+func TestProtectMatcherCached(t *testing.T) {
+	const secret = "consul-acl-token-0123456789"
+	red := NewRedactor([]string{secret})
+	red.Protect("a", "x-"+secret)
+	red.Protect("c", "nothing-secret-here")
+	a := red.ForTask("a")
+	m1 := a.matcher()
+	if m1 == red.matcher() {
+		t.Fatal("task a uses the plain matcher")
+	}
+	if red.ForTask("a").matcher() != m1 {
+		t.Error("rebuilt without a change")
+	}
+	if red.ForTask("c").matcher() != red.matcher() {
+		t.Error("a task whose strings hold no secret: not the plain matcher")
+	}
+	red.Protect("b", "y-"+secret)
+	red.Protect("a", "x-"+secret) // the same set
+	if a.matcher() != m1 {
+		t.Error("rebuilt after another task's change or the same set")
+	}
+	red.Add("second-secret-value")
+	m2 := a.matcher()
+	if m2 == m1 {
+		t.Fatal("not rebuilt after Add")
+	}
+	if got := a.Redact("x-" + secret + " second-secret-value " + secret); got != "x-"+secret+" "+Redacted+" "+Redacted {
+		t.Errorf("after Add: %q", got)
+	}
+	if a.matcher() != m2 {
+		t.Error("rebuilt twice")
+	}
+}
+
+// TestProtectConcurrent: views used while tasks' protections and the
+// secrets change (run with -race).
+func TestProtectConcurrent(t *testing.T) {
+	const secret = "consul-acl-token-0123456789"
+	red := NewRedactor([]string{secret})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprint("t", i)
+			for j := range 200 {
+				if j%2 == 0 {
+					red.Protect(name, secret)
+				} else {
+					red.Protect(name)
+				}
+				if got := red.Redact(secret); got != Redacted {
+					t.Errorf("plain: %q", got)
+					return
+				}
+				_ = red.ForTask(name).Redact(secret)
+				if j%50 == 0 {
+					red.Add(fmt.Sprint("added-secret-", i, "-", j))
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
