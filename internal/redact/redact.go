@@ -24,7 +24,8 @@ const MinSecretLength = 4
 const Redacted = "[redacted]"
 
 // Redactor replaces secret values with "[redacted]". The zero value and a
-// nil *Redactor change nothing. Add extends it (a Vault secret that
+// nil *Redactor change nothing (Add and Protect leave them so); use
+// NewRedactor, even with no secrets, for one that can grow. Add extends it (a Vault secret that
 // rotates): every holder of the pointer, and every view derived from it
 // (ForTask, Protecting), sees the new secrets.
 //
@@ -153,9 +154,9 @@ func (r *Redactor) Protect(task string, values ...string) {
 	if len(set) == 0 && cur == nil || cur != nil && slices.Equal(cur.values, set) {
 		return // unchanged: the task keeps its matcher
 	}
-	next := make(map[string]*protSet, len(values))
+	next := map[string]*protSet{}
 	if old != nil {
-		maps.Copy(next, *old)
+		next = maps.Clone(*old)
 	}
 	if len(set) == 0 {
 		delete(next, task)
