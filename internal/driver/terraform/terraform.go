@@ -77,6 +77,8 @@ type Options struct {
 	StopTimeout time.Duration
 	// Redactor hides the configuration's secrets in the run logs and in
 	// terraform.log before they reach the disk (nil: nothing is hidden).
+	// It is the task's view (redact.Redactor.ForTask): the values of the
+	// task's own variables, when a request wrote them, are shown as written.
 	Redactor *redact.Redactor
 	// Memory, when set, is the memory budget shared by every task's
 	// driver: plan, apply and destroy wait for their share of it, and their

@@ -89,7 +89,8 @@ type Options struct {
 	KeepRunLogs int
 	// Redactor hides the configuration's secrets in the run logs kept in
 	// WorkDir: the remote logs are copied there, and a remote run may print
-	// a provider's or the environment's secret. Nil: no redaction.
+	// a provider's or the environment's secret. It is the task's view
+	// (redact.Redactor.ForTask). Nil: no redaction.
 	Redactor *redact.Redactor
 	// HTTPClient, when set, is used instead of one built from Config.TLS.
 	HTTPClient *http.Client
