@@ -75,6 +75,37 @@ func TestEventLog(t *testing.T) {
 	}
 }
 
+// A task's own run log and events show the values protected for it (its
+// variables', redact.Redactor.Protect) as written; another task's, served
+// by the same endpoints, still show them redacted.
+func TestEventLogProtectedForItsTaskOnly(t *testing.T) {
+	const secret = "consul-acl-token-0123456789"
+	red := redact.NewRedactor([]string{secret})
+	red.Protect("mine", secret)
+	h := newHarness(t, []task.Spec{servicesTask("mine", "web"), servicesTask("other", "web")},
+		func(o *Options) { o.Redactor = red })
+	for _, name := range []string{"mine", "other"} {
+		_ = h.st.AddEvent(context.Background(), store.Event{ID: "run-" + name, TaskName: name, Kind: store.KindApply,
+			StartTime: time.Now(), EndTime: time.Now(), LogPath: writeLog(t, "said: "+secret+"\n"),
+			LogTail: "said: " + secret, Error: &store.EventError{Message: "Error: " + secret}})
+	}
+	for name, want := range map[string]string{"mine": secret, "other": redact.Redacted} {
+		if got := string(h.do("GET", "/v1/tasks/"+name+"/events/run-"+name+"/log", "").expect(t, 200).body); got != "said: "+want+"\n" {
+			t.Errorf("%s's run log: %q", name, got)
+		}
+		for _, path := range []string{"/v1/tasks/" + name + "/events", "/v1/status/tasks/" + name + "?include=events"} {
+			b := string(h.do("GET", path, "").expect(t, 200).body)
+			if !strings.Contains(b, `"said: `+want+`"`) || !strings.Contains(b, `"Error: `+want+`"`) {
+				t.Errorf("%s: want %q: %s", path, want, b)
+			}
+		}
+	}
+	b := string(h.do("GET", "/v1/status/tasks?include=events", "").expect(t, 200).body)
+	if strings.Count(b, secret) != 2 || strings.Count(b, "said: "+redact.Redacted) != 1 {
+		t.Errorf("every task's events: each through its own view: %s", b)
+	}
+}
+
 func TestEventLogTooLong(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("web-task", "web")})
 	line := strings.Repeat("x", 99) + "\n"
