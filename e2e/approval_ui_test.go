@@ -18,6 +18,7 @@ import (
 	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 	"github.com/ctsync/ctsync/internal/ui"
 )
 
@@ -116,7 +117,7 @@ func TestDashboardApprovesHeldPlan(t *testing.T) {
 		if d != (gatetest.Decision{Task: "firewall", ID: p.ID, Who: "ops", Approve: true}) {
 			t.Fatalf("decision %+v", d)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.Scale(30 * time.Second)):
 		b.fail("the approval did not reach the gates; calls %q", fa.Calls())
 	}
 	b.waitText("#message", "Plan "+p.ID+" approved by ops", 30*time.Second)
@@ -144,7 +145,7 @@ func TestDashboardApprovesHeldPlan(t *testing.T) {
 		if d != (gatetest.Decision{Task: "firewall", ID: newer.ID, Who: "ops", Approve: false}) {
 			t.Fatalf("decision %+v", d)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.Scale(30 * time.Second)):
 		b.fail("the rejection did not reach the gates; calls %q", fa.Calls())
 	}
 	b.waitText("#message", "rejected by ops", 30*time.Second)

@@ -149,7 +149,7 @@ task {
 	must(t, err)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(pem)
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	client := &http.Client{Timeout: testutil.Scale(10 * time.Second), Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	resp, err := client.Post(fmt.Sprintf("https://127.0.0.1:%d/v1/tasks", port), "", strings.NewReader(`{"task":{"name":"x","module":true}}`))
 	must(t, err)
 	b, _ := io.ReadAll(resp.Body)

@@ -78,7 +78,7 @@ func TestDemoKeepsRunning(t *testing.T) {
 	// The dashboard's URL, then the promise to keep running.
 	dashRe := regexp.MustCompile(`^\s*dashboard\s+(http://127\.0\.0\.1:\d+/ui/)`)
 	var dashboard string
-	timeout := time.After(4 * time.Minute)
+	timeout := time.After(testutil.Scale(4 * time.Minute))
 	for waiting := true; waiting; {
 		select {
 		case l, ok := <-lines:
@@ -149,8 +149,8 @@ func TestDemoKeepsRunning(t *testing.T) {
 		if err != nil {
 			t.Errorf("the demo exited with %v after Ctrl-C:\n%s\n%s", err, out.String(), stderr.String())
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the demo did not stop within 60s of Ctrl-C:\n%s\n%s", out.String(), stderr.String())
+	case <-time.After(testutil.Scale(60 * time.Second)):
+		t.Fatalf("the demo did not stop after Ctrl-C:\n%s\n%s", out.String(), stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "stopped consul, ctsync and nginx; removed "+m[1]) {
 		t.Errorf("no clean-up line on standard error:\n%s", stderr.String())

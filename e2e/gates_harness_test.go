@@ -161,7 +161,8 @@ func (a gateAPI) waitPlan(name, what string, ok func(gate.Plan) bool) gate.Plan 
 func (a gateAPI) waitPlanUnless(name, what string, ok func(gate.Plan) bool, broken func() string) gate.Plan {
 	a.t.Helper()
 	var last string
-	deadline := time.Now().Add(2 * time.Minute)
+	within := testutil.Scale(2 * time.Minute)
+	deadline := time.Now().Add(within)
 	for {
 		code, got, body := a.plan(name)
 		if code == http.StatusOK && ok(got) {
@@ -174,7 +175,7 @@ func (a gateAPI) waitPlanUnless(name, what string, ok func(gate.Plan) bool, brok
 			}
 		}
 		if time.Now().After(deadline) {
-			a.t.Fatalf("%s: no held plan of %s %s within 2m; last answer: %s", a.base, name, what, last)
+			a.t.Fatalf("%s: no held plan of %s %s within %s; last answer: %s", a.base, name, what, within, last)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

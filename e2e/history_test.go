@@ -38,6 +38,7 @@ func taskEvents(t *testing.T, base, name string) []store.Event {
 // waitEvents polls the events of a task until ok accepts them.
 func waitEvents(t *testing.T, base, name string, timeout time.Duration, ok func([]store.Event) bool) []store.Event {
 	t.Helper()
+	timeout = testutil.Scale(timeout)
 	deadline := time.Now().Add(timeout)
 	for {
 		if resp, err := http.Get(base + "/v1/health"); err == nil {

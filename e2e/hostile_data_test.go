@@ -190,7 +190,7 @@ func waitKVExact(t *testing.T, out string, want map[string]string) {
 	var got map[string]string
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	timeout := time.After(60 * time.Second)
+	timeout := time.After(testutil.Scale(60 * time.Second))
 wait:
 	for {
 		got = nil

@@ -106,7 +106,14 @@ func (b *browser) fail(format string, args ...any) {
 	b.t.Fatalf(format+"\npage text:\n%s", append(args, text)...)
 }
 
+// timeout is the browser's context with a deadline of d (scaled, see
+// testutil.Scale).
 func (b *browser) timeout(d time.Duration) context.Context {
+	return b.within(testutil.Scale(d))
+}
+
+// within is the browser's context with a deadline of d as it is.
+func (b *browser) within(d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(b.ctx, d)
 	b.t.Cleanup(cancel)
 	return ctx
@@ -146,9 +153,9 @@ func (b *browser) text(sel string) string {
 // ("Cannot find context"): it is started again.
 func (b *browser) wait(what, expr string, timeout time.Duration) {
 	b.t.Helper()
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(testutil.Scale(timeout))
 	for {
-		_, err := chromedp.Run(b.timeout(time.Until(deadline)+5*time.Second),
+		_, err := chromedp.Run(b.within(time.Until(deadline)+5*time.Second),
 			chromedp.Poll[any](expr, chromedp.WithPollingTimeout(time.Until(deadline)), chromedp.WithPollingInterval(50*time.Millisecond)))
 		if err == nil {
 			return
@@ -172,7 +179,7 @@ func (b *browser) waitText(sel, want string, timeout time.Duration) {
 // the click is repeated.
 func (b *browser) act(sel, want string) {
 	b.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(testutil.Scale(60 * time.Second))
 	for {
 		b.click(sel)
 		if sel == "#run-now" { // "Run now" asks for confirmation first
@@ -371,7 +378,7 @@ task {
 	}
 	c.RegisterService(t, &api.AgentServiceRegistration{ID: "web-2", Name: "web", Address: "127.0.0.1", Port: 8002}, "passing")
 	// The plan shows the new instance once the watch has it.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testutil.Scale(30 * time.Second))
 	for {
 		b.click("#enable")
 		b.wait("the plan preview", `!!document.querySelector('#plan-preview pre.plan-text')`, 60*time.Second)

@@ -16,6 +16,7 @@ import (
 	"github.com/ctsync/ctsync/internal/notify"
 	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 func withApprovals(a Approvals) harnessOpt { return func(o *Options) { o.Approvals = a } }
@@ -228,7 +229,7 @@ func TestApprovalThroughTheAPIReachesWebhooks(t *testing.T) {
 	h := newHarness(t, []task.Spec{servicesTask("fw", "web")}, withApprovals(fa), withTokens(testTokens...))
 	p := fa.Hold(heldPlan("fw"))
 	h.send("POST", "/v1/tasks/fw/plan/"+p.ID+"/approve", "", bearer(writeSecret)).expect(t, 200)
-	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	fctx, fcancel := context.WithTimeout(context.Background(), testutil.Scale(10*time.Second))
 	defer fcancel()
 	d.Flush(fctx)
 

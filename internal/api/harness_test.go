@@ -175,7 +175,7 @@ func (h *harness) waitChan(ch chan string, want string) {
 		if got != want {
 			h.t.Fatalf("got %s, want %s", got, want)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.Scale(10 * time.Second)):
 		h.t.Fatalf("timed out waiting for %s", want)
 	}
 }

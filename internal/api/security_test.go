@@ -15,6 +15,7 @@ import (
 	"github.com/ctsync/ctsync/internal/api/testcerts"
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 const (
@@ -470,7 +471,7 @@ func TestPlainHTTPToTLSPort(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		_ = conn.SetDeadline(time.Now().Add(testutil.Scale(10 * time.Second)))
 		_, _ = io.WriteString(conn, m+" /v1/tasks/x HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}")
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/ctsync/ctsync/internal/api/testcerts"
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // runServer starts a Server on a free loopback port and stops it when the
@@ -41,7 +42,7 @@ func runServer(t *testing.T, tc config.APITLS) (*Server, *syncBuffer) {
 			if err != nil {
 				t.Errorf("Run: %v", err)
 			}
-		case <-time.After(ShutdownTimeout + 2*time.Second):
+		case <-time.After(ShutdownTimeout + testutil.Scale(2*time.Second)):
 			t.Error("Run did not return after shutdown")
 		}
 	})

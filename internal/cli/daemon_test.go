@@ -188,7 +188,7 @@ task {
 		if code != ExitOK {
 			t.Errorf("exit %d\n%s", code, logs)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.Scale(30 * time.Second)):
 		t.Fatalf("daemon did not stop\n%s", logs)
 	}
 	// The service is deregistered at exit and not registered again after

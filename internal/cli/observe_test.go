@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // TestDaemonObserve runs `ctsync start` with log_format = "json" against a
@@ -74,7 +76,7 @@ task {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGINT)
 			select {
 			case <-exit:
-			case <-time.After(30 * time.Second):
+			case <-time.After(testutil.Scale(30 * time.Second)):
 			}
 		}
 	})
@@ -143,7 +145,7 @@ task {
 		if code != ExitOK {
 			t.Errorf("exit %d\n%s", code, logs)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.Scale(30 * time.Second)):
 		t.Fatalf("daemon did not stop\n%s", logs)
 	}
 

@@ -11,6 +11,7 @@ import (
 
 	ctsapi "github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // A SIGHUP reload tells systemd RELOADING=1, then READY=1 with its
@@ -29,7 +30,7 @@ func TestReloadStatusForSystemd(t *testing.T) {
 	next := func() string {
 		t.Helper()
 		buf := make([]byte, 4096)
-		if err := conn.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		if err := conn.SetReadDeadline(time.Now().Add(testutil.Scale(10 * time.Second))); err != nil {
 			t.Fatal(err)
 		}
 		n, _, err := conn.ReadFromUnix(buf)

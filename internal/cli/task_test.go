@@ -23,6 +23,7 @@ import (
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // fakeCtrl implements api.Controller and records the calls it gets.
@@ -445,7 +446,7 @@ func TestTaskDelete(t *testing.T) {
 			}
 			select {
 			case <-f.deleted:
-			case <-time.After(10 * time.Second):
+			case <-time.After(testutil.Scale(10 * time.Second)):
 				t.Fatal("not deleted")
 			}
 			wantCalls(t, f, fmt.Sprintf("delete a destroy=%v", slices.Contains(c.args, "-destroy")))

@@ -132,7 +132,7 @@ func (n *node) stop(t *testing.T) {
 		n.el.Resign()
 		select {
 		case <-n.done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(testutil.Scale(5 * time.Second)):
 			t.Errorf("%s: Run did not return after Resign", n.id)
 		}
 	})
@@ -367,7 +367,7 @@ func TestFailedPreparationGivesTheLockBack(t *testing.T) {
 	cancel()
 	select {
 	case <-stopped:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.Scale(10 * time.Second)):
 		t.Fatal("Run did not handle the shutdown signal")
 	}
 	if rctx.Err() != nil {

@@ -87,7 +87,7 @@ func TestFenceDriver(t *testing.T) {
 		if !errors.As(err, &de) || !strings.Contains(de.Summary, "stopped leading") {
 			t.Fatalf("interrupted apply: %v", err)
 		}
-	case <-time.After(2 * time.Second):
+	case <-time.After(testutil.Scale(2 * time.Second)):
 		t.Fatal("the run went on after the lead was lost")
 	}
 }

@@ -74,7 +74,7 @@ func TestRunsProceedWhileWebhookHangs(t *testing.T) {
 		testutil.WaitFor(t, fmt.Sprintf("run %d recorded", want), func() bool { return len(st.Events("web")) >= want })
 	}
 	el := time.Since(begin)
-	if el > 5*time.Second {
+	if el > testutil.Scale(5*time.Second) { // the webhook hangs for an hour
 		t.Errorf("%d runs took %s while the webhook hangs", changes, el)
 	}
 	for _, ev := range st.Events("web") {

@@ -102,7 +102,7 @@ func start(t *testing.T, opts Options) *Dispatcher {
 // notifications is final then.
 func flush(t *testing.T, d *Dispatcher) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Scale(10*time.Second))
 	defer cancel()
 	d.Flush(ctx)
 	if ctx.Err() != nil {
@@ -292,7 +292,8 @@ func TestHangingReceiver(t *testing.T) {
 	for i := range 50 {
 		d.OnEvent(run(string(rune('a'+i%26))+"-"+time.Now().String(), "web", false, i))
 	}
-	if el := time.Since(start); el > 100*time.Millisecond {
+	// Blocked on the webhook, 50 events would take 50 timeouts (5s).
+	if el := time.Since(start); el > testutil.Scale(100*time.Millisecond) {
 		t.Errorf("OnEvent took %s for 50 events while the webhook hangs", el)
 	}
 	testutil.WaitFor(t, "the other notifier delivers", func() bool { return m.get(m.delivered, "fine") >= 5 })
@@ -338,7 +339,7 @@ func TestFlush(t *testing.T) {
 	for i := range 3 {
 		d.OnEvent(run(string(rune('a'+i)), "web", false, i))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Scale(10*time.Second))
 	defer cancel()
 	flushed := make(chan struct{})
 	go func() { d.Flush(ctx); close(flushed) }()

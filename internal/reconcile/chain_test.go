@@ -27,7 +27,7 @@ func nextApplied(t *testing.T, h *harness) string {
 	select {
 	case got := <-h.rec.applied:
 		return got
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.Scale(10 * time.Second)):
 		t.Fatal("no apply")
 		return ""
 	}

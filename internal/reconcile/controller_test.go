@@ -178,7 +178,7 @@ func (h *harness) waitApplied(t *testing.T, name string) {
 		if got != name {
 			t.Fatalf("applied %s, want %s", got, name)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.Scale(10 * time.Second)):
 		t.Fatalf("no apply of %s", name)
 	}
 }

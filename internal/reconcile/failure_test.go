@@ -57,7 +57,7 @@ func (d *scripted) waitRun(t *testing.T) []string {
 	select {
 	case ids := <-d.runs:
 		return ids
-	case <-time.After(10 * time.Second):
+	case <-time.After(testutil.Scale(10 * time.Second)):
 		t.Fatal("no run")
 		return nil
 	}
@@ -87,7 +87,7 @@ func retries(clk *reconciletest.Clock) []time.Duration {
 
 // waitRetry waits until a retry timer is pending.
 func waitRetry(clk *reconciletest.Clock) bool {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testutil.Scale(10 * time.Second))
 	for len(retries(clk)) == 0 {
 		if time.Now().After(deadline) {
 			return false

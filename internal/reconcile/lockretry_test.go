@@ -63,7 +63,7 @@ func TestStateLockedRetriesUntilFree(t *testing.T) {
 				}
 				return
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(testutil.Scale(10 * time.Second)):
 			t.Fatalf("no run after %d failures on a locked state", i)
 		}
 	}

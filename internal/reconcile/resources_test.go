@@ -72,7 +72,7 @@ func TestResourcesStableOver10000Runs(t *testing.T) {
 	wait := func() {
 		select {
 		case <-d.done:
-		case <-time.After(10 * time.Second):
+		case <-time.After(testutil.Scale(10 * time.Second)):
 			t.Fatalf("no run after %d", d.runs.Load())
 		}
 	}
@@ -95,7 +95,8 @@ func TestResourcesStableOver10000Runs(t *testing.T) {
 	if got := fdCount(t); got > fds {
 		t.Errorf("open file descriptors grew from %d to %d over %d runs", fds, got, runs)
 	}
-	for i := 0; runtime.NumGoroutine() > goroutines && i < 100; i++ {
+	// Goroutines of the last run may still be on their way out.
+	for deadline := time.Now().Add(testutil.Scale(time.Second)); runtime.NumGoroutine() > goroutines && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if got := runtime.NumGoroutine(); got > goroutines {
@@ -133,18 +134,12 @@ func TestNotifyBacklogIsBounded(t *testing.T) {
 	go func() { c.noteLoop(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	signal(c.noteKick)
-	for i := 0; ; i++ {
+	testutil.Eventually(t, time.Second, "the notes handled", func() bool {
 		c.mu.Lock()
 		n = len(c.notes)
 		c.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if i > 1000 {
-			t.Fatalf("%d notes never handled", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return n == 0
+	})
 	c.mu.Lock()
 	left := len(c.noted)
 	c.mu.Unlock()

@@ -60,7 +60,7 @@ func TestFaultProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c1.Close()
-	if err := roundTrip(c1, time.Second); err != nil {
+	if err := roundTrip(c1, Scale(time.Second)); err != nil {
 		t.Fatalf("through the proxy: %v", err)
 	}
 
@@ -68,7 +68,7 @@ func TestFaultProxy(t *testing.T) {
 	if !p.IsCut() {
 		t.Fatal("IsCut after Cut")
 	}
-	if err := roundTrip(c1, time.Second); err == nil {
+	if err := roundTrip(c1, Scale(time.Second)); err == nil {
 		t.Fatal("an open connection survived Cut")
 	}
 	c2, err := net.Dial("tcp", p.Addr) // accepted by the blackhole
@@ -85,7 +85,7 @@ func TestFaultProxy(t *testing.T) {
 	p.Refuse()
 	c3, err := net.Dial("tcp", p.Addr)
 	if err == nil {
-		if err := roundTrip(c3, time.Second); err == nil || isTimeout(err) {
+		if err := roundTrip(c3, Scale(time.Second)); err == nil || isTimeout(err) {
 			t.Fatalf("refuse: want the connection closed at once, got %v", err)
 		}
 		c3.Close()
@@ -97,7 +97,7 @@ func TestFaultProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c4.Close()
-	if err := roundTrip(c4, time.Second); err != nil {
+	if err := roundTrip(c4, Scale(time.Second)); err != nil {
 		t.Fatalf("after Restore: %v", err)
 	}
 }
@@ -116,7 +116,7 @@ func TestFaultProxyDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c1.Close()
-	if err := roundTrip(c1, time.Second); err != nil {
+	if err := roundTrip(c1, Scale(time.Second)); err != nil {
 		t.Fatalf("through the proxy: %v", err)
 	}
 	p.Drop()
@@ -135,7 +135,7 @@ func TestFaultProxyDrop(t *testing.T) {
 		t.Fatalf("a new connection while dropping: want a timeout, got %v", err)
 	}
 	p.Restore()
-	if err := roundTrip(c1, time.Second); err == nil || isTimeout(err) {
+	if err := roundTrip(c1, Scale(time.Second)); err == nil || isTimeout(err) {
 		t.Fatalf("a connection that lost bytes after Restore: want it closed, got %v", err)
 	}
 	c3, err := net.Dial("tcp", p.Addr)
@@ -143,7 +143,7 @@ func TestFaultProxyDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c3.Close()
-	if err := roundTrip(c3, time.Second); err != nil {
+	if err := roundTrip(c3, Scale(time.Second)); err != nil {
 		t.Fatalf("after Restore: %v", err)
 	}
 }
@@ -192,23 +192,26 @@ func TestFaultProxySlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := roundTrip(c, 5*time.Second); err != nil {
+	if err := roundTrip(c, Scale(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	p.Slow(150 * time.Millisecond)
+	// A delay well above a loaded machine's scheduling delays, so that
+	// "fast again" can be told from "slow" with room on both sides.
+	const delay = 500 * time.Millisecond
+	p.Slow(delay)
 	start := time.Now()
-	if err := roundTrip(c, 5*time.Second); err != nil {
+	if err := roundTrip(c, Scale(5*time.Second)); err != nil {
 		t.Fatalf("slow link broke the connection: %v", err)
 	}
-	if d := time.Since(start); d < 300*time.Millisecond {
-		t.Fatalf("round trip over the slow link took %s, want >= 300ms", d)
+	if d := time.Since(start); d < 2*delay {
+		t.Fatalf("round trip over the slow link took %s, want >= %s", d, 2*delay)
 	}
 	p.Restore()
 	start = time.Now()
-	if err := roundTrip(c, 5*time.Second); err != nil {
+	if err := roundTrip(c, Scale(5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 250*time.Millisecond {
-		t.Fatalf("round trip after Restore took %s", d)
+	if d := time.Since(start); d >= delay {
+		t.Fatalf("round trip after Restore took %s: still slow", d)
 	}
 }

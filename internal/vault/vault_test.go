@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/config"
+	"github.com/ctsync/ctsync/internal/testutil"
 	"github.com/ctsync/ctsync/internal/tmpl"
 	"github.com/ctsync/ctsync/internal/vault"
 	"github.com/ctsync/ctsync/internal/vault/vaulttest"
@@ -44,6 +45,7 @@ func run(t *testing.T, m *vault.Manager) {
 
 func waitChange(t *testing.T, ch chan string, want string, within time.Duration) {
 	t.Helper()
+	within = testutil.Scale(within)
 	timeout := time.After(within)
 	for {
 		select {

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/ctsync/ctsync/internal/consul"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // fakeConsul is a scripted stand-in for the Consul HTTP API. Every request
@@ -154,7 +155,7 @@ func (f *fakeConsul) fail(path string, status int) {
 // waitFor blocks until cond (evaluated under the lock) holds.
 func (f *fakeConsul) waitFor(what string, cond func() bool) {
 	f.t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
+	deadline := time.NewTimer(testutil.Scale(10 * time.Second))
 	defer deadline.Stop()
 	for {
 		f.mu.Lock()
@@ -235,7 +236,7 @@ func (r *recorder) count() int {
 
 func (r *recorder) waitCount(t testing.TB, n int) {
 	t.Helper()
-	deadline := time.NewTimer(10 * time.Second)
+	deadline := time.NewTimer(testutil.Scale(10 * time.Second))
 	defer deadline.Stop()
 	for r.count() < n {
 		select {
@@ -289,7 +290,7 @@ func runRegistry(t testing.TB, r *Registry) (stop func()) {
 				if err != nil {
 					t.Errorf("Run returned %v", err)
 				}
-			case <-time.After(10 * time.Second):
+			case <-time.After(testutil.Scale(10 * time.Second)):
 				t.Errorf("Run did not return after cancel")
 			}
 		})

@@ -97,7 +97,7 @@ func mustNew(t *testing.T, o Options) *Driver {
 }
 
 func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Scale(3*time.Minute))
 	t.Cleanup(cancel)
 	return ctx
 }
