@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,9 +98,9 @@ func TestCompatConsulLoadDistinctQueries(t *testing.T) {
 		t.Errorf("%d connections to the agent: not under its default per-client limit of 200", m.conns)
 	}
 	// One changed service reaches only the tasks that watch it.
-	if m.notifications != window/step || m.runsAfterChange != window/step {
-		t.Errorf("one change: %d notifications, %d runs; want %d (the tasks watching that service)",
-			m.notifications, m.runsAfterChange, window/step)
+	if m.notifications != window/step || m.runsAfterChange != window/step || !slices.Equal(m.ran, m.watchers) {
+		t.Errorf("one change: %d notifications, %d runs of %v; want %d, of the tasks watching that service %v",
+			m.notifications, m.runsAfterChange, m.ran, window/step, m.watchers)
 	}
 }
 
@@ -108,6 +109,9 @@ type loadResult struct {
 	fetchErrors, notifications uint64
 	runsAfterChange            int
 	ready                      time.Duration
+	// watchers are the tasks watching the changed service; ran, the tasks
+	// that ran after the change.
+	watchers, ran []string
 }
 
 // countingDriver counts applies per task and does nothing else.
@@ -152,9 +156,18 @@ func runLoad(t *testing.T, client *consul.Client, specs []task.Spec, agentPort s
 	}
 	var m loadResult
 	start := time.Now()
-	testutil.Eventually(t, 2*time.Minute, "every task's first run", func() bool {
+	// The starting state is settled before the change: every task ran
+	// once, every view answered, every task heard of each of its queries
+	// (the first answer notifies each subscriber once) and the controller
+	// handled all of it. Counting from an earlier moment would count what
+	// is left of the start as the change's doing.
+	pairs := 0
+	for _, s := range specs {
+		pairs += len(s.Condition.Services.Names)
+	}
+	testutil.Eventually(t, 2*time.Minute, "every task's first run and a settled start", func() bool {
 		n, _ := total()
-		return n == len(specs)
+		return n == len(specs) && registry.Answered() && registry.Stats().Notifications >= uint64(pairs) && ctrl.Settled()
 	})
 	m.ready = time.Since(start)
 	m.views = registry.Views()
@@ -162,6 +175,8 @@ func runLoad(t *testing.T, client *consul.Client, specs []task.Spec, agentPort s
 	m.fetchErrors = registry.Stats().FetchErrors
 
 	// One service changes: only the tasks watching it hear of it and run.
+	runsBefore := map[string]int64{}
+	counts.Range(func(k, v any) bool { runsBefore[k.(string)] = v.(*atomic.Int64).Load(); return true })
 	_, before := total()
 	notes := registry.Stats().Notifications
 	if err := client.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "load-0500-b", Name: "load-0500", Port: 2}); err != nil {
@@ -172,16 +187,28 @@ func runLoad(t *testing.T, client *consul.Client, specs []task.Spec, agentPort s
 		for _, n := range s.Condition.Services.Names {
 			if n == "load-0500" {
 				want++
+				m.watchers = append(m.watchers, s.Name)
 			}
 		}
 	}
-	testutil.Eventually(t, 30*time.Second, "the watching tasks to run", func() bool {
+	// Done when the watchers' runs and notifications are all in and the
+	// controller has nothing left to do: a notification or run beyond
+	// them would have been counted by then.
+	testutil.Eventually(t, 60*time.Second, "the watching tasks to run and the controller to settle", func() bool {
 		_, runs := total()
-		return runs-before >= want
+		return runs-before >= want && registry.Stats().Notifications-notes >= uint64(want) && ctrl.Settled()
 	})
 	_, after := total()
 	m.runsAfterChange = int(after - before)
 	m.notifications = registry.Stats().Notifications - notes
+	counts.Range(func(k, v any) bool {
+		if v.(*atomic.Int64).Load() > runsBefore[k.(string)] {
+			m.ran = append(m.ran, k.(string))
+		}
+		return true
+	})
+	slices.Sort(m.ran)
+	slices.Sort(m.watchers)
 	return m
 }
 
@@ -215,6 +242,22 @@ func registerLoadServices(t *testing.T, c *api.Client, n int) {
 		t.Fatalf("register: %v", err)
 	default:
 	}
+	// The agent copies its registrations into the catalog in the
+	// background (anti-entropy), slowly under load: wait until the catalog
+	// has them all, or what a test measures next would include them.
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("the %d services in the catalog", n), func() bool {
+		svcs, _, err := c.Catalog().Services(nil)
+		if err != nil {
+			return false
+		}
+		got := 0
+		for name := range svcs {
+			if strings.HasPrefix(name, "load-") {
+				got++
+			}
+		}
+		return got == n
+	})
 }
 
 // agentConns counts established TCP connections whose remote end is the

@@ -104,7 +104,7 @@ func TestFailedRunAtAGlance(t *testing.T) {
 		"-config-file", writeFile(t, work, "hook.hcl", hook.block("failed")))
 
 	var st api.TaskStatus
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(testutil.Scale(90 * time.Second))
 	for {
 		if resp, err := http.Get(base + "/v1/health"); err == nil {
 			resp.Body.Close()
@@ -225,7 +225,7 @@ task {
 		}
 	}
 	var first api.EventsResponse
-	for deadline := time.Now().Add(30 * time.Second); len(first.Events) == 0; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(testutil.Scale(30 * time.Second)); len(first.Events) == 0; time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the first run was not recorded")
 		}
@@ -243,6 +243,15 @@ task {
 	if code != 0 {
 		t.Fatalf("task enable: %d %s", code, out)
 	}
+	// Enabling queues the task (it runs if its inputs moved while it was
+	// off); until that is done, a run request is refused with 409 (the task
+	// is active). The test is about the actor a run records, not that race:
+	// it asks once the task is idle again.
+	testutil.Eventually(t, 60*time.Second, "the task idle after enable", func() bool {
+		var m map[string]api.TaskStatus
+		authGet("/v1/status/tasks/web", &m)
+		return m["web"].Enabled && !m["web"].Active
+	})
 	req, _ := http.NewRequest("POST", base+"/v1/tasks/web/run", nil)
 	req.Header.Set("Authorization", "Bearer "+secret)
 	resp, err := http.DefaultClient.Do(req)

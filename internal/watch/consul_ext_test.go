@@ -71,6 +71,9 @@ func TestRealCatalogNodes(t *testing.T) {
 	register("ext-b", "10.0.0.3", map[string]string{"rack": "r3"})
 	step(t, r, rec, "rack", rack, 3, "ext-b left rack r1", is(""))
 	eventually("ext-b's address", all, func(v any) bool { return v.([]task.Node)[1].Address == "10.0.0.3" })
+	// The filtered view hears of the address before ext-a leaves (one
+	// answer with both would be one notification).
+	step(t, r, rec, "f", filtered, 4, "ext-b's address, filtered", is("ext-a,ext-b"))
 	if _, err := c.Client.Catalog().Deregister(&api.CatalogDeregistration{Node: "ext-a"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +162,12 @@ func TestRealHealthStatusChoice(t *testing.T) {
 					return strings.Join(out, ",") == want
 				}
 			}
-			step(t, r, rec, "pw", pw, 1, "empty", ids(""))
+			// Each view's first (empty) answer comes before the instances:
+			// one that came after them would have their value as its first
+			// and only notification.
+			step(t, r, rec, "def", def, 1, "empty (passing)", ids(""))
+			step(t, r, rec, "pw", pw, 1, "empty (passing+warning)", ids(""))
+			step(t, r, rec, "crit", crit, 1, "empty (critical+maintenance)", ids(""))
 			c.RegisterService(t, &api.AgentServiceRegistration{ID: "web-1", Name: "web"}, api.HealthPassing)
 			c.RegisterService(t, &api.AgentServiceRegistration{ID: "web-2", Name: "web"}, api.HealthWarning)
 			step(t, r, rec, "def", def, 2, "passing only by default", ids("web-1:passing"))
@@ -197,6 +205,12 @@ func TestRealPeerServices(t *testing.T) {
 	east.RegisterService(t, &api.AgentServiceRegistration{ID: "web-e1", Name: "web", Port: 80}, api.HealthPassing)
 	west.RegisterService(t, &api.AgentServiceRegistration{ID: "web-w1", Name: "web", Port: 81}, api.HealthPassing)
 	east.Export(t, "west", "web")
+	// The agent syncs its registrations to the catalog in the background:
+	// the local view's first answer must already have web-w1.
+	testutil.Eventually(t, waitLong, "web-w1 in west's catalog", func() bool {
+		s, _, err := west.Client.Health().Service("web", "", true, nil)
+		return err == nil && len(s) == 1
+	})
 
 	for _, cached := range []bool{false, true} {
 		client, err := consul.NewClient(config.Consul{Address: west.Addr, UseCache: cached})
