@@ -127,13 +127,19 @@ task {
 		opts []string
 		env  []string
 	}
-	happy := func(t *testing.T, cases []scenario) {
+	happy := func(t *testing.T, addr string, cases []scenario) {
 		for _, sc := range cases {
 			for _, cmd := range commands {
 				args := append(append(append([]string(nil), cmd.args...), sc.opts...), cmd.arg)
 				o, code := runCmd(cmd.stdin, sc.env, args...)
 				if !strings.Contains(o, cmd.want) || (code != 0) != cmd.failOK {
 					t.Errorf("%s, %s: exit %d, want %q:\n%s", sc.name, cmd.name, code, cmd.want, o)
+				}
+				if cmd.name == "task enable" {
+					// Enabling queues the task (it runs if its inputs
+					// moved); the next scenario's disable would be 409
+					// until it is idle again.
+					waitTaskIdle(t, addr, certs)
 				}
 			}
 		}
@@ -160,7 +166,7 @@ task {
 	t.Run("TLS", func(t *testing.T) {
 		waitTaskRun(t, tlsAddr, certs)
 		flags := []string{"-http-addr=" + tlsAddr, "-ca-cert=" + certs.CACert, "-ssl-verify=true"}
-		happy(t, []scenario{
+		happy(t, tlsAddr, []scenario{
 			{"flags", flags, nil},
 			{"environment", nil, []string{"CTS_ADDRESS=" + tlsAddr, "CTS_CACERT=" + certs.CACert, "CTS_SSL_VERIFY=true"}},
 			{"flags over environment", flags, []string{"CTS_ADDRESS=bogus_address", "CTS_CACERT=bogus_cert"}},
@@ -180,7 +186,7 @@ task {
 		waitTaskRun(t, mtlsAddr, certs)
 		client := []string{"-client-cert=" + certs.ClientCert, "-client-key=" + certs.ClientKey}
 		flags := append([]string{"-http-addr=" + mtlsAddr, "-ca-cert=" + certs.CACert, "-ssl-verify=true"}, client...)
-		happy(t, []scenario{
+		happy(t, mtlsAddr, []scenario{
 			{"flags", flags, nil},
 			{"environment", nil, []string{"CTS_ADDRESS=" + mtlsAddr, "CTS_CACERT=" + certs.CACert, "CTS_SSL_VERIFY=true",
 				"CTS_CLIENT_CERT=" + certs.ClientCert, "CTS_CLIENT_KEY=" + certs.ClientKey}},
@@ -201,13 +207,22 @@ task {
 	t.Logf("the scenarios took %s", time.Since(start0).Round(time.Second))
 }
 
-// waitTaskRun waits for db_task's first run to be recorded (the scenarios
-// start once the daemon is up and its task has run): the task answers
-// disable then, not 409.
+// waitTaskRun waits for db_task's first run to be recorded and the task
+// idle (the scenarios start once the daemon is up and its task has run):
+// the task answers disable then, not 409.
 func waitTaskRun(t *testing.T, addr string, certs testcerts.Files) {
 	t.Helper()
 	testutil.Eventually(t, 90*time.Second, "db_task's first run", func() bool {
 		st, err := apiDo(t, certs, "GET", addr+"/v1/status/tasks/db_task")
-		return err == nil && strings.Contains(st, `"status":"successful"`)
+		return err == nil && strings.Contains(st, `"status":"successful"`) && strings.Contains(st, `"active":false`)
+	})
+}
+
+// waitTaskIdle waits until db_task neither runs nor waits to run.
+func waitTaskIdle(t *testing.T, addr string, certs testcerts.Files) {
+	t.Helper()
+	testutil.Eventually(t, 60*time.Second, "db_task idle", func() bool {
+		st, err := apiDo(t, certs, "GET", addr+"/v1/status/tasks/db_task")
+		return err == nil && strings.Contains(st, `"active":false`)
 	})
 }
