@@ -2,6 +2,11 @@
 SHELL := /bin/bash
 TOOLS_ENV := source .tools/env.sh
 GO_TEST_FLAGS ?= -race -count=1 -timeout 25m
+# The end-to-end tests (./e2e) run as E2E_SHARDS processes at once, each
+# with -test.timeout E2E_TIMEOUT (scripts/e2e-shards.sh).
+E2E_SHARDS ?= 3
+E2E_TIMEOUT ?= 25m
+E2E_BUILD_FLAGS ?= -race
 
 .PHONY: build test test-short demo tools lint bench bench-floor soak clean release release-test
 
@@ -11,9 +16,13 @@ build:
 tools:
 	@bash scripts/tools.sh
 
-# Unit tests plus end-to-end tests against a real Consul agent and real Terraform.
+# Unit tests, then the end-to-end tests against a real Consul agent and real
+# Terraform in E2E_SHARDS parallel shards. CTSYNC_TEST_TIMEOUT_SCALE (default
+# 3) multiplies every wait's deadline (internal/testutil/wait.go).
 test: tools
-	$(TOOLS_ENV) && go vet ./... && test -z "$$(gofmt -l . | grep -v '^.tools/')" && go test $(GO_TEST_FLAGS) ./...
+	$(TOOLS_ENV) && go vet ./... && test -z "$$(gofmt -l . | grep -v '^.tools/')" && \
+		go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v '/e2e$$') && \
+		E2E_SHARDS=$(E2E_SHARDS) E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_BUILD_FLAGS="$(E2E_BUILD_FLAGS)" bash scripts/e2e-shards.sh
 
 # Fast tests only (no Consul, no Terraform).
 test-short:

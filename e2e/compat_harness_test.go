@@ -100,7 +100,18 @@ func buildEchoProvider() (string, error) {
 	if _, err := os.Stat(paths[1]); err == nil {
 		return mirror, nil
 	}
-	bin := filepath.Join(mirror, "build", "terraform-provider-echo")
+	// Another process of this package (scripts/e2e-shards.sh runs several)
+	// may be building it at the same time: each builds in a folder of its
+	// own and renames its copies into place (same content either way).
+	if err := os.MkdirAll(mirror, 0o755); err != nil {
+		return "", err
+	}
+	build, err := os.MkdirTemp(mirror, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(build)
+	bin := filepath.Join(build, "terraform-provider-echo")
 	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "GOFLAGS=-buildvcs=false", "CGO_ENABLED=0")
@@ -111,14 +122,15 @@ func buildEchoProvider() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for _, p := range paths {
+	for i, p := range paths {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return "", err
 		}
-		if err := os.WriteFile(p+".tmp", data, 0o755); err != nil {
+		tmp := filepath.Join(build, fmt.Sprintf("copy-%d", i))
+		if err := os.WriteFile(tmp, data, 0o755); err != nil {
 			return "", err
 		}
-		if err := os.Rename(p+".tmp", p); err != nil {
+		if err := os.Rename(tmp, p); err != nil {
 			return "", err
 		}
 	}
@@ -183,7 +195,7 @@ func readJSON(dir, name string, v any) bool {
 func waitJSON[T any](t *testing.T, dir, name string, want T) T {
 	t.Helper()
 	var got T
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(testutil.Scale(60 * time.Second))
 	for {
 		var v T
 		if readJSON(dir, name, &v) {
@@ -285,7 +297,7 @@ var ctsServiceFields = []string{"id", "name", "kind", "address", "port", "meta",
 func checkServices(t *testing.T, dir string, want map[string]task.Service) {
 	t.Helper()
 	var diffs []string
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(testutil.Scale(60 * time.Second))
 	for {
 		diffs = diffs[:0]
 		var raw map[string]map[string]json.RawMessage

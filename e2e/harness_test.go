@@ -27,9 +27,24 @@ var ctsyncBin string
 // for the soak when ctsyncBin has it ("" otherwise).
 var ctsyncPlainBin string
 
+// binEnv names a ctsync binary built beforehand that the tests use instead
+// of building their own: scripts/e2e-shards.sh builds it once for all of
+// its shards (each a process of this package).
+const binEnv = "CTSYNC_E2E_BIN"
+
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if !testing.Short() {
+	// -test.list only names the tests: nothing to build.
+	listing := flag.Lookup("test.list") != nil && flag.Lookup("test.list").Value.String() != ""
+	if prebuilt := os.Getenv(binEnv); prebuilt != "" && !listing && os.Getenv("CTSYNC_E2E_RACE") == "" {
+		if _, err := os.Stat(prebuilt); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", binEnv, err)
+			os.Exit(1)
+		}
+		ctsyncBin = prebuilt
+		os.Exit(m.Run())
+	}
+	if !testing.Short() && !listing {
 		dir, err := os.MkdirTemp("", "ctsync-e2e-bin-")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -158,6 +173,7 @@ func startBinary(t testing.TB, bin, dir string, extraEnv []string, args ...strin
 // wait waits for the process to exit and returns its exit code.
 func (p *proc) wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
+	timeout = testutil.Scale(timeout)
 	select {
 	case <-p.done:
 		return p.code
