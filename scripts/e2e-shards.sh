@@ -107,6 +107,7 @@ set -m
 pids=()
 stop() {
 	trap - INT TERM
+	set +m # no job notices
 	for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done
 	wait
 	say "interrupted; logs in $out"
