@@ -132,7 +132,7 @@ task {
 	var a answer
 	select {
 	case a = <-answered:
-	case <-time.After(90 * time.Second):
+	case <-time.After(testutil.Scale(90 * time.Second)):
 		writeFile(t, dir, "gate", "")
 		t.Fatal("the approval did not answer within 90s while the apply waited")
 	}

@@ -231,7 +231,7 @@ high_availability {
 	})
 	first.start(t)
 	// Both keep running; the leader keeps leading and serves web-task only.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testutil.Scale(20 * time.Second))
 	for time.Now().Before(deadline) {
 		for _, in := range c.insts {
 			select {

@@ -205,7 +205,7 @@ func TestGateApproveAnswersBeforeTheApply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.Scale(30 * time.Second)):
 		close(gateCh)
 		t.Fatal("Approve did not answer while the apply was blocked")
 	}
@@ -495,7 +495,7 @@ func TestGateDestroyHeldUntilApproved(t *testing.T) {
 		if name != "fw" {
 			t.Fatalf("OnDestroyed(%q)", name)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.Scale(30 * time.Second)):
 		t.Fatal("OnDestroyed not called")
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // parentWithGroup starts a shell whose child leads its own process group
@@ -33,7 +35,7 @@ func parentWithGroup(t *testing.T) (pid int, done chan struct{}) {
 		}
 		<-done
 	})
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(testutil.Scale(30 * time.Second))
 	for len(childGroups(cmd.Process.Pid, 0)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the shell's child never led its own process group")
@@ -84,7 +86,7 @@ func TestWatchdogKillsWhenKeepAlivesStop(t *testing.T) {
 	stopped := time.Now()
 	select {
 	case <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.Scale(30 * time.Second)):
 		t.Fatal("the child still runs 30 s after the keep-alives stopped")
 	}
 	if d := time.Since(stopped); d < 300*time.Millisecond {
@@ -114,12 +116,12 @@ func TestWatchdogKillsWhenParentGoes(t *testing.T) {
 		if code != 0 {
 			t.Errorf("watchdog exited %d", code)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.Scale(30 * time.Second)):
 		t.Fatal("the watchdog did not end with its pipe")
 	}
 	select {
 	case <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.Scale(30 * time.Second)):
 		t.Fatal("the child still runs 30 s after the parent's pipe closed")
 	}
 	if !strings.Contains(logw.String(), "ctsync exited") {
