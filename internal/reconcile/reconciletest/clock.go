@@ -73,6 +73,16 @@ func (c *Clock) Pending() []time.Duration {
 	return out
 }
 
+// PendingAt reports whether a timer not yet fired or stopped falls due at
+// exactly at: what a test waits for before it moves the clock to a
+// deadline the code under test has computed, rather than for any timer
+// (one set earlier may still be pending while the code re-arms).
+func (c *Clock) PendingAt(at time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.ContainsFunc(c.timers, func(t *fakeTimer) bool { return t.at.Equal(at) })
+}
+
 // WaitPending blocks until at least n timers are pending, or the deadline
 // (real time) passes; it reports whether they are.
 func (c *Clock) WaitPending(n int, within time.Duration) bool {
