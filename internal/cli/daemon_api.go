@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,7 +24,7 @@ const deregisterTimeout = 5 * time.Second
 // port in use stops the daemon before anything else starts.
 func (a *app) startAPI() (*ctsapi.Server, error) {
 	srv, err := ctsapi.New(ctsapi.Options{
-		Addr:         net.JoinHostPort("", strconv.Itoa(a.cfg.Port)),
+		Addr:         a.cfg.ListenAddress(),
 		TLS:          a.cfg.TLS,
 		Controller:   a.coord.API(a.ctrl), // ha.go: saves API changes with high availability
 		Cluster:      a.coord.Cluster(),
@@ -50,6 +49,7 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 	if err := srv.Listen(); err != nil {
 		return nil, err
 	}
+	a.apiAddr = srv.Addr()
 	return srv, nil
 }
 
@@ -60,7 +60,11 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 // is called: it stops that, waits for the registration attempt to end and
 // deregisters the service if it was registered.
 func (a *app) selfRegister(ctx context.Context) (deregister func()) {
-	reg, ok := consul.RegistrationFromConfig(a.cfg.Consul.ServiceRegistration, a.cfg.ID, a.cfg.Port, a.cfg.TLS.Enabled)
+	bound := a.apiAddr // the port too when port = 0 picked one
+	if bound == "" {
+		bound = a.cfg.ListenAddress()
+	}
+	reg, ok := consul.RegistrationFromConfig(a.cfg.Consul.ServiceRegistration, a.cfg.ID, bound, a.cfg.TLS.Enabled)
 	if !ok {
 		return func() {}
 	}

@@ -258,6 +258,7 @@ type app struct {
 	secrets  *liveProviders // provider values, kept fresh from Vault (secrets.go)
 	memory   *terraform.MemoryBudget
 	history  *store.Bolt // the local history database (history.go); nil with HA or -inspect
+	apiAddr  string      // the address the API is bound to (startAPI)
 }
 
 // needsConsulKV reports whether start-up must read Consul KV: a

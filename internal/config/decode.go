@@ -22,6 +22,7 @@ import (
 // append, maps merge key by key.
 type rawConfig struct {
 	logLevel, logFormat, workingDir, id opt[string]
+	address                             opt[string] // the API's listen address (listen.go)
 	port, maxParallel                   opt[int]
 	buffer                              rawBuffer
 	consul                              rawConsul
@@ -71,7 +72,7 @@ type rawDriver struct {
 }
 
 var topKeys = []key{
-	{name: "log_level"}, {name: "log_format"}, {name: "port"}, {name: "working_dir"},
+	{name: "log_level"}, {name: "log_format"}, {name: "port"}, {name: "address"}, {name: "working_dir"},
 	{name: "id"}, {name: "max_parallel_runs"}, {name: "client_type"}, // client.go
 	{name: "buffer_period", kind: kBlock},
 	{name: "consul", kind: kBlock},
@@ -127,6 +128,7 @@ func (d *decoder) decodeFile(body hcl.Body, r *rawConfig) {
 			r.port.merge(p)
 		}
 	}
+	d.decodeAddress(c, r) // listen.go
 	r.workingDir.merge(d.str(c, "working_dir", ""))
 	r.id.merge(d.str(c, "id", ""))
 	d.decodeClientType(c, r)

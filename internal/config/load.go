@@ -278,12 +278,12 @@ func (d *decoder) finish(r *rawConfig) *Config {
 	cfg := &Config{
 		LogLevel:        r.logLevel.or(DefaultLogLevel),
 		LogFormat:       r.logFormat.or(DefaultLogFormat),
-		Port:            r.port.or(DefaultPort),
 		WorkingDir:      nonEmpty(r.workingDir.V, DefaultWorkingDir),
 		ID:              nonEmpty(r.id.V, defaultID()),
 		MaxParallelRuns: r.maxParallel.or(DefaultMaxParallelRuns()),
 		Ranges:          map[string]hcl.Range{},
 	}
+	d.finishAddress(r, cfg) // listen.go
 	cfg.Retry = r.retry.config()
 	cfg.History = r.runsPerTask.or(DefaultRunsPerTask) // history.go
 	cfg.ClientType = nonEmpty(r.clientType.V, ClientTerraform)

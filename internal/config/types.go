@@ -14,9 +14,12 @@ import (
 
 // Config is the whole decoded configuration, with defaults applied.
 type Config struct {
-	LogLevel   string // TRACE, DEBUG, INFO, WARN, ERR
-	LogFormat  string // "text" (default) or "json"
-	Port       int    // API port, default 8558
+	LogLevel  string // TRACE, DEBUG, INFO, WARN, ERR
+	LogFormat string // "text" (default) or "json"
+	Port      int    // API port, default 8558 (from address when it has one)
+	// Address is the API's listen address, host:port: address's IP (or
+	// "" for every interface, without address, as CTS) and Port (listen.go).
+	Address    string
 	WorkingDir string // default "sync-tasks"
 	ID         string // default "cts-<hostname>"
 	// MaxParallelRuns bounds how many tasks run Terraform at once

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -57,30 +59,60 @@ type Registration struct {
 	// Check adds the HTTP health check on /v1/health.
 	Check bool
 	// CheckAddress is scheme://host:port of the check; empty means
-	// http(s)://localhost:<Port>.
+	// http(s)://<ListenHost or localhost>:<Port>.
 	CheckAddress string
+	// ListenHost is the IP address the API is bound to, "" for every
+	// interface.
+	ListenHost string
 	// TLS says the API serves HTTPS (for the default check address).
 	TLS bool
 }
 
 // RegistrationFromConfig returns the registration consul.service_registration,
-// the instance id, the API port and whether the API uses TLS ask for, and
-// false when the registration is disabled.
-func RegistrationFromConfig(sr config.ServiceRegistration, id string, port int, tls bool) (Registration, bool) {
+// the instance id, the API's bound listen address (host:port) and whether
+// the API uses TLS ask for, and false when the registration is disabled.
+//
+// An API bound to one IP address (address = "10.0.0.5:8558", or a
+// loopback one) is registered with that address, unless
+// service_registration.address names another, and its default check
+// calls it there: the agent's node address and localhost would not reach
+// it. Bound to every interface, the agent's node address and
+// http(s)://localhost:<port> serve, as in CTS.
+func RegistrationFromConfig(sr config.ServiceRegistration, id, listen string, tls bool) (Registration, bool) {
 	if !sr.Enabled {
 		return Registration{}, false
+	}
+	host, port := listenHostPort(listen)
+	addr := sr.Address
+	if addr == "" {
+		addr = host
 	}
 	return Registration{
 		ID:           id,
 		Name:         sr.ServiceName,
-		Address:      sr.Address,
+		Address:      addr,
 		Namespace:    sr.Namespace,
 		Port:         port,
 		Tags:         []string{ServiceTag},
 		Check:        sr.DefaultCheck.Enabled,
 		CheckAddress: sr.DefaultCheck.Address,
+		ListenHost:   host,
 		TLS:          tls,
 	}, true
+}
+
+// listenHostPort splits a bound address: the host is "" when it is every
+// interface (an empty or unspecified address).
+func listenHostPort(listen string) (string, int) {
+	h, p, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0
+	}
+	port, _ := strconv.Atoi(p)
+	if ip, err := netip.ParseAddr(h); err != nil || ip.IsUnspecified() {
+		return "", port
+	}
+	return h, port
 }
 
 // service builds the agent registration: the service and, with Check, an
@@ -110,7 +142,11 @@ func (r Registration) service() *api.AgentServiceRegistration {
 			if r.TLS {
 				scheme = "https"
 			}
-			addr = scheme + "://localhost:" + strconv.Itoa(r.Port)
+			host := "localhost"
+			if r.ListenHost != "" {
+				host = r.ListenHost
+			}
+			addr = scheme + "://" + net.JoinHostPort(host, strconv.Itoa(r.Port))
 		}
 		svc.Checks = api.AgentServiceChecks{{
 			CheckID:                        r.ID + "-health",

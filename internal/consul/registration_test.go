@@ -69,7 +69,7 @@ func fastRetries(t *testing.T) {
 func TestRegistrationFromConfig(t *testing.T) {
 	sr := config.ServiceRegistration{Enabled: true, ServiceName: "sync",
 		Address: "10.0.0.5", Namespace: "ns", DefaultCheck: config.DefaultCheck{Enabled: true}}
-	r, ok := RegistrationFromConfig(sr, "cts-a", 9999, true)
+	r, ok := RegistrationFromConfig(sr, "cts-a", "[::]:9999", true)
 	if !ok {
 		t.Fatal("disabled")
 	}
@@ -90,18 +90,44 @@ func TestRegistrationFromConfig(t *testing.T) {
 	}
 
 	sr.DefaultCheck.Address = "http://10.0.0.5:9999"
-	r, _ = RegistrationFromConfig(sr, "cts-a", 9999, true)
+	r, _ = RegistrationFromConfig(sr, "cts-a", "[::]:9999", true)
 	if got := r.service().Checks[0].HTTP; got != "http://10.0.0.5:9999/v1/health" {
 		t.Errorf("check address %q", got)
 	}
 	sr.DefaultCheck.Enabled = false
-	r, _ = RegistrationFromConfig(sr, "cts-a", 9999, true)
+	r, _ = RegistrationFromConfig(sr, "cts-a", "[::]:9999", true)
 	if len(r.service().Checks) != 0 {
 		t.Error("check registered although disabled")
 	}
 	sr.Enabled = false
-	if _, ok := RegistrationFromConfig(sr, "cts-a", 9999, true); ok {
+	if _, ok := RegistrationFromConfig(sr, "cts-a", "[::]:9999", true); ok {
 		t.Error("registration enabled")
+	}
+}
+
+// An API bound to one IP address is registered at that address, and its
+// default check calls it there (neither the node's address nor localhost
+// reach it); bound to every interface, the node's address and localhost,
+// as in CTS. service_registration.address still wins.
+func TestRegistrationFollowsListenAddress(t *testing.T) {
+	sr := config.ServiceRegistration{Enabled: true, DefaultCheck: config.DefaultCheck{Enabled: true}}
+	for _, c := range []struct {
+		listen, srAddr, addr, check string
+	}{
+		{"[::]:8558", "", "", "http://localhost:8558/v1/health"},
+		{"0.0.0.0:8558", "", "", "http://localhost:8558/v1/health"},
+		{"127.0.0.2:9000", "", "127.0.0.2", "http://127.0.0.2:9000/v1/health"},
+		{"10.0.0.5:8558", "", "10.0.0.5", "http://10.0.0.5:8558/v1/health"},
+		{"[::1]:8558", "", "::1", "http://[::1]:8558/v1/health"},
+		{"10.0.0.5:8558", "ctsync.example.com", "ctsync.example.com", "http://10.0.0.5:8558/v1/health"},
+	} {
+		sr.Address = c.srAddr
+		r, _ := RegistrationFromConfig(sr, "cts-a", c.listen, false)
+		svc := r.service()
+		if svc.Address != c.addr || svc.Checks[0].HTTP != c.check {
+			t.Errorf("bound to %s (service_registration.address %q): address %q, check %q; want %q, %q",
+				c.listen, c.srAddr, svc.Address, svc.Checks[0].HTTP, c.addr, c.check)
+		}
 	}
 }
 
