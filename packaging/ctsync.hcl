@@ -6,10 +6,20 @@
 # `systemctl restart ctsync` (token files and TLS certificates only need
 # `systemctl reload ctsync`). Reference: docs/configuration.md.
 #
-# With nothing but comments, ctsync starts with no task and waits for the
-# local Consul agent; it needs no Terraform then. A task needs `terraform`
-# or `tofu` (0.14 or newer) on the PATH, or driver "terraform" { path }:
-# without one, the task's run fails and says so.
+# As shipped, ctsync starts with no task and waits for the local Consul
+# agent; it needs no Terraform then. A task needs `terraform` or `tofu`
+# (0.14 or newer) on the PATH, or driver "terraform" { path }: without one,
+# the task's run fails and says so.
+
+# The API (and the dashboard) listen on loopback only: this machine's users
+# and its Consul agent's health check reach them, no other machine does.
+# Whoever reaches the API can create and run tasks, which run code as
+# ctsync: before serving other machines, add api_auth tokens (below), then
+# listen on one of this machine's addresses or on every interface:
+#   address = "0.0.0.0"
+# The port is `port` (8558 by default), or give it here: "127.0.0.1:8558".
+# Without address, ctsync listens on every interface, as CTS does.
+address = "127.0.0.1"
 
 # log_level   = "INFO"
 # port        = 8558

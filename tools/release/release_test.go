@@ -46,6 +46,22 @@ func artifact(t *testing.T, suffix string) string {
 	return m[0]
 }
 
+// shippedConfig checks that path holds packaging/ctsync.hcl, which sets
+// the API's listen address to loopback.
+func shippedConfig(t *testing.T, path string) {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	must(t, err)
+	want, err := os.ReadFile(filepath.Join(opts.root, "packaging", "ctsync.hcl"))
+	must(t, err)
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s is not packaging/ctsync.hcl:\n%s", path, got)
+	}
+	if !strings.Contains(string(got), "\naddress = \"127.0.0.1\"\n") {
+		t.Errorf("%s does not set address = \"127.0.0.1\":\n%s", path, got)
+	}
+}
+
 // distVersion is the version in the artifacts' names.
 func distVersion(t *testing.T) string {
 	base := filepath.Base(artifact(t, "oci.tar"))
@@ -211,6 +227,9 @@ func TestDebInstallsAndRemoves(t *testing.T) {
 	if cf := run(t, "dpkg-query", "-W", "-f", "${Conffiles}", "ctsync"); !strings.Contains(cf, "/etc/ctsync.d/ctsync.hcl") {
 		t.Errorf("conffiles: %q", cf)
 	}
+	// The shipped configuration keeps the API on loopback until api_auth
+	// is set up (internal/cli TestPackagedConfigListensOnLoopback loads it).
+	shippedConfig(t, "/etc/ctsync.d/ctsync.hcl")
 	for _, p := range []string{"/usr/share/doc/ctsync/LICENSE", "/usr/lib/systemd/system/ctsync.service"} {
 		if _, err := os.Stat(p); err != nil {
 			t.Error(err)
@@ -407,6 +426,9 @@ resource "terraform_data" "exec" {
 		}
 		return os.Lchown(p, 65532, 65532)
 	}))
+	// The image ships the packages' configuration: the API on loopback
+	// (docs/install.md: a container is given a configuration of its own).
+	shippedConfig(t, filepath.Join(root, "etc/ctsync.d/ctsync.hcl"))
 	port := freePort(t)
 	must(t, os.WriteFile(filepath.Join(root, "etc/ctsync.d/ctsync.hcl"), []byte(fmt.Sprintf(`
 log_level = "INFO"
