@@ -10,12 +10,16 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -127,13 +131,14 @@ func TestChartLintAndTemplate(t *testing.T) {
 		t.Fatalf("helm lint: %v\n%s", err, out)
 	}
 
-	// One instance: no Secret, no ServiceMonitor; a StatefulSet, whose
-	// rolling update stops the pod before its replacement starts, so never
-	// two.
+	// One instance: no ServiceMonitor; a StatefulSet, whose rolling
+	// update stops the pod before its replacement starts, so never two;
+	// the Secret of the generated API token.
 	one := render(t)
-	if got, want := kinds(one), "ConfigMap/rel-ctsync PodDisruptionBudget/rel-ctsync Service/rel-ctsync ServiceAccount/rel-ctsync StatefulSet/rel-ctsync"; got != want {
+	if got, want := kinds(one), "ConfigMap/rel-ctsync PodDisruptionBudget/rel-ctsync Secret/rel-ctsync-secrets Service/rel-ctsync ServiceAccount/rel-ctsync StatefulSet/rel-ctsync"; got != want {
 		t.Errorf("default objects:\n got %s\nwant %s", got, want)
 	}
+	checkGeneratedToken(t, one)
 	dep := one["StatefulSet/rel-ctsync"]
 	if s := dig(dep, "spec", "updateStrategy", "type"); s != "RollingUpdate" || dig(dep, "spec", "podManagementPolicy") != "OrderedReady" {
 		t.Errorf("one instance: updateStrategy %v, podManagementPolicy %v", s, dig(dep, "spec", "podManagementPolicy"))
@@ -226,6 +231,80 @@ func TestChartLintAndTemplate(t *testing.T) {
 	}
 }
 
+// renderText is helm template's output with the values.
+func renderText(t *testing.T, set ...string) string {
+	t.Helper()
+	args := []string{"template", "rel", chartDir(), "--namespace", "ns"}
+	for _, v := range set {
+		args = append(args, "--set", v)
+	}
+	out, err := helm(t, args...)
+	if err != nil {
+		t.Fatalf("helm template %v: %v\n%s", set, err, out)
+	}
+	return out
+}
+
+// By default the API requires a token: the chart generates a write token
+// "admin" (random, in its Secret, mounted as the token's secret_file), and
+// the API listens on every interface of the pod (no address: the probes,
+// the Service, the other instances reach it at the pod's IP). The pod's
+// checksum is that of the Secret rendered, generated token included. Tokens
+// of the user's replace it; generateToken=false leaves the API open.
+func checkGeneratedToken(t *testing.T, one map[string]map[string]any) {
+	t.Helper()
+	hcl, _ := dig(one["ConfigMap/rel-ctsync"], "data", "ctsync.hcl").(string)
+	for _, want := range []string{"api_auth {", `name        = "admin"`, `access      = "write"`, `secret_file = "/etc/ctsync/tokens/admin"`, "\nport        = 8558\n"} {
+		if !strings.Contains(hcl, want) {
+			t.Errorf("the default configuration lacks %s:\n%s", want, hcl)
+		}
+	}
+	if strings.Contains(hcl, "address     =") || strings.Contains(hcl, "\naddress") {
+		t.Errorf("the chart sets a listen address: the probes need the pod's IP:\n%s", hcl)
+	}
+	enc, _ := dig(one["Secret/rel-ctsync-secrets"], "data", "api-token-admin").(string)
+	secret, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil || !regexp.MustCompile(`^[A-Za-z0-9]{40}$`).Match(secret) {
+		t.Errorf("the generated token: %q (%v), want 40 random letters and digits", secret, err)
+	}
+	c := dig(one["StatefulSet/rel-ctsync"], "spec", "template", "spec", "containers", 0)
+	mounted := false
+	for _, m := range dig(c, "volumeMounts").([]any) {
+		mounted = mounted || dig(m, "mountPath") == "/etc/ctsync/tokens/admin"
+	}
+	if v := podVolume(one["StatefulSet/rel-ctsync"], "token-admin"); !mounted || dig(v, "secret", "secretName") != "rel-ctsync-secrets" ||
+		dig(v, "secret", "items", 0, "key") != "api-token-admin" {
+		t.Errorf("the generated token is not mounted from the chart's Secret: mounted %v, volume %v", mounted, v)
+	}
+	// The checksum annotation is of the same Secret (the token is generated
+	// once per rendering), so a pod restarts when the token changes.
+	out := renderText(t)
+	var secretDoc, sum string
+	for _, doc := range strings.Split(out, "---\n") {
+		if rest, ok := strings.CutPrefix(doc, "# Source: ctsync/templates/secret.yaml\n"); ok {
+			secretDoc = rest
+		}
+	}
+	if m := regexp.MustCompile(`checksum/secret: ([0-9a-f]+)`).FindStringSubmatch(out); m != nil {
+		sum = m[1]
+	}
+	if h := sha256.Sum256([]byte("\n" + secretDoc)); secretDoc == "" || hex.EncodeToString(h[:]) != sum {
+		t.Errorf("checksum/secret %s is not the rendered Secret's:\n%s", sum, secretDoc)
+	}
+	if a, b := renderText(t), renderText(t); a == b {
+		t.Errorf("two renderings generated the same token")
+	}
+
+	own := render(t, "apiAuth.tokens[0].name=ops", "apiAuth.tokens[0].access=write", "apiAuth.tokens[0].existingSecret=ops-token")
+	if hcl, _ := dig(own["ConfigMap/rel-ctsync"], "data", "ctsync.hcl").(string); strings.Contains(hcl, `"admin"`) || own["Secret/rel-ctsync-secrets"] != nil {
+		t.Errorf("tokens of the user's and a generated one:\n%s", hcl)
+	}
+	open := render(t, "apiAuth.generateToken=false")
+	if hcl, _ := dig(open["ConfigMap/rel-ctsync"], "data", "ctsync.hcl").(string); strings.Contains(hcl, "api_auth") || open["Secret/rel-ctsync-secrets"] != nil {
+		t.Errorf("generateToken=false: api_auth or a Secret:\n%s", hcl)
+	}
+}
+
 // The chart's configuration, as a pod of a leader/follower cluster gets it
 // (ConfigMap + the instance file its container writes), loads in ctsync and
 // runs against a real Consul.
@@ -242,6 +321,14 @@ func TestChartConfigLoads(t *testing.T) {
 	hcl, _ := dig(objs["ConfigMap/rel-ctsync"], "data", "ctsync.hcl").(string)
 	// The pod's working directory, here.
 	hcl = strings.Replace(hcl, `"/var/lib/ctsync/sync-tasks"`, fmt.Sprintf("%q", filepath.Join(dir, "sync-tasks")), 1)
+	// The generated API token, mounted from the chart's Secret.
+	enc, _ := dig(objs["Secret/rel-ctsync-secrets"], "data", "api-token-admin").(string)
+	token, err := base64.StdEncoding.DecodeString(enc)
+	if err != nil || len(token) == 0 {
+		t.Fatalf("no generated token in the chart's Secret: %q %v", enc, err)
+	}
+	hcl = strings.Replace(hcl, `"/etc/ctsync/tokens/admin"`, fmt.Sprintf("%q", filepath.Join(dir, "admin.token")), 1)
+	must(t, os.WriteFile(filepath.Join(dir, "admin.token"), token, 0o600))
 	must(t, os.WriteFile(filepath.Join(dir, "ctsync.hcl"), []byte(hcl), 0o644))
 	// The container's command, with this machine's paths.
 	script, _ := dig(objs["StatefulSet/rel-ctsync"], "spec", "template", "spec", "containers", 0, "args", 0).(string)
@@ -282,7 +369,9 @@ func TestChartConfigLoads(t *testing.T) {
 	url := fmt.Sprintf("http://127.0.0.1:%d/v1/status/cluster", port)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		resp, err := http.Get(url)
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("Authorization", "Bearer "+string(token))
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -296,6 +385,12 @@ func TestChartConfigLoads(t *testing.T) {
 			t.Fatalf("the chart's cluster member does not lead with address %s within a minute:\n%s", want, logs.String())
 		}
 		time.Sleep(200 * time.Millisecond) // polling the daemon's API
+	}
+	// The generated token is required.
+	if resp, err := http.Get(url); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET %s without the token: %v %v, want 401", url, resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	must(t, daemon.Process.Signal(syscall.SIGTERM))
 	if err := <-exited; err != nil {

@@ -35,10 +35,41 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- printf "%s-secrets" (include "ctsync.fullname" .) -}}
 {{- end -}}
 
+{{/*
+The API tokens, as a YAML list: apiAuth.tokens, or else (generateToken)
+the generated "admin" write token, or none.
+*/}}
+{{- define "ctsync.apiTokens" -}}
+{{- if .Values.apiAuth.tokens -}}
+{{- toYaml .Values.apiAuth.tokens -}}
+{{- else if .Values.apiAuth.generateToken -}}
+{{- list (dict "name" "admin" "access" "write" "value" (include "ctsync.generatedSecret" .)) | toYaml -}}
+{{- else -}}
+[]
+{{- end -}}
+{{- end -}}
+
+{{/*
+The generated token's secret: the one the release's Secret holds already
+(an upgrade keeps it), else a new random one. Kept in .Values for the rest
+of the rendering, so that the Secret and its checksum agree.
+*/}}
+{{- define "ctsync.generatedSecret" -}}
+{{- if not (hasKey .Values.apiAuth "_generatedSecret") -}}
+{{- $old := "" -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "ctsync.secretName" .) -}}
+{{- if $existing -}}
+{{- $old = dig "data" "api-token-admin" "" $existing | b64dec -}}
+{{- end -}}
+{{- $_ := set .Values.apiAuth "_generatedSecret" ($old | default (randAlphaNum 40)) -}}
+{{- end -}}
+{{- index .Values.apiAuth "_generatedSecret" -}}
+{{- end -}}
+
 {{/* Whether the chart has inline secret values to store. */}}
 {{- define "ctsync.hasInlineSecrets" -}}
 {{- $has := and (not .Values.consul.token.existingSecret) .Values.consul.token.value -}}
-{{- range .Values.apiAuth.tokens -}}
+{{- range (include "ctsync.apiTokens" . | fromYamlArray) -}}
 {{- if and (not .existingSecret) .value -}}{{- $has = true -}}{{- end -}}
 {{- end -}}
 {{- if $has -}}true{{- end -}}
@@ -55,7 +86,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if not (has .Values.highAvailability.mode (list "leader" "spread")) -}}
 {{- fail (printf "highAvailability.mode must be \"leader\" or \"spread\", not %q" .Values.highAvailability.mode) -}}
 {{- end -}}
-{{- range .Values.apiAuth.tokens -}}
+{{- range (include "ctsync.apiTokens" . | fromYamlArray) -}}
 {{- if not .name -}}{{- fail "apiAuth.tokens: every token needs a name" -}}{{- end -}}
 {{- if not (has .access (list "read" "write")) -}}
 {{- fail (printf "apiAuth.tokens[%s].access must be \"read\" or \"write\"" .name) -}}
