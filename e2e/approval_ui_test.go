@@ -53,7 +53,13 @@ func TestDashboardApprovesHeldPlan(t *testing.T) {
 
 	spec := task.Spec{Name: "firewall", Module: "./fw", Enabled: true, Providers: []string{}, BufferPeriod: &task.BufferPeriod{},
 		Condition: task.Condition{Services: &task.ServicesCondition{ServicesSelector: task.ServicesSelector{Names: []string{"web"}}}}}
-	ctrl := reconcile.New(reconcile.Options{Watcher: reconciletest.NewWatcher(), Store: store.NewMemory(0), MaxParallel: 1,
+	// The task applied once before its plan was held.
+	st := store.NewMemory(0)
+	if err := st.AddEvent(t.Context(), store.Event{ID: "r1", TaskName: "firewall", Kind: store.KindApply, Success: true,
+		StartTime: time.Now().Add(-time.Minute), EndTime: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	ctrl := reconcile.New(reconcile.Options{Watcher: reconciletest.NewWatcher(), Store: st, MaxParallel: 1,
 		NewDriver: func(task.Spec) (driver.Driver, error) { return idleDriver{}, nil }}, []task.Spec{spec})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -88,6 +94,10 @@ func TestDashboardApprovesHeldPlan(t *testing.T) {
 	}
 	if got := b.text(row("firewall") + " td.next-run"); got != "awaiting approval" {
 		t.Errorf("next run %q", got)
+	}
+	// The summary counts it as waiting, not successful.
+	if got := b.text("#summary"); !strings.Contains(got, "0 successful") || !strings.Contains(got, "1 waiting") {
+		t.Errorf("the summary with a held plan: %q", got)
 	}
 	t.Logf("list: %s", b.shot("01-list-waiting"))
 

@@ -15,6 +15,7 @@ import (
 	"github.com/ctsync/ctsync/internal/gate/gatetest"
 	"github.com/ctsync/ctsync/internal/notify"
 	"github.com/ctsync/ctsync/internal/redact"
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/testutil"
 )
@@ -50,7 +51,20 @@ func TestHeldPlanApproveAndReject(t *testing.T) {
 	if msg := h.send("GET", "/v1/tasks/fw/plan", "", read).expect(t, 404).errMsg(t); msg != "task 'fw' has no held plan: no run of it waits for approval" {
 		t.Fatalf("no plan: %q", msg)
 	}
+	// Both tasks applied once; then a plan of fw is held.
+	for _, name := range []string{"fw", "other"} {
+		if err := h.st.AddEvent(t.Context(), store.Event{ID: name + "-1", TaskName: name, Kind: store.KindApply, Success: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p := fa.Hold(heldPlan("fw"))
+
+	// GET /v1/status counts fw as waiting, not as successful.
+	var sum StatusResponse
+	h.send("GET", "/v1/status", "", read).expect(t, 200).json(t, &sum)
+	if got := sum.TaskSummary.Status; got != (StatusCounts{Successful: 1, Waiting: 1}) {
+		t.Fatalf("status counts with a held plan: %+v", got)
+	}
 
 	var pr PlanResponse
 	h.send("GET", "/v1/tasks/fw/plan", "", read).expect(t, 200).json(t, &pr)
@@ -103,6 +117,10 @@ func TestHeldPlanApproveAndReject(t *testing.T) {
 	h.send("GET", "/v1/status/tasks/fw", "", read).expect(t, 200).json(t, &sts)
 	if st := sts["fw"]; st.Held != nil || st.Status == StatusWaiting || st.Waiting != "" {
 		t.Fatalf("still held after approval: %+v", st)
+	}
+	h.send("GET", "/v1/status", "", read).expect(t, 200).json(t, &sum)
+	if got := sum.TaskSummary.Status; got != (StatusCounts{Successful: 2}) {
+		t.Fatalf("status counts after the approval: %+v", got)
 	}
 	// Decided already: no second decision.
 	h.send("POST", "/v1/tasks/fw/plan/"+newer+"/reject", "", write).expect(t, 409)

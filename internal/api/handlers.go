@@ -112,7 +112,16 @@ func (s *Server) statusEvents(name string) []store.Event {
 func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
 	var sum TaskSummary
 	for _, t := range s.visibleTasks() {
-		switch store.Status(s.statusEvents(t.Spec.Name)) {
+		status := store.Status(s.statusEvents(t.Spec.Name))
+		if !t.Deleting && s.heldPlan(t.Spec.Name) != nil {
+			// Its plan waits for approval: the task's own status says
+			// waiting, and so does the count (not successful: what
+			// the task should apply is not applied).
+			status = StatusWaiting
+		}
+		switch status {
+		case StatusWaiting:
+			sum.Status.Waiting++
 		case "successful":
 			sum.Status.Successful++
 		case "errored":

@@ -38,12 +38,15 @@ type TaskSummary struct {
 	Enabled EnabledCounts `json:"enabled"`
 }
 
-// StatusCounts counts tasks per derived status.
+// StatusCounts counts tasks per derived status. The first four are CTS's;
+// Waiting (ctsync) counts the tasks whose plan a safety gate holds for
+// approval, which are not counted under the others.
 type StatusCounts struct {
 	Successful int `json:"successful"`
 	Errored    int `json:"errored"`
 	Critical   int `json:"critical"`
 	Unknown    int `json:"unknown"`
+	Waiting    int `json:"waiting"`
 }
 
 // EnabledCounts counts enabled and disabled tasks.

@@ -330,12 +330,14 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	})
 	// driverOptions is the driver configuration of one task: the driver
 	// is built from it, and so is the task's desired state.
-	driverOptions := func(spec task.Spec) (terraform.Options, error) {
-		dir := spec.WorkingDir
-		if dir == "" {
-			dir = filepath.Join(workDir, spec.Name)
+	taskDir := func(spec task.Spec) string {
+		if spec.WorkingDir != "" {
+			return spec.WorkingDir
 		}
-		dir, err := filepath.Abs(dir)
+		return filepath.Join(workDir, spec.Name)
+	}
+	driverOptions := func(spec task.Spec) (terraform.Options, error) {
+		dir, err := filepath.Abs(taskDir(spec))
 		if err != nil {
 			return terraform.Options{}, err
 		}
@@ -396,6 +398,14 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		}
 		return terraform.DesiredState(ctx, o)
 	})
+	// A daemon without high availability keeps what each task applied in
+	// its history database: a task whose working directory was removed
+	// while it was stopped (its Terraform state too, with the local
+	// backend) runs at start all the same.
+	var prepared func(task.Spec) bool
+	if cfg.HA == nil && cfg.TFC == nil && cfg.ClientType != config.ClientDevelopment {
+		prepared = func(spec task.Spec) bool { return terraform.Initialised(taskDir(spec)) }
+	}
 	a.setupObserve()
 	if err := a.setupCoordinator(workDir, mode); err != nil { // ha.go
 		return nil, err
@@ -417,6 +427,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		OnGate:      a.onGate,
 		OnDestroyed: a.onDestroyed, // ha.go
 		Desired:     desired,
+		Prepared:    prepared,
 		// The one rule of a run's life at shutdown: runs in progress
 		// get this long to finish, then are interrupted.
 		ShutdownGrace: shutdownGrace,

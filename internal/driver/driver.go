@@ -108,8 +108,13 @@ const (
 	// and left out of the fingerprint that decides whether the task runs.
 	PartModuleInputs = "module input data"
 	// PartModule: the module's code (a content hash of a local module's
-	// directory tree; source, constraint and resolved version otherwise).
+	// directory tree; source and version constraint otherwise).
 	PartModule = "module"
+	// PartModuleResolved: the version `terraform init` resolved for a
+	// module that is not local. Like PartModuleInputs it is recorded with
+	// what a run used and does not trigger one: it is only known after the
+	// first run's init, and is resolved anew in a new working directory.
+	PartModuleResolved = "resolved module version"
 	// PartProviders: the resolved provider configuration (after {{ env }}
 	// and {{ key }}), hashed; never stored in clear.
 	PartProviders = "provider config"

@@ -56,6 +56,14 @@ type Options struct {
 	// the task and Consul (module code, provider configuration, backend,
 	// binary); nil for none.
 	Desired DesiredFunc
+	// Prepared reports whether the place a task runs in still holds what
+	// its runs left there (the terraform driver: the task's working
+	// directory is initialised). It is asked at start for each task the
+	// store records as applied: a task whose working directory was removed
+	// while the daemon was stopped runs even when its desired state did not
+	// change. nil: not asked (high availability, where another member's
+	// directory is never this one's, and drivers that keep nothing locally).
+	Prepared func(spec task.Spec) bool
 	// Clock is the time source of buffer periods and retries (default: the
 	// real clock).
 	Clock Clock
@@ -367,7 +375,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	var names []string
 	for name, e := range c.tasks {
 		names = append(names, name)
-		c.dueLocked(e, Due(TriggerStart))
+		c.startLocked(e)
 	}
 	c.mu.Unlock()
 	var wg sync.WaitGroup

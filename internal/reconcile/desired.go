@@ -45,8 +45,12 @@ type Desired struct {
 
 // triggers reports whether a part of the desired state triggers a run: the
 // data of module inputs does not (CTS semantics), it is read by the run
-// that the condition, or another part, triggers.
-func triggers(part string) bool { return part != driver.PartModuleInputs }
+// that the condition, or another part, triggers; nor does the module
+// version `terraform init` resolved, which the first run only learns (the
+// constraint it resolves, in the task and the module parts, does).
+func triggers(part string) bool {
+	return part != driver.PartModuleInputs && part != driver.PartModuleResolved
+}
 
 // desired computes a task's desired state. ready is false while a watched
 // query has no value yet; err is set when a part outside Consul cannot be

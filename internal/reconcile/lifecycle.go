@@ -430,6 +430,33 @@ func (c *Controller) undeferLocked(e *entry) {
 	}
 }
 
+// startLocked makes a task due at the daemon's start. It runs when its
+// desired state differs from the one last applied (kept in the store across
+// restarts); it also runs, whatever its desired state, when its run was in
+// flight as the previous process stopped (the marker is still in the
+// store), and when its working directory no longer holds what its last run
+// left (Options.Prepared). A follower decides none of this: it is done on
+// becoming the leader (SetActive). c.mu is held.
+func (c *Controller) startLocked(e *entry) {
+	if !c.standby {
+		st := c.opts.Store.Run(e.spec.Name)
+		switch {
+		case st.InFlight != "":
+			e.lc.due.Trigger, e.lc.due.Force = Trigger{Kind: TriggerStart, Detail: StartInterrupted}, true
+		case st.Applied != "" && c.opts.Prepared != nil && !c.opts.Prepared(e.spec):
+			e.lc.due.Trigger, e.lc.due.Force = Trigger{Kind: TriggerStart, Detail: StartNotPrepared}, true
+		}
+	}
+	c.dueLocked(e, Due(TriggerStart))
+}
+
+// The triggers of a run at start that its desired state alone would not
+// cause (startLocked).
+const (
+	StartInterrupted = "start: previous run interrupted"
+	StartNotPrepared = "start: working directory missing"
+)
+
 // adoptLocked reconciles a task this instance has just become responsible
 // for (it became the leader, or the task's owner): its first run here is
 // not buffered, and it applies even when nothing changed when the previous
@@ -550,6 +577,15 @@ func (c *Controller) succeededLocked(e *entry) {
 func (c *Controller) endRunLocked(e *entry, req Request, res outcome) {
 	lc, name := &e.lc, e.spec.Name
 	lc.last = res
+	if res.notReady && req.Force && req.Trigger.Kind != TriggerOnce {
+		// A run that must apply whatever the desired state (the
+		// previous run was interrupted, say) found its data incomplete:
+		// it stays due, and applies once the data is there.
+		if lc.due.Trigger.IsZero() {
+			lc.due.Trigger = req.Trigger
+		}
+		lc.due.Force = true
+	}
 	locked := res.failed && errors.Is(res.err, driver.ErrStateLocked)
 	if !locked {
 		lc.lockWaits = 0

@@ -75,6 +75,7 @@ type job struct {
 type outcome struct {
 	failed   bool
 	waiting  bool // not run: it waits (ErrWaiting); retried, not recorded
+	notReady bool // not run: a watched query has no value yet
 	terminal bool // the failure is terminal (driver.ErrTerminal)
 	err      error
 	plan     string
@@ -120,7 +121,7 @@ func (r *reconciler) Run(ctx context.Context, j job) outcome {
 	want, ready, derr := r.host.desired(ctx, s)
 	if !ready {
 		log.Debug("waiting for watched data before running")
-		return outcome{}
+		return outcome{notReady: true}
 	}
 	// From here on the task has run as far as buffering is concerned: a
 	// change that arrives during this run waits out the buffer period.
@@ -149,7 +150,7 @@ func (r *reconciler) Run(ctx context.Context, j job) outcome {
 	}
 	in, ready := r.host.inputs(s)
 	if !ready { // a view went away in between (a regexp match left)
-		return outcome{}
+		return outcome{notReady: true}
 	}
 	// Chained tasks: the upstream tasks are looked at after the inputs are
 	// read, so that an upstream found up to date has applied data at least

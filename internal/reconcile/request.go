@@ -100,9 +100,9 @@ func (t Trigger) String() string {
 		return "unknown"
 	}
 	switch t.Kind {
-	case TriggerChange:
+	case TriggerChange, TriggerStart:
 		if t.Detail != "" {
-			return t.Detail // the watched key
+			return t.Detail // the watched key; why a task runs at start
 		}
 	case TriggerUpstream, TriggerOutputs:
 		return triggerWords[t.Kind] + t.Detail

@@ -20,16 +20,25 @@ import (
 const HistoryFile = "ctsync-history.db"
 
 // Bolt is the Store of a daemon without high availability: the run history
-// is kept in a local embedded database (bbolt) so that it survives a
-// restart, and read from an in-memory copy. Layout: one top-level bucket
-// "events" holding one bucket per task (the raw task name), whose keys are
-// 8-byte big-endian sequence numbers (growing) and whose values are events
-// as JSON (with the path of their run log). The newest `history` events of
-// each task are kept.
+// and the run state are kept in a local embedded database (bbolt) so that
+// they survive a restart, and read from an in-memory copy. Layout:
 //
-// The run state (applied fingerprint, failure, in-flight marker) and the
-// remote-run records stay in memory, as with the Memory store: a restarted
-// daemon runs every task once, as CTS does, and records it.
+//	events/<task>/<seq>  one Event as JSON (with the path of its run log);
+//	                     seq: 8-byte big-endian, grows; the newest
+//	                     `history` are kept
+//	run/<task>           a RunState as JSON (applied fingerprint and its
+//	                     parts, failure, in-flight marker, outputs)
+//	remote/<task>        a RemoteRun as JSON (terraform-cloud driver)
+//
+// with the raw task name as the key of a task. A restarted daemon so knows
+// what each task last applied: a task whose desired state is unchanged
+// does not run again, and one whose run was in flight when the previous
+// process stopped does (its marker is written before Terraform starts).
+//
+// A write that fails (a full or read-only disk) is logged and kept in
+// memory: the daemon goes on, and only a restart loses it (a task whose
+// newer state was not saved may then run, or be skipped, as the older
+// state on disk says).
 type Bolt struct {
 	*Memory
 	db  *bolt.DB
@@ -42,7 +51,11 @@ var (
 	_ RemoteRuns = (*Bolt)(nil)
 )
 
-var bucketEvents = []byte("events")
+var (
+	bucketEvents = []byte("events")
+	bucketRun    = []byte("run")
+	bucketRemote = []byte("remote")
+)
 
 // boltOpenTimeout bounds the wait for the file lock held by another process.
 const boltOpenTimeout = 2 * time.Second
@@ -74,6 +87,9 @@ func OpenBolt(path string, history int, log *slog.Logger) (*Bolt, error) {
 	return b, nil
 }
 
+// moveAway says what a database that cannot be read costs.
+const moveAway = "it holds the run history and what each task last applied: move it away to start with an empty one, every task then runs once"
+
 // Close closes the database file.
 func (b *Bolt) Close() error { return b.db.Close() }
 
@@ -97,6 +113,33 @@ func seqKey(n uint64) []byte {
 // each task's events to the history length.
 func (b *Bolt) load() error {
 	return b.db.Update(func(tx *bolt.Tx) error {
+		for _, name := range [][]byte{bucketRun, bucketRemote} {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		if err := tx.Bucket(bucketRun).ForEach(func(k, v []byte) error {
+			var rs RunState
+			if err := json.Unmarshal(v, &rs); err != nil {
+				b.log.Warn("ignoring an unreadable run state in the history database: the task runs once", "task_name", string(k), "error", err)
+				return nil
+			}
+			b.run[string(k)] = rs
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketRemote).ForEach(func(k, v []byte) error {
+			if b.remote == nil {
+				b.remote = map[string]RemoteRun{}
+			}
+			if err := loadRemote(b.remote, string(k), v); err != nil {
+				b.log.Warn("ignoring an unreadable remote run record in the history database", "task_name", string(k), "error", err)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
 		top, err := tx.CreateBucketIfNotExists(bucketEvents)
 		if err != nil {
 			return err
@@ -156,54 +199,119 @@ func (b *Bolt) putOrWarn(ev Event) {
 
 // put writes ev and drops the task's events beyond the history length.
 func (b *Bolt) put(ev Event) error {
-	val, err := json.Marshal(storedEvent{Event: ev, LogPath: ev.LogPath})
-	if err != nil {
-		return err
-	}
-	err = b.db.Update(func(tx *bolt.Tx) error {
-		tb, err := tx.Bucket(bucketEvents).CreateBucketIfNotExists([]byte(ev.TaskName))
-		if err != nil {
-			return err
-		}
-		seq, err := tb.NextSequence()
-		if err != nil {
-			return err
-		}
-		if err := tb.Put(seqKey(seq), val); err != nil {
-			return err
-		}
-		// Sequence numbers grow by one per event: the ones at or below
-		// seq-history are beyond the history.
-		if seq > uint64(b.history) {
-			limit := seqKey(seq - uint64(b.history))
-			var drop [][]byte
-			c := tb.Cursor()
-			for k, _ := c.First(); k != nil && bytes.Compare(k, limit) <= 0; k, _ = c.Next() {
-				drop = append(drop, append([]byte(nil), k...))
-			}
-			for _, k := range drop {
-				if err := tb.Delete(k); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
+	err := b.db.Update(func(tx *bolt.Tx) error { return b.putTx(tx, ev) })
 	if err != nil {
 		return fmt.Errorf("recording the event of task %q in %s: %w", ev.TaskName, b.db.Path(), err)
 	}
 	return nil
 }
 
-// FinishRun implements Store: the event (if any) is written to the file
-// (see AddEvent for a failed write), the run state to memory.
+// putTx is put within the transaction tx.
+func (b *Bolt) putTx(tx *bolt.Tx, ev Event) error {
+	val, err := json.Marshal(storedEvent{Event: ev, LogPath: ev.LogPath})
+	if err != nil {
+		return err
+	}
+	tb, err := tx.Bucket(bucketEvents).CreateBucketIfNotExists([]byte(ev.TaskName))
+	if err != nil {
+		return err
+	}
+	seq, err := tb.NextSequence()
+	if err != nil {
+		return err
+	}
+	if err := tb.Put(seqKey(seq), val); err != nil {
+		return err
+	}
+	// Sequence numbers grow by one per event: the ones at or below
+	// seq-history are beyond the history.
+	if seq > uint64(b.history) {
+		limit := seqKey(seq - uint64(b.history))
+		var drop [][]byte
+		c := tb.Cursor()
+		for k, _ := c.First(); k != nil && bytes.Compare(k, limit) <= 0; k, _ = c.Next() {
+			drop = append(drop, append([]byte(nil), k...))
+		}
+		for _, k := range drop {
+			if err := tb.Delete(k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// putRunTx writes a task's run state in tx (deletes it when zero).
+func putRunTx(tx *bolt.Tx, taskName string, rs RunState) error {
+	bk := tx.Bucket(bucketRun)
+	if rs.zero() {
+		return bk.Delete([]byte(taskName))
+	}
+	val, err := json.Marshal(rs)
+	if err != nil {
+		return err
+	}
+	return bk.Put([]byte(taskName), val)
+}
+
+// StartRun implements Store: the in-flight marker is written to the file
+// (synchronously: a daemon killed during the run finds it at its next
+// start and runs the task again), then to memory. A failed write is
+// logged; the run goes on.
+func (b *Bolt) StartRun(ctx context.Context, taskName, runID string) error {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	rs := b.Memory.Run(taskName)
+	if rs.InFlight != runID {
+		rs.InFlight = runID
+		err := b.db.Update(func(tx *bolt.Tx) error { return putRunTx(tx, taskName, rs) })
+		if err != nil {
+			b.log.Warn("in-flight marker not saved to disk: if ctsync stops during this run, the task may not run again at the next start",
+				"task", taskName, "run_id", runID, "error", err)
+		}
+	}
+	return b.Memory.StartRun(ctx, taskName, runID)
+}
+
+// FinishRun implements Store: the run state (without the in-flight
+// marker) and the event, if any, are written to the file in one
+// transaction (see Bolt for a failed write), then to memory.
 func (b *Bolt) FinishRun(ctx context.Context, taskName string, st RunState, ev *Event) error {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	if ev != nil {
-		b.putOrWarn(*ev)
+	st = st.clone()
+	st.InFlight = ""
+	if ev != nil || !b.Memory.Run(taskName).equal(st) {
+		err := b.db.Update(func(tx *bolt.Tx) error {
+			if err := putRunTx(tx, taskName, st); err != nil {
+				return err
+			}
+			if ev != nil {
+				return b.putTx(tx, *ev)
+			}
+			return nil
+		})
+		if err != nil {
+			b.log.Warn("run state and history not saved to disk; kept in memory until the next restart", "task", taskName, "error", err)
+		}
 	}
 	return b.Memory.FinishRun(ctx, taskName, st, ev)
+}
+
+// SetRemoteRun implements RemoteRuns: written to the file, then to memory
+// (a failed write is logged).
+func (b *Bolt) SetRemoteRun(ctx context.Context, taskName string, r RemoteRun) error {
+	val, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	err = b.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketRemote).Put([]byte(taskName), val) })
+	if err != nil {
+		b.log.Warn("remote run record not saved to disk; kept in memory until the next restart", "task", taskName, "error", err)
+	}
+	return b.Memory.SetRemoteRun(ctx, taskName, r)
 }
 
 // DeleteTask implements Store.
@@ -212,13 +320,16 @@ func (b *Bolt) DeleteTask(ctx context.Context, taskName string) error {
 	defer b.wmu.Unlock()
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		err := tx.Bucket(bucketEvents).DeleteBucket([]byte(taskName))
-		if errors.Is(err, berrors.ErrBucketNotFound) {
-			return nil
+		if err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
+			return err
 		}
-		return err
+		if err := tx.Bucket(bucketRun).Delete([]byte(taskName)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketRemote).Delete([]byte(taskName))
 	})
 	if err != nil {
-		b.log.Warn("a deleted task's run history could not be removed from disk", "task", taskName, "error", err)
+		b.log.Warn("a deleted task's run history and state could not be removed from disk", "task", taskName, "error", err)
 	}
 	return b.Memory.DeleteTask(ctx, taskName)
 }

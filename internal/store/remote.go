@@ -31,8 +31,8 @@ type RemoteRun struct {
 	At time.Time `json:"at"`
 }
 
-// RemoteRuns keeps one RemoteRun per task. Memory and ConsulKV implement
-// it; DeleteTask forgets a task's record too.
+// RemoteRuns keeps one RemoteRun per task. Memory, Bolt and ConsulKV
+// implement it; DeleteTask forgets a task's record too.
 type RemoteRuns interface {
 	// RemoteRun returns the task's record, if any.
 	RemoteRun(taskName string) (RemoteRun, bool)

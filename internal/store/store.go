@@ -1,7 +1,10 @@
 // Package store keeps run events and per-task run state: the fingerprint of
-// the desired state last applied successfully, and whether the last run
-// failed. The in-memory store is the default; a Consul KV
-// store (for high availability) implements the same interface.
+// the desired state last applied successfully, whether the last run
+// failed, and whether a run is in flight. One interface, Store, three
+// implementations holding the same things: Memory (tests, -inspect), Bolt
+// (a local database: the daemon without high availability) and ConsulKV
+// (high availability). Bolt and ConsulKV keep it across a restart, so
+// that a task whose desired state did not change does not run again.
 package store
 
 import (

@@ -29,9 +29,14 @@ import (
 //
 //   - driver.PartModule: for a local module (a source starting with ./,
 //     ../ or /), a hash of the contents of every file under its directory,
-//     .terraform/ and .git/ left out; for any other source, the source, the
-//     version constraint, and the version the last `terraform init`
-//     resolved (from .terraform/modules/modules.json);
+//     .terraform/ and .git/ left out; for any other source, the source and
+//     the version constraint;
+//   - driver.PartModuleResolved: for a module that is not local, the
+//     version the last `terraform init` in the task's directory resolved
+//     (from .terraform/modules/modules.json), when there is one: recorded
+//     with what a run used, it does not trigger a run (the first run
+//     resolves it; another instance, or a removed working directory,
+//     resolves it again);
 //   - driver.PartProviders: the resolved provider arguments and task_env
 //     of the task's terraform_provider blocks, hashed (never kept in clear);
 //   - driver.PartBackend and driver.PartRequiredProviders: as they are
@@ -49,6 +54,11 @@ func DesiredState(ctx context.Context, o Options) (map[string]string, error) {
 		return nil, err
 	}
 	parts[driver.PartModule] = mod
+	if !IsLocalModule(o.Spec.Module) {
+		if v := resolvedModuleVersion(o.WorkDir, o.Spec.Name); v != "" {
+			parts[driver.PartModuleResolved] = digestOf(v)
+		}
+	}
 	bin := o.Binary
 	if bin == "" {
 		if b, err := locate(o.Driver.Path); err == nil {
@@ -131,7 +141,7 @@ func moduleDigest(o Options) (string, error) {
 		}
 		return digestOf("local", d), nil
 	}
-	return digestOf("remote", src, o.Spec.Version, resolvedModuleVersion(o.WorkDir, o.Spec.Name)), nil
+	return digestOf("remote", src, o.Spec.Version), nil
 }
 
 // resolvedModuleVersion is the version `terraform init` installed for the

@@ -143,8 +143,22 @@ func TestDesiredStateParts(t *testing.T) {
 	r2 := desiredOf(t, reg)
 	writeModulesJSON("1.2.4")
 	r3 := desiredOf(t, reg)
-	if r1[driver.PartModule] == r2[driver.PartModule] || r2[driver.PartModule] == r3[driver.PartModule] {
-		t.Fatal("the resolved module version is not part of the desired state")
+	// The version init resolved is recorded apart from the module: the
+	// first run learns it, so it cannot be what decides that the task
+	// runs again (a restart after that run would otherwise run it).
+	if r1[driver.PartModule] != r2[driver.PartModule] || r2[driver.PartModule] != r3[driver.PartModule] {
+		t.Fatal("the resolved module version changed the module part")
+	}
+	if _, ok := r1[driver.PartModuleResolved]; ok {
+		t.Fatal("a resolved version before any init")
+	}
+	if r2[driver.PartModuleResolved] == "" || r2[driver.PartModuleResolved] == r3[driver.PartModuleResolved] {
+		t.Fatal("the resolved module version is not recorded")
+	}
+	cv := reg
+	cv.Spec.Version = "~> 1.3"
+	if desiredOf(t, cv)[driver.PartModule] == r3[driver.PartModule] {
+		t.Fatal("another version constraint did not change the module part")
 	}
 }
 

@@ -80,6 +80,14 @@ func (d *Driver) Init(ctx context.Context) error {
 	return nil
 }
 
+// Initialised reports whether a task's working directory holds what Init
+// leaves there: the record of the module and binary it was initialised for
+// (.ctsync-init) and Terraform's data directory. A directory removed, or
+// emptied, since is not.
+func Initialised(workDir string) bool {
+	return fileExists(filepath.Join(workDir, fingerprintFile)) && isDir(filepath.Join(workDir, dataDir))
+}
+
 // terraformInit runs `terraform init`, one at a time across all drivers.
 func (d *Driver) terraformInit(ctx context.Context) error {
 	select {

@@ -275,7 +275,9 @@ async function renderList(seq) {
     badge(s.status.successful + ' successful', 'ok'), ' ',
     badge(s.status.errored + ' errored', s.status.errored ? 'warn' : 'muted'), ' ',
     badge(s.status.critical + ' critical', s.status.critical ? 'bad' : 'muted'), ' ',
-    badge(s.status.unknown + ' unknown', 'muted'), ' · ',
+    badge(s.status.unknown + ' unknown', 'muted'), ' ',
+    badge((s.status.waiting || 0) + ' waiting', s.status.waiting ? 'warn' : 'muted',
+      'plans held for approval: not counted as successful'), ' · ',
     s.enabled.true + ' enabled, ' + s.enabled.false + ' disabled');
 
   // In spread mode every task status carries its owner ("" while it is

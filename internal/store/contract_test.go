@@ -1,0 +1,152 @@
+package store
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// storeImpl is one implementation of Store under the contract test: open
+// returns a store; reopen, when not nil, returns a new store over the same
+// persisted state (a restarted daemon, a new leader).
+type storeImpl struct {
+	name   string
+	open   func(t *testing.T) Store
+	reopen func(t *testing.T) Store
+}
+
+func storeImpls(t *testing.T) []storeImpl {
+	boltPath := filepath.Join(t.TempDir(), HistoryFile)
+	var boltOpen *Bolt
+	openBolt := func(t *testing.T) Store {
+		if boltOpen != nil {
+			_ = boltOpen.Close()
+		}
+		boltOpen = openTestBolt(t, boltPath, 5)
+		t.Cleanup(func() { _ = boltOpen.Close() })
+		return boltOpen
+	}
+	impls := []storeImpl{
+		{name: "memory", open: func(*testing.T) Store { return NewMemory(5) }},
+		{name: "bolt", open: openBolt, reopen: openBolt},
+	}
+	if !testing.Short() {
+		var c func() Store
+		openKV := func(t *testing.T) Store {
+			if c == nil {
+				cc := startConsul(t)
+				c = func() Store {
+					return NewConsulKV(cc.Client, ConsulKVOptions{Prefix: "ctsync/contract/state", History: 5})
+				}
+			}
+			s := c()
+			if err := s.(*ConsulKV).Load(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		impls = append(impls, storeImpl{name: "consulkv", open: openKV, reopen: openKV})
+	}
+	return impls
+}
+
+// TestStoreContract: the three stores hold the same things the same way:
+// the run state (applied fingerprint and its parts, failure, terminal
+// flag, in-flight marker, outputs), the run history, the remote-run
+// records; the persistent ones (bbolt for a single daemon, Consul KV for
+// high availability) keep them across a reopen, which is what makes a
+// restarted daemon with nothing changed run nothing.
+func TestStoreContract(t *testing.T) {
+	for _, impl := range storeImpls(t) {
+		t.Run(impl.name, func(t *testing.T) {
+			ctx := t.Context()
+			s := impl.open(t)
+			if st := s.Run("web"); !st.zero() {
+				t.Fatalf("a new store has a run state: %+v", st)
+			}
+			// Applied, then a run in flight.
+			applied := RunState{Applied: "f1", Parts: map[string]string{"task": "t1", "consul data": "d1"},
+				Outputs: json.RawMessage(`{"n":1}`)}
+			if err := s.FinishRun(ctx, "web", applied, &Event{ID: "r1", TaskName: "web", Success: true, StartTime: time.Unix(1, 0).UTC()}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.StartRun(ctx, "web", "r2"); err != nil {
+				t.Fatal(err)
+			}
+			want := applied.clone()
+			want.InFlight = "r2"
+			if got := s.Run("web"); !got.equal(want) {
+				t.Fatalf("run state %+v, want %+v", got, want)
+			}
+			// A failed, terminal run of another task.
+			failed := RunState{Applied: "g0", Parts: map[string]string{"task": "t0"}, Failed: "g1", Terminal: true}
+			if err := s.StartRun(ctx, "db", "r3"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.FinishRun(ctx, "db", failed, &Event{ID: "r3", TaskName: "db", Error: &EventError{Message: "boom"}}); err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Run("db"); !got.equal(failed) || !got.Dirty() {
+				t.Fatalf("failed run state %+v, want %+v", got, failed)
+			}
+			rr, ok := s.(RemoteRuns)
+			if !ok {
+				t.Fatalf("%T does not keep remote runs", s)
+			}
+			remote := RemoteRun{Op: "apply", Digest: "d", ConfigurationVersion: "cv-1", ID: "run-1", Run: "r3", At: time.Unix(5, 0).UTC()}
+			if err := rr.SetRemoteRun(ctx, "db", remote); err != nil {
+				t.Fatal(err)
+			}
+			if got, ok := rr.RemoteRun("db"); !ok || got != remote {
+				t.Fatalf("remote run %+v %v", got, ok)
+			}
+			check := func(s Store, when string) {
+				t.Helper()
+				if got := s.Run("web"); !got.equal(want) {
+					t.Errorf("%s: run state of web %+v, want %+v", when, got, want)
+				}
+				if got := s.Run("db"); !got.equal(failed) {
+					t.Errorf("%s: run state of db %+v, want %+v", when, got, failed)
+				}
+				if evs := s.Events("web"); len(evs) != 1 || evs[0].ID != "r1" {
+					t.Errorf("%s: events of web %+v", when, evs)
+				}
+				if got, ok := s.(RemoteRuns).RemoteRun("db"); !ok || got != remote {
+					t.Errorf("%s: remote run of db %+v %v", when, got, ok)
+				}
+			}
+			check(s, "before a reopen")
+			if impl.reopen != nil {
+				s = impl.reopen(t)
+				check(s, "after a reopen")
+			}
+			// The run in flight finishes; the task is deleted.
+			if err := s.FinishRun(ctx, "web", applied, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Run("web"); got.InFlight != "" || got.Applied != "f1" {
+				t.Fatalf("after FinishRun: %+v", got)
+			}
+			if err := s.DeleteTask(ctx, "db"); err != nil {
+				t.Fatal(err)
+			}
+			gone := func(s Store, when string) {
+				t.Helper()
+				if got := s.Run("web"); !got.equal(applied) {
+					t.Errorf("%s: run state of web %+v, want %+v", when, got, applied)
+				}
+				if st, evs := s.Run("db"), s.Events("db"); !st.zero() || len(evs) != 0 {
+					t.Errorf("%s: a deleted task kept %+v, %+v", when, st, evs)
+				}
+				if _, ok := s.(RemoteRuns).RemoteRun("db"); ok {
+					t.Errorf("%s: a deleted task kept its remote run", when)
+				}
+			}
+			gone(s, "after the deletion")
+			if impl.reopen != nil {
+				gone(impl.reopen(t), "after the deletion and a reopen")
+			}
+		})
+	}
+}
