@@ -400,9 +400,12 @@ func TestGatePolicyDeniesOpenRule(t *testing.T) {
 	before = g.eventIDs("fw")
 	writeFile(t, filepath.Join(work, "policies"), "fw.rego", strings.ReplaceAll(denyOpenRego, "0.0.0.0/0", "::/0"))
 	g.p = startCtsync(t, work, "start", "-config-file", g.cfg)
-	// (The daemon without HA keeps no run state over a restart: the run
-	// after it is a start-up run, whose trigger cannot name the policy.)
-	g.waitNewEvent("fw", before, "applied after the policy edit", func(ev store.Event) bool { return ev.Success })
+	// The daemon keeps its run state over a restart: the run's trigger
+	// names what changed since the last success, the policy among them.
+	ev = g.waitNewEvent("fw", before, "applied after the policy edit", func(ev store.Event) bool { return ev.Success })
+	if !strings.Contains(ev.Trigger, "policy changed") {
+		t.Errorf("the run after the policy edit has the trigger %q, want it to name the policy", ev.Trigger)
+	}
 	waitRules(t, dir, "web-1,web-open")
 }
 

@@ -112,9 +112,10 @@ task {
 	}
 
 	p = startCtsync(t, work, "start", "-config-file", cfg)
-	// The restarted daemon runs the task once (as CTS does) and records it
-	// next to the runs of the previous process.
-	after := waitEvents(t, base, "web", 60*time.Second, func(evs []store.Event) bool { return len(evs) == 3 })
+	// The restarted daemon serves the runs of the previous process; with
+	// nothing changed it runs nothing (it knows what was applied). A
+	// change then runs the task, recorded next to the older runs.
+	after := waitEvents(t, base, "web", 60*time.Second, func(evs []store.Event) bool { return len(evs) == 2 })
 	for _, old := range before {
 		i := slices.IndexFunc(after, func(ev store.Event) bool { return ev.ID == old.ID })
 		if i < 0 {
@@ -123,9 +124,6 @@ task {
 		if got := after[i]; !got.StartTime.Equal(old.StartTime) || got.Success != old.Success || got.Trigger != old.Trigger {
 			t.Errorf("run %s changed across the restart: %+v, was %+v", old.ID, got, old)
 		}
-	}
-	if slices.ContainsFunc(before, func(ev store.Event) bool { return ev.ID == after[0].ID }) {
-		t.Errorf("the restarted daemon recorded no run of its own: %+v", after)
 	}
 	// The log of a run of the previous process is still served.
 	resp, err := http.Get(base + "/v1/tasks/web/events/" + before[0].ID + "/log")
@@ -136,9 +134,15 @@ task {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("log of a run of the previous process: status %d", resp.StatusCode)
 	}
-	// runs_per_task = 3: the fourth run drops the oldest.
 	c.RegisterService(t, reg("web-3", "web", 8003), "passing")
 	waitServices(t, dir, "web-1,web-2,web-3")
+	after = waitEvents(t, base, "web", 60*time.Second, func(evs []store.Event) bool { return len(evs) == 3 })
+	if slices.ContainsFunc(before, func(ev store.Event) bool { return ev.ID == after[0].ID }) {
+		t.Errorf("the restarted daemon recorded no run of its own: %+v", after)
+	}
+	// runs_per_task = 3: the fourth run drops the oldest.
+	c.RegisterService(t, reg("web-4", "web", 8004), "passing")
+	waitServices(t, dir, "web-1,web-2,web-3,web-4")
 	evs := waitEvents(t, base, "web", 30*time.Second, func(evs []store.Event) bool { return len(evs) == 3 && evs[0].ID != after[0].ID })
 	if slices.ContainsFunc(evs, func(ev store.Event) bool { return ev.ID == before[1].ID }) {
 		t.Errorf("the oldest run was kept beyond runs_per_task = 3: %+v", evs)

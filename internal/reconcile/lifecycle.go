@@ -580,11 +580,10 @@ func (c *Controller) endRunLocked(e *entry, req Request, res outcome) {
 	if res.notReady && req.Force && req.Trigger.Kind != TriggerOnce {
 		// A run that must apply whatever the desired state (the
 		// previous run was interrupted, say) found its data incomplete:
-		// it stays due, and applies once the data is there.
-		if lc.due.Trigger.IsZero() {
-			lc.due.Trigger = req.Trigger
-		}
-		lc.due.Force = true
+		// it stays due, and applies once the data is there, with its
+		// own trigger (what forces it; a forced run's trigger is not
+		// the data's).
+		lc.due.Trigger, lc.due.Force = req.Trigger, true
 	}
 	locked := res.failed && errors.Is(res.err, driver.ErrStateLocked)
 	if !locked {

@@ -77,12 +77,12 @@ func OpenBolt(path string, history int, log *slog.Logger) (*Bolt, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, ErrHistoryInUse)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening the history database %s: %w (it holds only the run history: move it away to start with an empty one)", path, err)
+		return nil, fmt.Errorf("opening the history database %s: %w (%s)", path, err, moveAway)
 	}
 	b := &Bolt{Memory: NewMemory(history), db: db, log: log}
 	if err := b.load(); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("reading the history database %s: %w (it holds only the run history: move it away to start with an empty one)", path, err)
+		return nil, fmt.Errorf("reading the history database %s: %w (%s)", path, err, moveAway)
 	}
 	return b, nil
 }
