@@ -393,11 +393,11 @@ func TestGatePolicyDeniesOpenRule(t *testing.T) {
 	// The policy is edited to allow it (it now forbids only ::/0): the
 	// policy is part of the desired state, so the restarted daemon plans
 	// the task again and applies the rule.
+	before = g.eventIDs("fw") // while the daemon still answers
 	must(t, g.p.cmd.Process.Signal(syscall.SIGTERM))
 	if code := g.p.wait(t, 60*time.Second); code != 0 {
 		t.Fatalf("exit %d after SIGTERM", code)
 	}
-	before = g.eventIDs("fw")
 	writeFile(t, filepath.Join(work, "policies"), "fw.rego", strings.ReplaceAll(denyOpenRego, "0.0.0.0/0", "::/0"))
 	g.p = startCtsync(t, work, "start", "-config-file", g.cfg)
 	// The daemon keeps its run state over a restart: the run's trigger
