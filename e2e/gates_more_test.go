@@ -4,6 +4,7 @@ package e2e
 // restart, an approval racing a change.
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	ctsapi "github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/testutil"
 )
 
@@ -28,6 +30,24 @@ func TestGateRestartReholds(t *testing.T) {
 	if code != 0 || !strings.Contains(o, "Waiting for approval:") || !strings.Contains(o, want) {
 		t.Errorf("ctsync status (exit %d) does not list the held plan (%q):\n%s", code, want, o)
 	}
+	// The summary (GET /v1/status, the dashboard's counts) says waiting,
+	// as the task's row does, not successful: the task applied once, and
+	// what it should apply now is not applied.
+	expectCounts := func(when string) {
+		t.Helper()
+		code, body := g.do("GET", "/v1/status", gateReadSecret)
+		var sum ctsapi.StatusResponse
+		if err := json.Unmarshal([]byte(body), &sum); code != http.StatusOK || err != nil {
+			t.Fatalf("GET /v1/status: %d %v %s", code, err, body)
+		}
+		if got := sum.TaskSummary.Status; got != (ctsapi.StatusCounts{Waiting: 1}) {
+			t.Errorf("%s: the status counts with a held plan: %+v", when, got)
+		}
+		if st := g.status("web"); st.Status != "waiting" {
+			t.Errorf("%s: the task's status %q", when, st.Status)
+		}
+	}
+	expectCounts("the plan held")
 
 	must(t, g.p.cmd.Process.Signal(syscall.SIGTERM))
 	if code := g.p.wait(t, 60*time.Second); code != 0 {
@@ -39,6 +59,7 @@ func TestGateRestartReholds(t *testing.T) {
 	if again.Destroy != 3 || again.InState != 4 {
 		t.Errorf("the plan held after the restart %+v: want 3 destroy of 4", again)
 	}
+	expectCounts("the plan held again after the restart")
 	if code, body := g.decide("web", again.ID, "approve", gateWriteSecret); code != http.StatusOK {
 		t.Fatalf("approve after the restart: %d %s", code, body)
 	}
