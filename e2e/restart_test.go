@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -144,4 +145,105 @@ task {
 		t.Errorf("db's new working directory has %d run logs, want 1", runLogs(t, dbDir))
 	}
 	stop(p)
+}
+
+// TestSingleDaemonInterruptedRunRunsAgain: a daemon without high
+// availability killed (SIGKILL) in the middle of a run whose desired state
+// equals the one already applied (an API "run now") finds the run's
+// in-flight marker in its history database at the next start and runs the
+// task again, though nothing changed; started once more, it runs nothing.
+// Real Consul, real Terraform (local backend: a killed Terraform leaves no
+// lock that outlives it).
+func TestSingleDaemonInterruptedRunRunsAgain(t *testing.T) {
+	skipShort(t)
+	c := testutil.StartConsul(t)
+	out := t.TempDir()
+	mod := t.TempDir()
+	// Every apply replaces the gate, whose provisioner waits for the file
+	// out/gate: a run stays in flight for as long as the test wants.
+	writeFile(t, mod, "main.tf", `variable "services" {
+  type = any
+}
+variable "dir" {
+  type = string
+}
+resource "terraform_data" "gate" {
+  triggers_replace = [timestamp()]
+  provisioner "local-exec" {
+    command     = "echo started >> started; while [ ! -f gate ]; do sleep 0.05; done"
+    working_dir = var.dir
+  }
+}
+`)
+	vars := writeFile(t, out, "task.tfvars", fmt.Sprintf("dir = %q\n", out))
+	work := t.TempDir()
+	port := testutil.FreePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	cfg := daemonConfig(t, work, port, c.Addr, fmt.Sprintf(`
+log_level = "DEBUG"
+driver "terraform" {
+  backend "local" {
+    path = %q
+  }
+}
+task {
+  name           = "slow"
+  module         = %q
+  variable_files = [%q]
+  condition "services" {
+    names = ["web"]
+  }
+}
+`, filepath.Join(work, "slow.tfstate"), mod, vars))
+	started := func() int {
+		b, _ := os.ReadFile(filepath.Join(out, "started"))
+		return strings.Count(string(b), "started")
+	}
+	gate := filepath.Join(out, "gate")
+	writeFile(t, out, "gate", "")
+
+	c.RegisterService(t, reg("web-1", "web", 8001), "passing")
+	p := startCtsync(t, work, "start", "-config-file", cfg)
+	waitEvents(t, base, "slow", 90*time.Second, func(evs []store.Event) bool { return len(evs) == 1 && evs[0].Success })
+
+	// A run now with nothing changed, held in Terraform by the gate, and
+	// the daemon killed in the middle of it.
+	must(t, os.Remove(gate))
+	go func() {
+		req, _ := http.NewRequest("PATCH", base+"/v1/tasks/slow?run=now", strings.NewReader(`{"enabled": true}`))
+		if resp, err := http.DefaultClient.Do(req); err == nil { // the daemon dies before it answers
+			resp.Body.Close()
+		}
+	}()
+	testutil.Eventually(t, 90*time.Second, "the second apply in flight", func() bool { return started() == 2 })
+	must(t, p.cmd.Process.Kill())
+	p.wait(t, 30*time.Second)
+	writeFile(t, out, "gate", "")
+
+	p = startCtsync(t, work, "start", "-config-file", cfg)
+	evs := waitEvents(t, base, "slow", 90*time.Second, func(evs []store.Event) bool { return len(evs) == 2 })
+	if evs[0].Trigger != reconcile.StartInterrupted || !evs[0].Success {
+		t.Errorf("the run after the restart: trigger %q, success %v; want %q, a success", evs[0].Trigger, evs[0].Success, reconcile.StartInterrupted)
+	}
+	if n := started(); n != 3 {
+		t.Errorf("%d applies, want 3", n)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 90*time.Second); code != 0 {
+		t.Fatalf("ctsync exited with %d", code)
+	}
+
+	// Nothing in flight any more, nothing changed: nothing runs.
+	p = startCtsync(t, work, "start", "-config-file", cfg)
+	testutil.Eventually(t, 90*time.Second, "slow considered and skipped", func() bool {
+		return p.countLog("desired state unchanged since last apply, skipping run", "slow") > 0
+	})
+	if evs := taskEvents(t, base, "slow"); len(evs) != 2 {
+		t.Errorf("events after a restart with nothing changed: %+v", evs)
+	}
+	if n := started(); n != 3 {
+		t.Errorf("%d applies after a restart with nothing changed, want 3", n)
+	}
 }
