@@ -51,7 +51,8 @@ const (
 	TriggerNone TriggerKind = iota
 	// TriggerChange: a watched value changed (Detail: its key, when known).
 	TriggerChange
-	// TriggerStart: the daemon started.
+	// TriggerStart: the daemon started (Detail: why the run is forced,
+	// StartInterrupted or StartNotPrepared; see startLocked).
 	TriggerStart
 	// TriggerLeader: this instance became the leader.
 	TriggerLeader
