@@ -168,7 +168,8 @@ func TestGateHoldsAndApprovalAppliesThatPlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.waitApplied(t, "fw")
-	evs := g.st.Events("fw")
+	var evs []store.Event // the driver applied; the run is recorded after
+	testutil.WaitFor(t, "the approved run recorded", func() bool { evs = g.st.Events("fw"); return len(evs) == 2 })
 	if evs[0].Actor != "ops" || evs[0].Plan == nil || evs[0].Plan.Destroy != 2 || !evs[0].Success {
 		t.Fatalf("the approved run's event %+v", evs[0])
 	}
