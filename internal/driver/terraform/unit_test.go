@@ -215,3 +215,30 @@ func TestApplyPhases(t *testing.T) {
 		t.Fatalf("no plan line: %+v", ph)
 	}
 }
+
+// Initialised: a task's directory holds what Init leaves (.ctsync-init and
+// .terraform/); a missing or emptied directory does not.
+func TestInitialised(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "task")
+	if Initialised(dir) {
+		t.Fatal("a missing directory is initialised")
+	}
+	if err := os.MkdirAll(filepath.Join(dir, dataDir), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if Initialised(dir) {
+		t.Fatal("initialised without the record of init")
+	}
+	if err := os.WriteFile(filepath.Join(dir, fingerprintFile), []byte("x"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if !Initialised(dir) {
+		t.Fatal("not initialised with .ctsync-init and .terraform/")
+	}
+	if err := os.RemoveAll(filepath.Join(dir, dataDir)); err != nil {
+		t.Fatal(err)
+	}
+	if Initialised(dir) {
+		t.Fatal("initialised without .terraform/")
+	}
+}
