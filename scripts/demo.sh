@@ -70,8 +70,12 @@ free_port CONSUL_PORT; free_port LB_PORT; free_port B1; free_port B2; free_port 
 free_port SERVER_PORT; free_port SERF_LAN_PORT; free_port SERF_WAN_PORT; free_port API_PORT
 CONSUL="http://127.0.0.1:$CONSUL_PORT"
 
+# Consul and ctsync run in sessions of their own (setsid), so that Ctrl-C
+# reaches this script alone and its clean-up stops them: in the terminal's
+# process group they could exit on the signal before the script's trap
+# ran, and the script would take that for a process stopping on its own.
 say "Starting a Consul dev agent on 127.0.0.1:$CONSUL_PORT"
-consul agent -dev -client 127.0.0.1 -bind 127.0.0.1 -http-port "$CONSUL_PORT" \
+setsid consul agent -dev -client 127.0.0.1 -bind 127.0.0.1 -http-port "$CONSUL_PORT" \
   -grpc-port=-1 -grpc-tls-port=-1 -dns-port=-1 -server-port "$SERVER_PORT" \
   -serf-lan-port "$SERF_LAN_PORT" -serf-wan-port "$SERF_WAN_PORT" -log-level error \
   >"$DEMO/consul.log" 2>&1 &
@@ -182,7 +186,7 @@ task {
   }
 }
 EOF
-"$CTSYNC" start -config-file "$DEMO/config.hcl" >"$DEMO/ctsync.log" 2>&1 &
+setsid "$CTSYNC" start -config-file "$DEMO/config.hcl" >"$DEMO/ctsync.log" 2>&1 &
 PIDS+=($!)
 wait_for "two upstream servers" bash -c "[ \"\$(grep -c '^    server 127.0.0.1:[0-9]*;' $DEMO/nginx/upstream.conf)\" = 2 ]"
 echo "dashboard: $DASHBOARD"
