@@ -22,6 +22,7 @@ tools:
 test: tools
 	$(TOOLS_ENV) && go vet ./... && test -z "$$(gofmt -l . | grep -v '^.tools/')" && \
 		go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v '/e2e$$') && \
+		(cd tools/device-provider && go vet ./... && go test $(GO_TEST_FLAGS) ./...) && \
 		E2E_SHARDS=$(E2E_SHARDS) E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_BUILD_FLAGS="$(E2E_BUILD_FLAGS)" bash scripts/e2e-shards.sh
 
 # Fast tests only (no Consul, no Terraform).

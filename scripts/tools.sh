@@ -48,6 +48,7 @@ LOCAL_PROVIDER_VERSION=1.4.0
 TIME_PROVIDER_VERSION=0.14.2
 OTF_VERSION=0.1.0
 HELM_VERSION=v3.22.0
+DEVICE_PROVIDER_VERSION=0.1.0
 
 log() { printf 'tools: %s\n' "$*" >&2; }
 
@@ -131,6 +132,29 @@ provider() {
   cp "$d/$(basename "$mod")" "$b/$file"
 }
 
+# The device test provider (tools/device-provider, a module of its own):
+# objects are files in a directory, reads and writes take a set delay. It
+# is mirrored as ctsync/device DEVICE_PROVIDER_VERSION for both registry
+# hosts, and rebuilt when its source changes (a digest of the module's
+# files is kept beside the binaries).
+device_provider() {
+  local src="$ROOT/tools/device-provider" ver=$DEVICE_PROVIDER_VERSION
+  local file="terraform-provider-device_v$ver" plat
+  plat="$(go env GOOS)_$(go env GOARCH)"
+  local a="$MIRROR/registry.terraform.io/ctsync/device/$ver/$plat"
+  local b="$MIRROR/registry.opentofu.org/ctsync/device/$ver/$plat"
+  local sum
+  sum=$(cd "$src" && cat go.mod go.sum $(ls ./*.go | grep -v '_test.go$') | sha256sum | cut -d' ' -f1)
+  if [ -x "$a/$file" ] && [ -x "$b/$file" ] && [ "$(cat "$BUILD/device-provider.sum" 2>/dev/null)" = "$sum" ]; then return 0; fi
+  log "provider device: building tools/device-provider"
+  mkdir -p "$a" "$b" "$BUILD"
+  (cd "$src" && go build -trimpath -ldflags "-s -w" -o "$BUILD/terraform-provider-device.tmp" .)
+  cp "$BUILD/terraform-provider-device.tmp" "$a/$file.tmp" && mv "$a/$file.tmp" "$a/$file"
+  cp "$BUILD/terraform-provider-device.tmp" "$b/$file.tmp" && mv "$b/$file.tmp" "$b/$file"
+  rm -f "$BUILD/terraform-provider-device.tmp"
+  printf '%s\n' "$sum" > "$BUILD/device-provider.sum"
+}
+
 # helm v3 for `helm lint` / `helm template` of deploy/helm/ctsync.
 build_helm() {
   local d="$BUILD/helm"
@@ -186,6 +210,7 @@ if [ "${TOOLS_RELEASE:-0}" = 1 ]; then
 fi
 provider local github.com/terraform-providers/terraform-provider-local "$LOCAL_PROVIDER_VERSION"
 provider time github.com/hashicorp/terraform-provider-time "$TIME_PROVIDER_VERSION"
+device_provider
 
 if [ "${TOOLS_CHROMIUM:-1}" = 1 ] && [ ! -x /usr/bin/chromium ] && ! command -v chromium >/dev/null; then
   log "chromium: installing the Debian package (for the dashboard test)"
@@ -216,7 +241,8 @@ export TF_CLI_CONFIG_FILE="$CTSYNC_TOOLS/terraformrc"
 _ctsync_rc="provider_installation {
   filesystem_mirror {
     path    = \"$CTSYNC_TOOLS/mirror\"
-    include = [\"registry.terraform.io/hashicorp/*\", \"registry.opentofu.org/hashicorp/*\"]
+    include = [\"registry.terraform.io/hashicorp/*\", \"registry.opentofu.org/hashicorp/*\",
+               \"registry.terraform.io/ctsync/device\", \"registry.opentofu.org/ctsync/device\"]
   }
 }
 disable_checkpoint = true"
