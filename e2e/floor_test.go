@@ -30,6 +30,9 @@ package e2e
 //	                       max_parallel_runs differs, as issue 18's 4 vs 2
 //	CTSYNC_FLOOR_PROFILE   a file: run the daemon in this test's process and
 //	                       write a CPU profile of the ctsync halves to it
+//	CTSYNC_FLOOR_HEAP_PROFILE  a file: run the daemon in this test's process
+//	                       and write a heap profile (allocations and what is
+//	                       in use) after the first round's ctsync half to it
 //	CTSYNC_BENCH_OUT       output folder (default docs/bench): floor.csv
 //	                       (rows of the cells run replace earlier ones) and
 //	                       floor.png
@@ -192,7 +195,8 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 	floorParallel := envInt("CTSYNC_FLOOR_TERRAFORM_PARALLEL", parallel)
 
 	profile := os.Getenv("CTSYNC_FLOOR_PROFILE")
-	d := startFloorDaemon(t, work, cfg, profile != "")
+	heapProfile := os.Getenv("CTSYNC_FLOOR_HEAP_PROFILE")
+	d := startFloorDaemon(t, work, cfg, profile != "" || heapProfile != "")
 	testutil.Eventually(t, 30*time.Minute, "every task's first apply", func() bool {
 		return d.count("task completed") >= cell.tasks
 	})
@@ -250,6 +254,9 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 		if prof != nil && r == 0 {
 			pprof.StopCPUProfile()
 		}
+		if heapProfile != "" && r == 0 {
+			writeHeapProfile(t, heapProfile)
+		}
 		if n := d.count("error applying task"); n > 0 {
 			t.Fatalf("%d runs failed", n)
 		}
@@ -272,6 +279,21 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 	row.daemonRSS = d.peakRSS()
 	row.tfRSS = d.terraformRSS()
 	return row
+}
+
+// writeHeapProfile writes this process's heap profile (the in-process
+// daemon's allocations since it started, and what a GC leaves in use).
+func writeHeapProfile(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func medianF(v []float64) float64 {

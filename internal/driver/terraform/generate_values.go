@@ -131,11 +131,22 @@ func (m *rootModule) inputsTFVars(in *task.Inputs) ([]byte, error) {
 		var entries []objEntry
 		switch name {
 		case "services":
-			entries = make([]objEntry, 0, len(in.Services))
+			// Each instance is an object, written as soon as its fields are
+			// made, into one reused slice: holding every instance's fields
+			// until the end doubled the memory of a render of thousands.
+			buf.WriteString(name + " = {\n")
+			var fields []objEntry
 			for _, k := range sortedKeys(in.Services) {
 				s := in.Services[k]
-				entries = append(entries, enc.key(k).withBlock(enc.serviceEntries(&s)))
+				fields = enc.serviceEntries(fields[:0], &s)
+				buf.WriteString("  ")
+				buf.Write(enc.key(k).key)
+				buf.WriteString(" = {\n")
+				writeEntries(&buf, 4, fields)
+				buf.WriteString("  }\n")
 			}
+			buf.WriteString("}\n")
+			continue
 		case "catalog_services":
 			entries = make([]objEntry, 0, len(in.CatalogServices))
 			for _, k := range sortedKeys(in.CatalogServices) {
@@ -318,10 +329,10 @@ func writeEntries(buf *bytes.Buffer, indent int, entries []objEntry) {
 	}
 }
 
-// serviceEntries is one services entry: the object of the CTS service
-// definition protocol, fields in servicesFields order.
-func (c *textCache) serviceEntries(s *task.Service) []objEntry {
-	return []objEntry{
+// serviceEntries appends one services entry to dst: the object of the CTS
+// service definition protocol, fields in servicesFields order.
+func (c *textCache) serviceEntries(dst []objEntry, s *task.Service) []objEntry {
+	return append(dst,
 		identKey("id").with(c.str(s.ID)),
 		identKey("name").with(c.str(s.Name)),
 		identKey("kind").with(c.str(s.Kind)),
@@ -338,7 +349,7 @@ func (c *textCache) serviceEntries(s *task.Service) []objEntry {
 		c.strMap(identKey("node_tagged_addresses"), s.NodeTaggedAddresses),
 		c.strMap(identKey("node_meta"), s.NodeMeta),
 		c.strMap(identKey("cts_user_defined_meta"), s.CTSUserDefinedMeta),
-	}
+	)
 }
 
 // writeObjectList writes `name = [ { ... }, ... ]`, one object per element
