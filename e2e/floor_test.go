@@ -30,6 +30,9 @@ package e2e
 //	                       max_parallel_runs differs, as issue 18's 4 vs 2
 //	CTSYNC_FLOOR_PROFILE   a file: run the daemon in this test's process and
 //	                       write a CPU profile of the ctsync halves to it
+//	CTSYNC_FLOOR_LOG       a file: the daemon's output is written to it at the
+//	                       end of the cell (with GODEBUG=gctrace=1 in the
+//	                       environment, its garbage collector's trace)
 //	CTSYNC_FLOOR_HEAP_PROFILE  a file: run the daemon in this test's process
 //	                       and write a heap profile (allocations and what is
 //	                       in use) after the first round's ctsync half to it
@@ -277,6 +280,11 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 	row.ctsync, row.floor = median(cts), median(floor)
 	row.pairRatio, row.ctsyncCPU, row.floorCPU = medianF(ratios), medianF(ctsCPU), medianF(floorCPU)
 	row.daemonRSS = d.peakRSS()
+	if f := os.Getenv("CTSYNC_FLOOR_LOG"); f != "" && d.p != nil {
+		if err := os.WriteFile(f, []byte(d.p.out.String()), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
 	row.tfRSS = d.terraformRSS()
 	return row
 }
