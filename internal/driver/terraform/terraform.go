@@ -23,6 +23,7 @@ package terraform
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -317,11 +318,37 @@ func consulEnv(c config.Consul) map[string]string {
 
 // --- files ------------------------------------------------------------------
 
+// sameContent reports whether the regular file at path holds exactly data.
+// It compares a chunk at a time rather than reading the file whole: an
+// inputs file of thousands of instances is megabytes, compared at every
+// run of every task.
+func sameContent(path string, data []byte) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() != int64(len(data)) {
+		return false
+	}
+	buf := make([]byte, min(len(data), 32<<10))
+	for off := 0; off < len(data); {
+		n, err := io.ReadFull(f, buf[:min(len(buf), len(data)-off)])
+		if err != nil || !bytes.Equal(buf[:n], data[off:off+n]) {
+			return false
+		}
+		off += n
+	}
+	n, _ := f.Read(make([]byte, 1)) // grown since the Stat
+	return n == 0
+}
+
 // writeFileAtomic writes data to path through a temporary file and a rename,
 // so Terraform never reads a half-written file. When the file already holds
 // exactly data it is left alone (only its mode is corrected).
 func writeFileAtomic(path string, data []byte, mode os.FileMode) (changed bool, err error) {
-	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+	if sameContent(path, data) {
 		if st, err := os.Stat(path); err == nil && st.Mode().Perm() != mode {
 			return false, os.Chmod(path, mode)
 		}

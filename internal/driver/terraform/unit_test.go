@@ -1,8 +1,10 @@
 package terraform
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -202,6 +204,40 @@ func TestWriteFileAtomic(t *testing.T) {
 	entries, _ := os.ReadDir(filepath.Dir(p))
 	if len(entries) != 1 {
 		t.Fatalf("temporary files left: %v", entries)
+	}
+}
+
+// An unchanged large file is compared a chunk at a time, not read whole;
+// a change anywhere, a longer or a shorter file is seen.
+func TestWriteFileAtomicLargeFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "terraform.tfvars")
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	if changed, err := writeFileAtomic(p, data, 0o640); err != nil || !changed {
+		t.Fatal(changed, err)
+	}
+	allocs := testing.AllocsPerRun(5, func() {
+		if changed, err := writeFileAtomic(p, data, 0o640); err != nil || changed {
+			t.Fatal(changed, err)
+		}
+	})
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	if changed, _ := writeFileAtomic(p, data, 0o640); changed {
+		t.Fatal("unchanged file rewritten")
+	}
+	runtime.ReadMemStats(&ms1)
+	if got := ms1.TotalAlloc - ms0.TotalAlloc; got > 256<<10 && !raceEnabled {
+		t.Errorf("comparing an unchanged 1 MiB file allocated %d bytes (%v allocations): it was read whole", got, allocs)
+	}
+	last := bytes.Clone(data)
+	last[len(last)-1] = 'x'
+	for name, d := range map[string][]byte{"last byte": last, "longer": append(bytes.Clone(data), 'x'), "shorter": data[:len(data)-1]} {
+		if changed, err := writeFileAtomic(p, d, 0o640); err != nil || !changed {
+			t.Fatalf("%s: changed=%v err=%v", name, changed, err)
+		}
+		if b, _ := os.ReadFile(p); !bytes.Equal(b, d) {
+			t.Fatalf("%s: file not written", name)
+		}
 	}
 }
 
