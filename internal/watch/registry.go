@@ -551,13 +551,7 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 			v.mu.Unlock()
 			continue
 		}
-		changed := !v.ready || digest != v.digest
-		if changed {
-			v.value, v.digest = value, digest
-		}
-		v.index = index
-		v.ready = true
-		v.refused = nil
+		changed := v.storeLocked(value, digest, index)
 		v.failingSince, v.lastErr = time.Time{}, nil
 		v.mu.Unlock()
 		if !changed {
@@ -569,6 +563,20 @@ func (r *Registry) runView(ctx context.Context, v *view) {
 		}
 		r.notifyAll(ctx, v)
 	}
+}
+
+// storeLocked keeps an answer of Consul at index as the view's latest (its
+// value only when its digest differs) and reports whether the value
+// changed; v.mu is held.
+func (v *view) storeLocked(value any, digest Digest, index uint64) bool {
+	changed := !v.ready || digest != v.digest
+	if changed {
+		v.value, v.digest = value, digest
+	}
+	v.index = index
+	v.ready = true
+	v.refused = nil
+	return changed
 }
 
 // refreshTimeout bounds one Refresh: its reads are non-blocking, so this
@@ -648,13 +656,7 @@ func (r *Registry) refreshView(ctx context.Context, v *view) {
 		v.mu.Unlock() // the view's own query got further meanwhile
 		return
 	}
-	changed := !v.ready || digest != v.digest
-	if changed {
-		v.value, v.digest = value, digest
-	}
-	v.index = index
-	v.ready = true
-	v.refused = nil
+	changed := v.storeLocked(value, digest, index)
 	v.mu.Unlock()
 	if changed {
 		r.logger.Debug("consul answer read again ahead of its watch", "key", v.key, "index", index)
