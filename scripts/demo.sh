@@ -38,6 +38,12 @@ cleanup() {
   echo "stopped consul, ctsync and nginx; removed $DEMO" >&2
 }
 trap cleanup EXIT
+# Ctrl-C (or a TERM) at any point ends the demo through the clean-up. The
+# trap is set here, not only where the demo waits at the end: a Ctrl-C that
+# came while the shell waited for a command that then exited normally (the
+# closing words' cat) would otherwise be dropped by bash, and the demo
+# would wait on for ever.
+trap 'exit 0' INT TERM
 
 # free_port VAR sets VAR to a loopback TCP port nobody listens on, never
 # one it gave before (they are all bound later).
@@ -229,7 +235,6 @@ Everything keeps running until you press Ctrl-C:
 EOF
 # Wait for Ctrl-C (the EXIT trap stops everything), or for a process that
 # stops on its own.
-trap 'exit 0' INT TERM
 wait -n "${PIDS[@]}" || true
 echo "a demo process stopped on its own; see the end of ctsync's log:" >&2
 tail -n 20 "$DEMO/ctsync.log" >&2 || true
