@@ -46,12 +46,18 @@ trap cleanup EXIT
 trap 'exit 0' INT TERM
 
 # free_port VAR sets VAR to a loopback TCP port nobody listens on, never
-# one it gave before (they are all bound later).
+# one it gave before (they are all bound later). The ports are taken below
+# the kernel's ephemeral range (ip_local_port_range, 32768 and up by
+# default): a port in it may be the local end of someone's outgoing
+# connection by the time it is bound, and nginx's bind then fails.
 TAKEN=" "
+PORT_LOW=20000
+PORT_HIGH=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "$PORT_HIGH" -gt $((PORT_LOW + 1000)) ] 2>/dev/null || PORT_HIGH=40000
 free_port() {
   local p
   while :; do
-    p=$((20000 + RANDOM % 20000))
+    p=$((PORT_LOW + RANDOM % (PORT_HIGH - PORT_LOW)))
     case "$TAKEN" in *" $p "*) continue ;; esac
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
     TAKEN="$TAKEN$p "
