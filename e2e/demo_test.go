@@ -33,7 +33,11 @@ func TestDemoKeepsRunning(t *testing.T) {
 			t.Skip("no nginx: make demo installs it (TOOLS_NGINX=1 scripts/tools.sh)")
 		}
 	}
-	cmd := exec.Command("bash", filepath.Join(testutil.RepoRoot(), "scripts", "demo.sh"))
+	// As from a terminal, the script starts with Ctrl-C's signal at its
+	// default: a test binary started in the background (make test's shards,
+	// CI) may have inherited SIGINT ignored, and a shell that starts with a
+	// signal ignored can neither trap nor receive it.
+	cmd := exec.Command("env", "--default-signal=INT", "bash", filepath.Join(testutil.RepoRoot(), "scripts", "demo.sh"))
 	cmd.Env = append(os.Environ(), "CTSYNC_BIN="+ctsyncBin, "CTSYNC_DEMO_EXIT=")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, w, err := os.Pipe()

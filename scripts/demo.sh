@@ -128,7 +128,7 @@ nginx_workers() {
   local master pid ppid f
   master=$(cat "$DEMO/nginx/nginx.pid" 2>/dev/null) || return 0
   for f in /proc/[0-9]*/stat; do
-    read -r pid _ _ ppid _ <"$f" 2>/dev/null || continue
+    read -r pid _ _ ppid _ 2>/dev/null <"$f" || continue # a process may be gone: no message
     if [ "$ppid" = "$master" ]; then printf '%s ' "$pid"; fi
   done
 }
