@@ -296,23 +296,7 @@ func TestGateKilledHeldPlanOfAPITaskRemoved(t *testing.T) {
 // and the task deleted.
 func TestGateHADestroyHeldOverFailover(t *testing.T) {
 	skipShort(t)
-	c := newHACluster(t)
-	dir, varFile := newTaskDir(t)
-	for _, id := range []string{"cts-a", "cts-b"} {
-		c.add(&haInstance{id: id, mod: "per_instance"}, func(in *haInstance) string {
-			return strings.Replace(haConfig(in, varFile), "  condition \"services\" {",
-				"  approval {\n    max_destroy_percent = 50\n  }\n  condition \"services\" {", 1)
-		})
-	}
-	for _, n := range []int{1, 2, 3, 4} {
-		c.register(fmt.Sprintf("web-%d", n), "web", 8000+n)
-	}
-	for _, in := range c.insts {
-		in.start(t)
-	}
-	leader := c.leading(60 * time.Second)
-	waitRules(t, dir, "web-1,web-2,web-3,web-4")
-	waitIdle(t, leader)
+	c, dir, leader := startGatedHACluster(t, "")
 
 	api1 := gateAPI{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", leader.port)}
 	code, body := api1.do("DELETE", "/v1/tasks/web-task?destroy=true", "")

@@ -465,23 +465,7 @@ func TestGateOnceAndInspect(t *testing.T) {
 // meanwhile, and approving it on the new leader applies it.
 func TestGateHAFailoverKeepsHold(t *testing.T) {
 	skipShort(t)
-	c := newHACluster(t)
-	dir, varFile := newTaskDir(t)
-	for _, id := range []string{"cts-a", "cts-b"} {
-		c.add(&haInstance{id: id, mod: "per_instance"}, func(in *haInstance) string {
-			return strings.Replace(haConfig(in, varFile), "  condition \"services\" {",
-				"  approval {\n    max_destroy_percent = 50\n  }\n  buffer_period {\n    enabled = true\n    min = \"2s\"\n    max = \"8s\"\n  }\n  condition \"services\" {", 1)
-		})
-	}
-	for _, n := range []int{1, 2, 3, 4} {
-		c.register(fmt.Sprintf("web-%d", n), "web", 8000+n)
-	}
-	for _, in := range c.insts {
-		in.start(t)
-	}
-	leader := c.leading(60 * time.Second)
-	waitRules(t, dir, "web-1,web-2,web-3,web-4")
-	waitIdle(t, leader)
+	c, dir, leader := startGatedHACluster(t, "  buffer_period {\n    enabled = true\n    min = \"2s\"\n    max = \"8s\"\n  }\n")
 
 	for _, id := range []string{"web-2", "web-3", "web-4"} {
 		c.deregister(id)
@@ -679,4 +663,30 @@ task {
 		t.Fatalf("approve through %s: %d %s", other.id, code, body)
 	}
 	waitFile(t, out, "svc-0-1", 60*time.Second)
+}
+
+// startGatedHACluster starts two members in leader mode whose task has
+// approval { max_destroy_percent = 50 } (and extra, HCL put before its
+// condition), with web-1..web-4 registered; it returns once the leader
+// applied all four and is idle.
+func startGatedHACluster(t *testing.T, extra string) (*haCluster, string, *haInstance) {
+	t.Helper()
+	c := newHACluster(t)
+	dir, varFile := newTaskDir(t)
+	for _, id := range []string{"cts-a", "cts-b"} {
+		c.add(&haInstance{id: id, mod: "per_instance"}, func(in *haInstance) string {
+			return strings.Replace(haConfig(in, varFile), "  condition \"services\" {",
+				"  approval {\n    max_destroy_percent = 50\n  }\n"+extra+"  condition \"services\" {", 1)
+		})
+	}
+	for _, n := range []int{1, 2, 3, 4} {
+		c.register(fmt.Sprintf("web-%d", n), "web", 8000+n)
+	}
+	for _, in := range c.insts {
+		in.start(t)
+	}
+	leader := c.leading(60 * time.Second)
+	waitRules(t, dir, "web-1,web-2,web-3,web-4")
+	waitIdle(t, leader)
+	return c, dir, leader
 }
