@@ -157,6 +157,14 @@ func listPackages(t *testing.T, root string) map[string]*pkg {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// go test caches a passing result by the files the test looked
+		// at; go list's reads are not among them, so look at the
+		// directories and Go files here: a changed import runs it again.
+		for _, f := range append([]string{"."}, l.GoFiles...) {
+			if _, err := os.Stat(filepath.Join(l.Dir, f)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		p := &pkg{name: name, dir: l.Dir, rel: filepath.ToSlash(rel), files: l.GoFiles, purpose: purposeOf(l.Doc), paths: map[string]string{}}
 		for _, imp := range l.Imports {
 			if n, ok := short(imp); ok {
@@ -185,7 +193,7 @@ func purposeOf(doc string) string {
 }
 
 // importedAt is where a file of p imports the module's package name, as
-// file:line for a message ("" when none is found).
+// " (file:line)" for a message ("" when none is found).
 func (p *pkg) importedAt(name string) string {
 	fset := token.NewFileSet()
 	for _, file := range p.files {
@@ -195,7 +203,7 @@ func (p *pkg) importedAt(name string) string {
 		}
 		for _, is := range f.Imports {
 			if path, _ := strconv.Unquote(is.Path.Value); path == p.paths[name] {
-				return fmt.Sprintf("%s/%s:%d", p.rel, file, fset.Position(is.Pos()).Line)
+				return fmt.Sprintf(" (%s/%s:%d)", p.rel, file, fset.Position(is.Pos()).Line)
 			}
 		}
 	}
@@ -269,7 +277,7 @@ func checkTable(pkgs map[string]*pkg, rows map[string]row) []string {
 		fix := fmt.Sprintf("make the line | `%s` | %s | %s |", name, r.purpose, importsCell(p.imports))
 		for _, imp := range p.imports {
 			if !slices.Contains(r.imports, imp) {
-				problems = append(problems, fmt.Sprintf("%s:%d: %s imports %s (%s), which the table does not list: %s", docPath, r.line, name, imp, p.importedAt(imp), fix))
+				problems = append(problems, fmt.Sprintf("%s:%d: %s imports %s%s, which the table does not list: %s", docPath, r.line, name, imp, p.importedAt(imp), fix))
 			}
 		}
 		for _, imp := range r.imports {
@@ -399,7 +407,7 @@ func checkDrawing(pkgs map[string]*pkg, drawn map[string]drawnAt) []string {
 		}
 		for _, imp := range p.imports {
 			if di, ok := drawn[imp]; ok && di.layer <= d.layer {
-				problems = append(problems, fmt.Sprintf("%s:%d: %s imports %s (%s), but the drawing does not put %s below it (line %d): each line may import only the lines below it; move %s down or %s up",
+				problems = append(problems, fmt.Sprintf("%s:%d: %s imports %s%s, but the drawing does not put %s below it (line %d): each line may import only the lines below it; move %s down or %s up",
 					docPath, d.line, name, imp, p.importedAt(imp), imp, di.line, imp, name))
 			}
 		}
@@ -467,4 +475,45 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// TestChecksFindMismatches feeds the checks a made-up module and page: each
+// kind of mismatch is reported, naming the package and the import.
+func TestChecksFindMismatches(t *testing.T) {
+	pkgs := map[string]*pkg{
+		"cli":   {name: "cli", imports: []string{"store", "task"}},
+		"store": {name: "store", imports: []string{"task"}},
+		"task":  {name: "task"},
+		"new":   {name: "new", purpose: "what is new"},
+	}
+	table := tableBegin + "\n\n" + tableHead +
+		"| `cli` | the command line | store, gone |\n" + // lacks task; lists gone
+		"| `store` | the store | task, cli |\n" + // cli is not imported
+		"| `task` |  | — |\n" + // no purpose
+		"| `gone` | a removed package | — |\n"
+	rows, problems := parseTable(table, 1)
+	problems = append(problems, checkTable(pkgs, rows)...)
+	drawing := drawBegin + "\n\n```\ncli     [notes are skipped]\n   ▼\ntask\n   ▼\nstore · nosuch\n```\n"
+	drawn, dproblems := parseDrawing(drawing, 1, pkgs)
+	problems = append(problems, dproblems...)
+	problems = append(problems, checkDrawing(pkgs, drawn)...)
+	all := strings.Join(problems, "\n")
+	for _, want := range []string{
+		"cli imports task, which the table does not list: make the line | `cli` | the command line | store, task |",
+		"the table says cli imports gone; no (non-test) file of it does",
+		"the table says store imports cli; no (non-test) file of it does",
+		"say in the row of task what it is for",
+		"the table has a row for gone, which is no package of the module",
+		"package new is not in the package table: add the line | `new` | what is new | — |",
+		`the drawing names "nosuch", which is no package of the module`,
+		"store imports task, but the drawing does not put task below it",
+		"package new is not in the drawing",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no problem says %q; the problems:\n%s", want, all)
+		}
+	}
+	if len(problems) != 9 {
+		t.Errorf("%d problems, want 9:\n%s", len(problems), all)
+	}
 }
