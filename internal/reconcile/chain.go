@@ -2,8 +2,6 @@ package reconcile
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 
@@ -22,66 +20,83 @@ import (
 // queued again (wakeDependentsLocked) and look again: a run that changed
 // the upstream's outputs changes their desired state (driver.PartUpstream).
 
-// upstreamHold returns why the task cannot run yet because of a task it
-// depends on, or "" when it can.
-func (c *Controller) upstreamHold(ctx context.Context, s *task.Spec) string {
+// upstreamView is an upstream task as a job's snapshot has it.
+type upstreamView struct {
+	exists bool
+	phase  phase
+	spec   task.Spec
+}
+
+// kick is an upstream task a job needs to run: to record its outputs
+// (outputs), or to apply a change its own notification may still be on
+// its way for.
+type kick struct {
+	name    string
+	outputs bool
+	by      string // the task that needs it
+}
+
+// upstreamHold returns why the task of j cannot run yet because of a task
+// it depends on ("" when it can), and the upstream tasks to make due.
+func (r *reconciler) upstreamHold(ctx context.Context, j job) (string, []kick) {
+	s := j.spec
 	outputs := s.OutputTasks()
 	for _, name := range s.Upstreams() {
-		c.mu.Lock()
-		u := c.tasks[name]
-		var (
-			ph phase
-			us task.Spec
-		)
-		if u != nil {
-			ph, us = u.lc.phase, u.spec
+		u := j.upstreams[name]
+		if !u.exists {
+			return fmt.Sprintf("upstream task %q does not exist", name), nil
 		}
-		c.mu.Unlock()
-		if u == nil {
-			return fmt.Sprintf("upstream task %q does not exist", name)
-		}
-		if !us.Enabled {
+		if !u.spec.Enabled {
 			// A disabled upstream holds nothing back (not even a failed
 			// last run): the task uses what it applied last.
 			continue
 		}
-		st := c.opts.Store.Run(name)
+		st := r.opts.Store.Run(name)
 		switch {
 		case st.Dirty():
-			return fmt.Sprintf("upstream task %q failed; waiting for it to succeed", name)
-		case ph != phaseIdle:
-			return fmt.Sprintf("waiting for upstream task %q (%s)", name, ph)
+			return fmt.Sprintf("upstream task %q failed; waiting for it to succeed", name), nil
+		case u.phase != phaseIdle:
+			return fmt.Sprintf("waiting for upstream task %q (%s)", name, u.phase), nil
 		}
 		if slices.Contains(outputs, name) && st.Outputs == nil {
 			// Its outputs were never recorded (the dependency is new):
 			// run it once more, exposing them.
-			c.mu.Lock()
-			c.dropDriverLocked(u)
-			c.forceLocked(u, Trigger{Kind: TriggerOutputs, Detail: s.Name}, false)
-			c.mu.Unlock()
-			return fmt.Sprintf("waiting for the outputs of upstream task %q", name)
+			return fmt.Sprintf("waiting for the outputs of upstream task %q", name), []kick{{name: name, outputs: true, by: s.Name}}
 		}
-		if !us.IsDynamic() {
+		if !u.spec.IsDynamic() {
 			// A schedule upstream applies on its ticks only: a change of
 			// its data does not hold the task back.
 			continue
 		}
-		want, ready, err := c.desired(ctx, &us)
+		us := u.spec
+		want, ready, err := r.obs.desired(ctx, &us)
 		switch {
 		case !ready:
-			return fmt.Sprintf("waiting for upstream task %q to receive its data from Consul", name)
+			return fmt.Sprintf("waiting for upstream task %q to receive its data from Consul", name), nil
 		case err != nil:
-			return fmt.Sprintf("upstream task %q cannot run: %v", name, err)
+			return fmt.Sprintf("upstream task %q cannot run: %v", name, err), nil
 		case want.Fingerprint != st.Applied:
 			// It has a change to apply; its own notification may still
 			// be on its way: make sure it is due.
-			c.mu.Lock()
-			c.markDirtyLocked(u, Due(TriggerChange))
-			c.mu.Unlock()
-			return fmt.Sprintf("waiting for upstream task %q to apply the change", name)
+			return fmt.Sprintf("waiting for upstream task %q to apply the change", name), []kick{{name: name, by: s.Name}}
 		}
 	}
-	return ""
+	return "", nil
+}
+
+// kickLocked makes an upstream task due that a job needs to run (k).
+// c.mu is held.
+func (c *Controller) kickLocked(k kick) {
+	u := c.tasks[k.name]
+	if u == nil {
+		return
+	}
+	if k.outputs {
+		c.dropDriverLocked(u)
+		c.forceLocked(u, Trigger{Kind: TriggerOutputs, Detail: k.by}, false)
+		return
+	}
+	c.markDirtyLocked(u, Due(TriggerChange))
 }
 
 // dropDriverLocked makes the task's next run build its driver anew (its
@@ -89,19 +104,12 @@ func (c *Controller) upstreamHold(ctx context.Context, s *task.Spec) string {
 // keeps its driver.
 func (c *Controller) dropDriverLocked(e *entry) {
 	if e.lc.phase != phaseRunning {
-		e.drv = nil
+		e.run.drv = nil
 	}
 }
 
-// exportsOutputs reports whether another task receives the task's outputs.
-// c.mu is held.
-func (c *Controller) exportsOutputs(name string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.exportsOutputsLocked(name)
-}
-
-// exportsOutputsLocked is exportsOutputs with c.mu held.
+// exportsOutputsLocked reports whether another task receives the task's
+// outputs. c.mu is held.
 func (c *Controller) exportsOutputsLocked(name string) bool {
 	for _, e := range c.tasks {
 		if slices.Contains(e.spec.OutputTasks(), name) {
@@ -124,45 +132,6 @@ func (c *Controller) wakeDependentsLocked(name string) {
 		}
 		c.enqueueLocked(e, Trigger{Kind: TriggerUpstream, Detail: name})
 	}
-}
-
-// upstreamDigest is the task's driver.PartUpstream: the digest of the
-// outputs it receives (module_input "task-outputs"); for a task without a
-// condition, whose only trigger is its upstream tasks, also what each of
-// them last applied, so that every change an upstream applies runs it
-// after. "" when there is nothing to cover.
-func (c *Controller) upstreamDigest(s *task.Spec) string {
-	_, outs := c.upstreamOutputs(s)
-	if s.Condition.Type() != "" || len(s.Upstreams()) == 0 {
-		return outs
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "%d:%s", len(outs), outs)
-	for _, n := range s.Upstreams() { // sorted
-		a := c.opts.Store.Run(n).Applied
-		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(a), a)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// upstreamOutputs returns the recorded outputs of the tasks whose outputs
-// the task receives, and their digest (driver.PartUpstream).
-func (c *Controller) upstreamOutputs(s *task.Spec) (map[string][]byte, string) {
-	names := s.OutputTasks()
-	if len(names) == 0 {
-		return nil, ""
-	}
-	out := make(map[string][]byte, len(names))
-	h := sha256.New()
-	for _, n := range slices.Sorted(slices.Values(names)) {
-		o := c.opts.Store.Run(n).Outputs
-		if o == nil {
-			o = []byte("{}")
-		}
-		out[n] = o
-		fmt.Fprintf(h, "%d:%s%d:%s", len(n), n, len(o), o)
-	}
-	return out, hex.EncodeToString(h.Sum(nil))
 }
 
 // ChainGroups returns, for every task that depends on another or that

@@ -144,8 +144,10 @@ type Controller struct {
 	// q is the work queue: the names of the tasks due to run, and the run
 	// slots (queue.go).
 	q workQueue
-	// rec runs the tasks the queue hands out (reconciler.go).
+	// rec does the jobs the workers take (reconciler.go); obs reads what
+	// lies outside the tasks' state (observe.go).
 	rec   *reconciler
+	obs   *observer
 	notes []note // notifications from views, handled by the note loop
 	// noted holds the notes in notes: a note already waiting is not queued
 	// again (handling it reads the current data anyway), so the backlog is
@@ -232,10 +234,13 @@ func (c *Controller) StateChanged() <-chan struct{} {
 type note struct{ task, key string }
 
 // entry is the controller's state for one task. Fields are guarded by
-// Controller.mu except drv, which only the worker running the task touches.
+// Controller.mu except run, which only the job holding the task touches.
 type entry struct {
 	spec task.Spec
-	drv  driver.Driver
+	run  driverSlot
+	// throwaway is the subscriber id of a task being inspected (Inspect),
+	// not one of the controller's tasks; "" for a task.
+	throwaway string
 
 	dyn       map[string]watch.Query // regexp-selected health queries
 	lastNames []string               // catalog-services trigger state
@@ -250,17 +255,19 @@ type entry struct {
 	drifted        bool
 	lastDriftCheck time.Time
 	changed        chan struct{} // signalled on every notification (once mode)
-	exports        bool          // drv was built with ExportOutputs (chain.go)
 	// what the operator sees of runs (runinfo.go)
 	prevInputs *inputsDigest // the Consul data of the last recorded run
-	// the init of the run in progress (only the worker running the task
-	// touches them, as drv)
-	initStart, initEnd time.Time
 	// gates is the task's held plan, if any (gates.go); guarded by c.mu.
 	gates gateState
-	// policyStop stops a policy evaluation when the task is deleted
-	// (policystop.go).
-	policyStop evalStop
+}
+
+// key is the task's name on the queue (a throw-away task's: its
+// subscriber id).
+func (e *entry) key() string {
+	if e.throwaway != "" {
+		return e.throwaway
+	}
+	return e.spec.Name
 }
 
 // New returns a Controller for the given tasks.
@@ -303,7 +310,8 @@ func New(opts Options, specs []task.Spec) *Controller {
 		depth = opts.Metrics.QueueDepth
 	}
 	c.q = newWorkQueue(opts.MaxParallel, opts.Clock, depth)
-	c.rec = &reconciler{opts: &c.opts, log: c.log, host: c}
+	c.obs = &observer{opts: &c.opts, log: c.log}
+	c.rec = &reconciler{opts: &c.opts, log: c.log, obs: c.obs}
 	if !opts.Standby {
 		close(c.active)
 	}
@@ -333,27 +341,8 @@ type Digester interface {
 	Digest(key string) (watch.Digest, bool)
 }
 
-// digest returns the digest of a watched value.
-func (c *Controller) digest(key string) (watch.Digest, bool) {
-	if d, ok := c.opts.Watcher.(Digester); ok {
-		return d.Digest(key)
-	}
-	v, _, ok := c.opts.Watcher.Get(key)
-	if !ok {
-		return watch.Digest{}, false
-	}
-	d, err := watch.DigestOf(v)
-	return d, err == nil
-}
-
 // redact removes secrets from text that reaches events and logs.
 func (c *Controller) redact(task, text string) string { return c.opts.redact(task, text) }
-
-// get adapts the watcher to a Getter.
-func (c *Controller) get(key string) (any, bool) {
-	v, _, ok := c.opts.Watcher.Get(key)
-	return v, ok
-}
 
 // ErrRunsInterrupted is returned by Run when runs in progress had to be
 // interrupted because they outlasted the shutdown grace.
@@ -395,7 +384,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.startWorkers(&wg, ctx, runCtx)
 	wg.Go(func() { c.scheduleLoop(ctx) })
-	wg.Go(func() { c.driftLoop(ctx, runCtx) })
+	wg.Go(func() { c.driftLoop(ctx) })
 	<-ctx.Done()
 	c.mu.Lock()
 	c.closing = true

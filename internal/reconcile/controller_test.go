@@ -412,7 +412,7 @@ func TestStandbyRunsNothingUntilActive(t *testing.T) {
 	// inputs completely; "b" applied them too but died during a later run.
 	for _, name := range []string{"a", "b"} {
 		s := servicesTask(name, "web")
-		want, ready, err := h.ctrl.desired(context.Background(), &s)
+		want, ready, err := h.ctrl.obs.desired(context.Background(), &s)
 		if !ready || err != nil {
 			t.Fatalf("desired state of %s: ready=%v err=%v", name, ready, err)
 		}

@@ -52,40 +52,6 @@ func triggers(part string) bool {
 	return part != driver.PartModuleInputs && part != driver.PartModuleResolved
 }
 
-// desired computes a task's desired state. ready is false while a watched
-// query has no value yet; err is set when a part outside Consul cannot be
-// read.
-func (c *Controller) desired(ctx context.Context, s *task.Spec) (d Desired, ready bool, err error) {
-	data, ready := ConditionDigest(s, c.get, c.digest)
-	if !ready {
-		return Desired{}, false, nil
-	}
-	c.catchUpInputs(ctx, s, data) // inputs.go
-	inputs, ready := ModuleInputDigest(s, c.get, c.digest)
-	if !ready {
-		return Desired{}, false, nil
-	}
-	parts := map[string]string{driver.PartTask: SpecDigest(s), driver.PartData: data}
-	if inputs != "" {
-		parts[driver.PartModuleInputs] = inputs
-	}
-	if up := c.upstreamDigest(s); up != "" {
-		parts[driver.PartUpstream] = up
-	}
-	if c.opts.Desired != nil {
-		more, err := c.opts.Desired(ctx, *s)
-		if err != nil {
-			return Desired{}, true, err
-		}
-		for k, v := range more {
-			if _, clash := parts[k]; !clash {
-				parts[k] = v
-			}
-		}
-	}
-	return Desired{Fingerprint: fingerprintOf(parts, triggers), Used: fingerprintOf(parts, nil), Parts: parts}, true, nil
-}
-
 // fingerprintOf hashes the parts in name order: those keep selects, or all
 // of them when keep is nil.
 func fingerprintOf(parts map[string]string, keep func(string) bool) string {

@@ -4,22 +4,17 @@
 // inputs with a pure function, and skips the run when the desired state's
 // fingerprint equals the one last applied.
 //
-// The Controller has three parts (docs/architecture.md draws them):
-//
-//   - the queue: workQueue (queue.go), the names of the tasks due to run
-//     and the run slots, and each task's lifecycle state, entry.lc
-//     (lifecycle.go: the phase, the run that is due, the timer, the
-//     failures). transition is the table of the lifecycle; only
-//     lifecycle.go writes entry.lc.
-//   - the reconciler (reconciler.go): one run of one task from a Request
-//     (desired.go, inputs.go, chain.go's upstream check, the driver, the
-//     record in the store), without state of its own: it returns an
-//     outcome, which the Controller applies to the task's state.
-//   - management: the notifications and trigger rules (notes.go), the API's
-//     operations (manage.go), -once (once.go), drift checks (drift.go),
-//     schedules (schedule.go), chains (chain.go), high availability
-//     (controller.go's SetActive, owned.go). They move tasks by lifecycle
-//     events and wait for states; -once hands its runs to the queue, and
-//     the API's runs and approvals, drift checks and destroys are handed
-//     to its workers (handOff).
+// One road leads to Terraform. Whoever wants something of a task records
+// it on the task and pushes the task's name on the one queue: the
+// lifecycle (lifecycle.go: transition, stepLocked) makes a task due (a
+// change, a buffer period, a retry, a schedule tick, an upstream task),
+// and a caller records a request, an intent with a generation (run now,
+// create with run, inspect, a drift check, an approval, a deletion's
+// destroy, -once: submitLocked). A worker (queue.go) takes a name, takes
+// the task's intent or due run with a snapshot of the task's state (a
+// job), and the reconciler (reconciler.go) decides and drives it without
+// asking the controller anything; its outcome is committed by the one
+// applier (commitLocked) under the controller's lock. A caller that waits
+// waits until the task observes its request's generation, and gets what
+// the job did.
 package reconcile

@@ -11,16 +11,17 @@ import (
 	"github.com/ctsync/ctsync/internal/store"
 )
 
-// driftLoop plans tasks that have drift detection on their interval. A plan
-// with changes while the task's inputs equal the ones last applied means
-// the infrastructure was changed outside Terraform: that is recorded as a
-// drift event (and, with remediate, the task is applied again). A task
-// whose inputs changed is not checked: its next run is already due.
-func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
+// driftLoop asks for a drift check of the tasks that have drift detection
+// on their interval: it records the request on the task (intentDrift) and
+// a worker does it (reconciler.checkDrift). A plan with changes while the
+// task's inputs equal the ones last applied means the infrastructure was
+// changed outside Terraform: that is recorded as a drift event (and, with
+// remediate, the task is applied again). A task whose inputs changed is
+// not checked: its next run is already due.
+func (c *Controller) driftLoop(ctx context.Context) {
 	for {
 		c.driftWakes.Add(1)
 		now := c.opts.Clock.Now()
-		var due []*entry
 		var earliest time.Time
 		c.mu.Lock()
 		for _, e := range c.tasks {
@@ -33,9 +34,7 @@ func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
 				e.nextDrift = now.Add(jitter(dd.Interval.D()))
 			}
 			if !e.nextDrift.After(now) {
-				if c.stepLocked(e, evReserve, wake{}) { // not while queued or running
-					due = append(due, e)
-				}
+				c.requestLocked(e, intent{kind: intentDrift, noReply: true}) // not while queued or running
 				e.nextDrift = now.Add(jitter(dd.Interval.D()))
 			}
 			if earliest.IsZero() || e.nextDrift.Before(earliest) {
@@ -43,9 +42,6 @@ func (c *Controller) driftLoop(ctx context.Context, runCtx context.Context) {
 			}
 		}
 		c.mu.Unlock()
-		for _, e := range due {
-			c.checkDrift(runCtx, e)
-		}
 		if !c.waitUntil(ctx, earliest, c.driftKick) {
 			return
 		}
@@ -58,61 +54,51 @@ func jitter(d time.Duration) time.Duration {
 	return backoff.Around10.Spread(d)
 }
 
-// checkDrift plans one reserved task and records what it found.
-func (c *Controller) checkDrift(ctx context.Context, e *entry) {
-	defer c.release(e)
-	s := e.spec
-	log := c.log.With("task_name", s.Name)
-	want, ready, err := c.desired(ctx, &s)
+// driftFound is what a drift check found (outcome.drift).
+type driftFound struct {
+	drifted   bool
+	remediate bool // apply the task again
+}
+
+// checkDrift plans the task of j and records what it found.
+func (r *reconciler) checkDrift(ctx context.Context, j job) outcome {
+	s := j.spec
+	log := r.log.With("task_name", s.Name)
+	want, ready, err := r.obs.desired(ctx, s)
 	if !ready || err != nil {
-		return
+		return outcome{}
 	}
 	hash := want.Used
-	if st := c.opts.Store.Run(s.Name); st.Dirty() || want.Fingerprint != st.Applied || inputsMoved(st.Parts, want.Parts) {
+	if st := r.opts.Store.Run(s.Name); st.Dirty() || want.Fingerprint != st.Applied || inputsMoved(st.Parts, want.Parts) {
 		log.Debug("drift check skipped: the task's desired state or module inputs changed, or its last run failed, since its last apply (a plan would show that, not drift)")
-		return
+		return outcome{}
 	}
-	in, ready := BuildInputs(&s, c.get)
+	in, ready := BuildInputs(s, r.obs.get)
 	if !ready {
-		return
+		return outcome{}
 	}
-	var (
-		start time.Time
-		res   driver.Result
-	)
-	if herr := c.handOff(ctx, func(ctx context.Context) {
-		start = time.Now()
-		res, err = c.rec.drive(ctx, e, &s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
-	}); herr != nil {
-		return // shutting down
-	}
+	start := time.Now()
+	res, err := r.drive(ctx, j.drv, s, j.exports, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
 	drifted := err == nil && res.Changes
-	c.mu.Lock()
-	e.drifted = drifted
-	e.lastDriftCheck = c.opts.Clock.Now()
-	c.mu.Unlock()
-	if c.opts.Metrics != nil {
-		c.opts.Metrics.Drift(s.Name, drifted)
+	found := &driftFound{drifted: drifted}
+	if r.opts.Metrics != nil {
+		r.opts.Metrics.Drift(s.Name, drifted)
 	}
 	if err != nil {
 		log.Warn("drift check failed", "error", err)
-		return
+		return outcome{drift: found}
 	}
 	if !drifted {
 		log.Debug("drift check: no changes")
-		return
+		return outcome{drift: found}
 	}
-	remediate := s.DriftDetection != nil && s.DriftDetection.Remediate
+	found.remediate = s.DriftDetection != nil && s.DriftDetection.Remediate
 	log.Warn("drift detected: the infrastructure differs from the task's last apply",
-		"add", res.Add, "change", res.Change, "destroy", res.Destroy, "remediate", remediate)
+		"add", res.Add, "change", res.Change, "destroy", res.Destroy, "remediate", found.remediate)
 	ev := store.Event{ID: uuid.NewString(), TaskName: s.Name, Success: true, StartTime: start, EndTime: time.Now(),
 		Kind: store.KindDrift, Trigger: "drift-check", InputsHash: hash,
 		Plan:    &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy},
-		LogPath: res.LogPath, LogTail: c.redact(s.Name, tail(res.LogPath, 4096)), TFCRunURL: res.RunURL}
-	c.rec.record(ctx, ev)
-	if remediate {
-		c.mu.Lock()
-		c.forceLocked(e, Due(TriggerDrift), true) // running: queued again when released
-		c.mu.Unlock()
-	}
+		LogPath: res.LogPath, LogTail: r.redact(s.Name, tail(res.LogPath, 4096)), TFCRunURL: res.RunURL}
+	r.record(ctx, ev)
+	return outcome{drift: found}
 }

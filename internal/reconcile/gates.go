@@ -101,36 +101,60 @@ func emitGate(opts *Options, ev gate.Event) {
 	}
 }
 
-// gateSettled reports whether the desired state fingerprint was already
-// gated: its plan is held now, or was rejected or expired. Only a change
-// plans again.
-func (c *Controller) gateSettled(e *entry, fingerprint string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	g := &e.gates
-	return (g.pending() && g.plan.Fingerprint == fingerprint) || (!g.pending() && g.settled == fingerprint)
+// heldView is the task's held plan as a job's snapshot has it.
+type heldView struct {
+	plan      gate.Plan
+	drv       driver.HeldPlan
+	settledFP string
 }
 
-// supersedeHeld marks the task's pending plan superseded by plan newer
-// ("": by no plan, the desired state being the one applied), unless it was
-// made from fingerprint (not ""), and discards it.
-func (c *Controller) supersedeHeld(ctx context.Context, e *entry, newer, fingerprint string) {
-	c.mu.Lock()
-	g := &e.gates
-	if !g.pending() || (fingerprint != "" && g.plan.Fingerprint == fingerprint) {
-		c.mu.Unlock()
-		return
+// view is the snapshot of the held plan a job reads. c.mu is held.
+func (g *gateState) view() heldView {
+	return heldView{plan: gate.Plan{ID: g.plan.ID, State: g.plan.State, Fingerprint: g.plan.Fingerprint}, drv: g.drv, settledFP: g.settled}
+}
+
+func (h *heldView) pending() bool { return h.plan.ID != "" && h.plan.State == gate.Pending }
+
+// settled reports whether the desired state fingerprint was already
+// gated: its plan is held now, or was rejected or expired. Only a change
+// plans again.
+func (h *heldView) settled(fingerprint string) bool {
+	return (h.pending() && h.plan.Fingerprint == fingerprint) || (!h.pending() && h.settledFP == fingerprint)
+}
+
+// supersession is a held plan superseded by a job: by plan newer ("": by
+// no plan, the desired state being the one applied again).
+type supersession struct {
+	id, newer string
+}
+
+// supersede discards the task's pending plan, superseded by plan newer
+// ("": by no plan), unless it was made from fingerprint (not ""); the
+// controller records it (supersedeLocked). nil when nothing is superseded.
+func (r *reconciler) supersede(ctx context.Context, log *slog.Logger, j job, newer, fingerprint string) *supersession {
+	h := &j.held
+	if !h.pending() || (fingerprint != "" && h.plan.Fingerprint == fingerprint) {
+		return nil
 	}
-	old := g.drv
+	discardPlan(ctx, log, j.drv, h.drv)
+	return &supersession{id: h.plan.ID, newer: newer}
+}
+
+// supersedeLocked records that a job superseded the task's plan sp.id,
+// pending (or approved, when the approved plan was stale): it returns
+// the gate event. c.mu is held.
+func (c *Controller) supersedeLocked(e *entry, sp *supersession) []gate.Event {
+	g := &e.gates
+	if g.plan.ID != sp.id || (!g.pending() && g.plan.State != gate.Approved) {
+		return nil
+	}
 	p := c.endHeldLocked(e, gate.Superseded, "")
 	if g.newer == nil || len(g.newer) >= maxSuperseded {
 		g.newer = map[string]string{}
 	}
-	g.newer[p.ID] = newer
-	c.mu.Unlock()
-	c.discard(ctx, e, old)
-	c.log.Info("held plan superseded: the task's desired state changed", "task_name", e.spec.Name, "plan", p.ID, "newer_plan", newer)
-	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionSuperseded, Task: p.Task, Plan: p, Newer: newer})
+	g.newer[p.ID] = sp.newer
+	c.log.Info("held plan superseded: the task's desired state changed", "task_name", e.spec.Name, "plan", p.ID, "newer_plan", sp.newer)
+	return []gate.Event{{Kind: gate.EventApproval, Action: gate.ActionSuperseded, Task: p.Task, Plan: p, Newer: sp.newer}}
 }
 
 // endHeldLocked ends the pending plan in state st (decided by who) and
@@ -155,14 +179,9 @@ func clonePlan(p gate.Plan) gate.Plan {
 	return p
 }
 
-// discard drops a driver's plan (logged on failure: the plan is no longer
-// held either way).
-func (c *Controller) discard(ctx context.Context, e *entry, p driver.HeldPlan) {
-	discardPlan(ctx, c.log.With("task_name", e.spec.Name), e, p)
-}
-
-// discardPlan drops the driver's plan p of the task e.
-func discardPlan(ctx context.Context, log *slog.Logger, e *entry, p driver.HeldPlan) {
+// discardPlan drops the driver's plan p of the task whose driver is e
+// (logged on failure: the plan is no longer held either way).
+func discardPlan(ctx context.Context, log *slog.Logger, e *driverSlot, p driver.HeldPlan) {
 	ph, ok := e.drv.(driver.PlanHolder)
 	if p.ID == "" || !ok {
 		return
@@ -183,8 +202,8 @@ type heldRun struct {
 }
 
 // holdLocked keeps the plan a run held as the task's pending plan, with
-// its expiry timer. c.mu is held.
-func (c *Controller) holdLocked(e *entry, h *heldRun) {
+// its expiry timer, and returns the gate event. c.mu is held.
+func (c *Controller) holdLocked(e *entry, h *heldRun) gate.Event {
 	g := &e.gates
 	g.plan, g.drv, g.run, g.destroy = h.plan, h.drv, h.run, h.destroy
 	g.settled = ""
@@ -193,6 +212,7 @@ func (c *Controller) holdLocked(e *entry, h *heldRun) {
 		g.expire = c.opts.Clock.AfterFunc(h.expire, func() { c.expireHeld(e, id) })
 	}
 	c.changedLocked()
+	return gate.Event{Kind: gate.EventApproval, Action: gate.ActionHeld, Task: e.spec.Name, Plan: clonePlan(h.plan), Trigger: h.run.trigger}
 }
 
 // gatedRun is a run of a task with safety gates (reconcile decided it
@@ -202,27 +222,32 @@ func (c *Controller) holdLocked(e *entry, h *heldRun) {
 // run, saying why, and nothing is applied.
 //
 // A plan the approval rules hold is returned in the outcome (hold), and
-// the controller keeps it (holdLocked); the plans the controller dropped
-// while the task ran come with the job (orphans) and are discarded here,
-// where the driver is not used by anything else.
+// the controller keeps it (holdLocked), as it records the plan this run
+// superseded (supersede).
 func (rc *reconciler) gatedRun(ctx context.Context, log *slog.Logger, j job, r *runRecord, in *task.Inputs) outcome {
-	e, s, req := j.e, j.spec, j.Request
+	var sp *supersession
+	if j.Mode != ModePlan && j.Trigger.Kind != TriggerOnce {
+		sp = rc.supersede(ctx, log, j, r.id, "") // this run replaces it
+	}
+	out := rc.gatedRunOf(ctx, log, j, r, in)
+	out.supersede = sp
+	return out
+}
+
+// gatedRunOf is gatedRun but for the plan it supersedes.
+func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r *runRecord, in *task.Inputs) outcome {
+	e, s, req := j.drv, j.spec, j.Request
 	dry := req.Mode == ModePlan || req.Trigger.Kind == TriggerOnce
 	if req.Mode == ModePlan {
 		r.kind = store.KindPlan
 	}
-	for _, p := range j.orphans {
-		discardPlan(ctx, log, e, p)
-	}
-	if !dry {
-		rc.host.supersedeHeld(ctx, e, r.id, "") // this run replaces it
-	}
+
 	if rc.opts.Metrics != nil {
 		rc.opts.Metrics.RunStarted(s.Name)
 	}
 	log.Info("executing task", "run_id", r.id, "trigger", r.trigger, "mode", r.kind, "instances", len(in.Services), "gates", true)
 	r.start = time.Now()
-	hp, err := rc.planHeld(ctx, e, s, driver.Run{ID: r.id}, in)
+	hp, err := rc.planHeld(ctx, e, s, j.exports, driver.Run{ID: r.id}, in)
 	r.res = hp.Result
 	fail := func(err error) outcome {
 		r.err, r.end = err, time.Now()
@@ -311,20 +336,25 @@ func (rc *reconciler) gatedRun(ctx context.Context, log *slog.Logger, j job, r *
 // and the task's state is removed (Forget). A policy that denies the
 // destroy, or cannot be evaluated, fails it: the task is kept.
 func (rc *reconciler) gatedDestroy(ctx context.Context, j job) outcome {
-	e, s := j.e, j.spec
+	s := j.spec
 	log := rc.log.With("task_name", s.Name)
-	for _, p := range j.orphans {
-		discardPlan(ctx, log, e, p)
-	}
 	id := j.ID
 	if id == "" {
 		id = uuid.NewString()
 	}
-	rc.host.supersedeHeld(ctx, e, id, "") // the destroy replaces a plan the task held
+	sp := rc.supersede(ctx, log, j, id, "") // the destroy replaces a plan the task held
+	out := rc.gatedDestroyOf(ctx, log, j, id)
+	out.supersede = sp
+	return out
+}
+
+// gatedDestroyOf is gatedDestroy but for the plan it supersedes.
+func (rc *reconciler) gatedDestroyOf(ctx context.Context, log *slog.Logger, j job, id string) outcome {
+	e, s := j.drv, j.spec
 	trigger := Due(TriggerAPI).String()
 	start := time.Now()
 	log.Info("planning the destroy of the task's infrastructure (deletion with destroy)", "run_id", id, "gates", true)
-	hp, err := rc.planHeld(ctx, e, s, driver.Run{ID: id, Destroy: true}, nil)
+	hp, err := rc.planHeld(ctx, e, s, false, driver.Run{ID: id, Destroy: true}, nil)
 	if err == nil && s.Policy != nil && hp.Changes {
 		msgs, perr := checkPolicy(ctx, s, hp, trigger)
 		switch {
@@ -367,7 +397,7 @@ func (rc *reconciler) gatedDestroy(ctx context.Context, j job) outcome {
 
 // applyDestroy applies exactly the destroy plan hp as the run id, records
 // it (a destroy event) and removes the task's state.
-func (rc *reconciler) applyDestroy(ctx context.Context, e *entry, s *task.Spec, id string, hp driver.HeldPlan, start time.Time) outcome {
+func (rc *reconciler) applyDestroy(ctx context.Context, e *driverSlot, s *task.Spec, id string, hp driver.HeldPlan, start time.Time) outcome {
 	res, err := e.drv.(driver.PlanHolder).ApplyPlan(ctx, driver.Run{ID: id}, hp)
 	if err == nil {
 		res.Destroy = hp.Counts.Destroy // exactly the plan was applied
@@ -383,8 +413,8 @@ func (rc *reconciler) applyDestroy(ctx context.Context, e *entry, s *task.Spec, 
 }
 
 // planHeld makes the task's driver (when needed) and a held plan.
-func (rc *reconciler) planHeld(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
-	if err := rc.ensureDriver(ctx, e, s); err != nil {
+func (rc *reconciler) planHeld(ctx context.Context, e *driverSlot, s *task.Spec, exports bool, run driver.Run, in *task.Inputs) (driver.HeldPlan, error) {
+	if err := rc.ensureDriver(ctx, e, s, exports); err != nil {
 		return driver.HeldPlan{}, err
 	}
 	ph, ok := e.drv.(driver.PlanHolder)
@@ -405,7 +435,7 @@ func checkPolicy(ctx context.Context, s *task.Spec, hp driver.HeldPlan, trigger 
 }
 
 // applyHeld applies exactly the plan hp as the run r and records it.
-func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, r *runRecord, hp driver.HeldPlan) outcome {
+func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *driverSlot, s *task.Spec, r *runRecord, hp driver.HeldPlan) outcome {
 	if err := rc.opts.Store.StartRun(ctx, s.Name, r.id); err != nil {
 		discardPlan(ctx, log, e, hp)
 		log.Error("not applying the plan: the in-flight marker could not be stored", "error", err)
@@ -423,7 +453,8 @@ func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *entry,
 }
 
 // expireHeld drops the pending plan id when approval.expire has passed:
-// the task waits for its next change.
+// the task waits for its next change. The plan's files are discarded by
+// a worker (intentDiscard), or by the task's next job when it is busy.
 func (c *Controller) expireHeld(e *entry, id string) {
 	c.mu.Lock()
 	g := &e.gates
@@ -442,15 +473,9 @@ func (c *Controller) expireHeld(e *entry, id string) {
 	}
 	c.stepLocked(e, evDrop, wake{})
 	c.giveBackLocked(e, &was)
-	reserved := c.reserveLocked(e)
-	if !reserved {
-		g.orphans = append(g.orphans, drv)
-	}
+	g.orphans = append(g.orphans, drv)
+	c.requestLocked(e, intent{kind: intentDiscard, noReply: true})
 	c.mu.Unlock()
-	if reserved {
-		c.discard(context.Background(), e, drv)
-		c.release(e)
-	}
 	c.log.Warn("held plan expired without approval: nothing applied", "task_name", e.spec.Name, "plan", id)
 	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionExpired, Task: p.Task, Plan: p})
 }
@@ -458,7 +483,7 @@ func (c *Controller) expireHeld(e *entry, id string) {
 // forgetHeldLocked forgets the task's held plan when this instance stops
 // leading or owning the task: held plans are not handed over, the new
 // leader or owner plans the task again and holds its own plan. The plan's
-// files are discarded by the task's next run here. c.mu is held.
+// files are discarded by the task's next job here. c.mu is held.
 func (c *Controller) forgetHeldLocked(e *entry) {
 	g := &e.gates
 	if !g.pending() {
@@ -489,19 +514,20 @@ func (c *Controller) HeldPlan(name string) (gate.Plan, error) {
 
 // Approve approves the task's pending plan id, exactly that plan, and
 // records who approved it (api.Approvals). It returns once the approval
-// is recorded: the apply goes on in the background, on a worker, and the
-// task's next event tells how it went. When the task's desired state moved
-// on since the plan was made, the plan is superseded: a new plan is made
-// (and held, or applied, per the rules) before Approve returns, and the
-// error is a *gate.SupersededError naming it. A plan Terraform finds stale
-// when it applies it is superseded in the same way, after the answer.
+// is recorded: the apply is a request of the task (intentApprove), done in
+// the background by a worker, and the task's next event tells how it
+// went. When the task's desired state moved on since the plan was made,
+// the plan is superseded: a new plan is made (and held, or applied, per
+// the rules) before Approve returns, and the error is a
+// *gate.SupersededError naming it. A plan Terraform finds stale when it
+// applies it is superseded in the same way, after the answer.
 func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 	e, g, err := c.takeHeld(ctx, name, id)
 	if err != nil {
 		return err
 	}
 	// The apply goes on when the caller goes away, as a run the API
-	// started does, and is handed to a worker (which takes a run slot).
+	// started does.
 	rctx, done, err := c.apiRun(ctx)
 	if err != nil {
 		c.release(e)
@@ -509,7 +535,7 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 	}
 	if !g.destroy {
 		s := e.spec
-		want, ready, derr := c.desired(rctx, &s)
+		want, ready, derr := c.obs.desired(rctx, &s)
 		if derr != nil || !ready {
 			done()
 			c.release(e)
@@ -519,94 +545,134 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 			return fmt.Errorf("task %q: the desired state cannot be read to check plan %s: %w", name, id, derr)
 		}
 		if want.Fingerprint != g.plan.Fingerprint {
-			defer c.release(e)
 			defer done()
-			var rerr error
-			if err := c.handOff(rctx, func(ctx context.Context) {
-				rerr = c.replan(ctx, e, id, Request{Name: name, Trigger: Due(TriggerChange)})
-			}); err != nil {
-				return err
-			}
-			return rerr
+			return c.replan(rctx, e, id)
 		}
 	}
 	c.mu.Lock()
 	p := c.endHeldLocked(e, gate.Approved, who)
+	gen, err := c.submitLocked(e, intent{kind: intentApprove, actor: who,
+		approved: &approval{id: id, who: who, drv: g.drv, run: g.run, destroy: g.destroy}})
+	if err != nil {
+		e.gates.orphans = append(e.gates.orphans, g.drv) // discarded by the task's next job
+	}
 	c.mu.Unlock()
+	if err != nil {
+		done()
+		// Nothing was applied: the task's desired state is not recorded
+		// as applied, and its next run plans it again.
+		c.log.Warn("the approved plan was not applied", "task_name", name, "plan", id, "error", err)
+		return nil
+	}
 	c.log.Info("held plan approved: applying it", "task_name", name, "plan", id, "approved_by", who)
 	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionApproved, Task: name, Plan: p, Trigger: g.run.trigger})
 	go func() {
-		defer c.release(e)
 		defer done()
-		if err := c.handOff(rctx, func(ctx context.Context) { c.approve(ctx, e, g, name, id, who) }); err != nil {
-			// Nothing was applied: the task's desired state is not
-			// recorded as applied, and its next run plans it again.
+		c.mu.Lock()
+		_, err := c.awaitIntentLocked(rctx, e, gen)
+		if err != nil && rctx.Err() != nil { // withdrawn: no worker took it before shutdown
+			e.gates.orphans = append(e.gates.orphans, g.drv)
+		}
+		c.mu.Unlock()
+		if err != nil {
 			c.log.Warn("the approved plan was not applied: ctsync is stopping", "task_name", name, "plan", id, "error", err)
-			c.discard(context.WithoutCancel(rctx), e, g.drv)
 		}
 	}()
 	return nil
 }
 
-// approve applies the approved plan g (Approve's run, on a worker holding
-// a run slot).
-func (c *Controller) approve(ctx context.Context, e *entry, g gateState, name, id, who string) {
-	if g.destroy {
-		c.approveDestroy(ctx, e, g, name, id, who)
-		return
-	}
-	s := e.spec
-	log := c.log.With("task_name", name)
-	r := *g.run
-	r.id, r.actor = uuid.NewString(), who
-	r.before = c.opts.Store.Run(name)
-	r.start = time.Now()
-	if c.opts.Metrics != nil {
-		c.opts.Metrics.RunStarted(name)
-	}
-	out := c.rec.applyHeld(ctx, log, e, &s, &r, g.drv)
+// replan supersedes the pending plan id, whose desired state moved on,
+// with a new run of the task (held or applied per the gates; a request
+// that replaces id), and returns the *gate.SupersededError naming the new
+// plan. The task is reserved by the caller.
+func (c *Controller) replan(ctx context.Context, e *entry, id string) error {
+	name := e.spec.Name
 	c.mu.Lock()
-	c.ranLocked(e, out) // what the apply did, in the task's state
-	c.mu.Unlock()
-	if out.failed && errors.Is(out.err, driver.ErrPlanStale) {
-		// Nothing was applied: the state moved under the plan.
-		c.mu.Lock()
-		e.gates.plan.State = gate.Pending // superseded below, by the new plan
-		c.mu.Unlock()
-		if err := c.replan(ctx, e, id, Request{Name: name, Trigger: Due(TriggerChange), Force: true}); err != nil {
-			log.Warn("the approved plan was stale when applied: superseded", "plan", id, "error", err)
-		}
+	defer c.mu.Unlock()
+	gen, err := c.submitLocked(e, intent{kind: intentRun, req: Request{Name: name, Trigger: Due(TriggerChange)}, actor: actorFrom(ctx), replaces: id})
+	if err != nil {
+		return err
 	}
+	out, err := c.awaitIntentLocked(ctx, e, gen)
+	if err != nil {
+		return err
+	}
+	if out.failed && out.err != nil {
+		c.log.Warn("the plan that supersedes an approved plan failed", "task_name", name, "plan", id, "error", out.err)
+	}
+	newer, ok := e.gates.newer[id]
+	if !ok || newer == "" {
+		return fmt.Errorf("%w: plan %s is superseded: the task's desired state changed since it was made", gate.ErrStalePlan, id)
+	}
+	return &gate.SupersededError{ID: id, Newer: newer}
+}
+
+// approve applies the approved plan of j (intentApprove). A plan Terraform
+// finds stale (the state moved under it: nothing was applied) is
+// superseded by a new run of the task, held or applied per the rules.
+func (rc *reconciler) approve(ctx context.Context, j job) outcome {
+	a, s := j.approved, j.spec
+	log := rc.log.With("task_name", s.Name)
+	if a.destroy {
+		return rc.approveDestroy(ctx, log, j)
+	}
+	r := *a.run
+	r.id, r.actor = uuid.NewString(), a.who
+	r.before = rc.opts.Store.Run(s.Name)
+	r.start = time.Now()
+	if rc.opts.Metrics != nil {
+		rc.opts.Metrics.RunStarted(s.Name)
+	}
+	out := rc.applyHeld(ctx, log, j.drv, s, &r, a.drv)
+	if !out.failed || !errors.Is(out.err, driver.ErrPlanStale) {
+		return out
+	}
+	re := rc.again(ctx, j, Request{Name: s.Name, Trigger: Due(TriggerChange), Force: true})
+	if re.supersede == nil || re.supersede.id != a.id {
+		log.Warn("the approved plan was stale when applied: superseded", "plan", a.id, "error", re.err)
+	}
+	if !re.recorded {
+		re.recorded, re.inputs = out.recorded, out.inputs
+	}
+	return re
+}
+
+// again runs the task of j once more with req, in place of its approved
+// plan, which is superseded: by the new plan, or by none when the run
+// does not plan.
+func (rc *reconciler) again(ctx context.Context, j job, req Request) outcome {
+	a := j.approved
+	j.kind, j.approved, j.Request = intentRun, nil, req
+	j.held = heldView{plan: gate.Plan{ID: a.id, State: gate.Pending}} // what the new run supersedes (already discarded)
+	out := rc.Run(ctx, j)
+	if out.supersede == nil {
+		out.supersede = &supersession{id: a.id}
+	}
+	return out
 }
 
 // approveDestroy applies the approved destroy plan of a deletion with
-// destroy and deletes the task. A plan Terraform finds stale is planned
-// again, and held again or applied per the rules; a destroy that fails
-// keeps the task, disabled, as a failed deletion does.
-func (c *Controller) approveDestroy(ctx context.Context, e *entry, g gateState, name, id, who string) {
-	s := e.spec
-	log := c.log.With("task_name", name)
-	ctx = WithActor(ctx, who)
-	out := c.rec.applyDestroy(ctx, e, &s, uuid.NewString(), g.drv, time.Now())
+// destroy, after which the task is deleted (removeTask). A plan Terraform
+// finds stale is planned again, and held again or applied per the rules;
+// a destroy that fails keeps the task, disabled, as a failed deletion
+// does.
+func (rc *reconciler) approveDestroy(ctx context.Context, log *slog.Logger, j job) outcome {
+	a, s := j.approved, j.spec
+	out := rc.applyDestroy(ctx, j.drv, s, uuid.NewString(), a.drv, time.Now())
 	if out.failed && errors.Is(out.err, driver.ErrPlanStale) {
-		log.Warn("the approved destroy plan is stale: the destroy is planned again", "plan", id)
-		c.mu.Lock()
-		e.gates.plan.State = gate.Pending // superseded by the new plan
-		c.mu.Unlock()
-		out = c.reconcile(ctx, e, &s, Request{Name: name, Trigger: Due(TriggerAPI), Mode: ModeDestroy})
+		log.Warn("the approved destroy plan is stale: the destroy is planned again", "plan", a.id)
+		out = rc.again(ctx, j, Request{Name: s.Name, Trigger: Due(TriggerAPI), Mode: ModeDestroy})
 		if out.hold != nil {
-			return // held again: it waits for its own approval
+			return out // held again: it waits for its own approval
 		}
 	}
 	if out.failed {
-		log.Error("the approved destroy failed: the task is kept, disabled", "plan", id, "error", out.err)
-		return
+		log.Error("the approved destroy failed: the task is kept, disabled", "plan", a.id, "error", out.err)
+		return out
 	}
-	log.Info("task deleted: its approved destroy plan was applied", "plan", id, "approved_by", who)
-	c.remove(ctx, name)
-	if c.opts.OnDestroyed != nil {
-		c.opts.OnDestroyed(name)
-	}
+	log.Info("task deleted: its approved destroy plan was applied", "plan", a.id, "approved_by", a.who)
+	out.removeTask = true
+	return out
 }
 
 // giveBackLocked keeps a task whose held destroy plan (g, as it was) was
@@ -624,19 +690,26 @@ func (c *Controller) giveBackLocked(e *entry, g *gateState) {
 
 // Reject drops the task's pending plan id and records who rejected it
 // (api.Approvals): nothing is applied, and the same desired state is not
-// planned again; the task waits for its next change.
+// planned again; the task waits for its next change. The plan's files are
+// discarded by a worker (intentDiscard) before Reject returns.
 func (c *Controller) Reject(ctx context.Context, name, id, who string) error {
 	e, g, err := c.takeHeld(ctx, name, id)
 	if err != nil {
 		return err
 	}
-	defer c.release(e)
 	c.mu.Lock()
 	e.gates.settled = g.plan.Fingerprint
 	p := c.endHeldLocked(e, gate.Rejected, who)
 	c.giveBackLocked(e, &g) // a rejected destroy keeps the task
+	e.gates.orphans = append(e.gates.orphans, g.drv)
+	gen, err := c.submitLocked(e, intent{kind: intentDiscard})
+	if err == nil {
+		_, err = c.awaitIntentLocked(context.WithoutCancel(ctx), e, gen)
+	}
 	c.mu.Unlock()
-	c.discard(ctx, e, g.drv)
+	if err != nil {
+		c.log.Warn("the rejected plan's files were not discarded", "task_name", name, "plan", id, "error", err)
+	}
 	c.log.Info("held plan rejected: nothing applied; the task runs again when its desired state changes",
 		"task_name", name, "plan", id, "rejected_by", who)
 	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionRejected, Task: name, Plan: p})
@@ -645,7 +718,7 @@ func (c *Controller) Reject(ctx context.Context, name, id, who string) error {
 
 // takeHeld waits until the task is not running (a new plan may be under
 // way) and takes it for a decision on its pending plan id, which it
-// returns; the caller releases the task.
+// returns; the caller submits a request or releases the task.
 func (c *Controller) takeHeld(ctx context.Context, name, id string) (*entry, gateState, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -690,30 +763,6 @@ func (g *gateState) decidable(name, id string) error {
 		return fmt.Errorf("%w: plan %s is %s", gate.ErrStalePlan, id, g.plan.State)
 	}
 	return nil
-}
-
-// replan supersedes the pending plan id with a new run of the task (held
-// or applied per the gates) and returns the *gate.SupersededError naming
-// the new plan. The task is reserved by the caller.
-func (c *Controller) replan(ctx context.Context, e *entry, id string, req Request) error {
-	s := e.spec
-	out := c.reconcile(ctx, e, &s, req)
-	c.mu.Lock()
-	g := &e.gates
-	if g.plan.ID == id && g.pending() { // the run did not replace it (it failed before planning)
-		c.mu.Unlock()
-		c.supersedeHeld(ctx, e, "", "")
-		c.mu.Lock()
-	}
-	newer, ok := g.newer[id]
-	c.mu.Unlock()
-	if out.failed && out.err != nil {
-		c.log.Warn("the plan that supersedes an approved plan failed", "task_name", s.Name, "plan", id, "error", out.err)
-	}
-	if !ok || newer == "" {
-		return fmt.Errorf("%w: plan %s is superseded: the task's desired state changed since it was made", gate.ErrStalePlan, id)
-	}
-	return &gate.SupersededError{ID: id, Newer: newer}
 }
 
 // changeLines says what changed in Consul, one line each (a held plan's

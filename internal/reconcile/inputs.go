@@ -11,7 +11,6 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/watch"
 )
@@ -567,22 +566,6 @@ func dedupe(qs []watch.Query) []watch.Query {
 	return out
 }
 
-// inputs builds what the task's module receives: its Consul data and the
-// outputs of the tasks it receives them from.
-func (c *Controller) inputs(s *task.Spec) (task.Inputs, bool) {
-	in, ready := BuildInputs(s, c.get)
-	if !ready {
-		return in, false
-	}
-	if outs, _ := c.upstreamOutputs(s); outs != nil {
-		in.TaskOutputs = make(map[string]json.RawMessage, len(outs))
-		for k, v := range outs {
-			in.TaskOutputs[k] = v
-		}
-	}
-	return in, true
-}
-
 // Refresher is implemented by watchers that can read values again at once
 // (the watch registry does): see catchUpInputs.
 type Refresher interface {
@@ -590,42 +573,4 @@ type Refresher interface {
 	// latest answer is older than Consul's index at, and tells their
 	// subscribers when one changed; it returns how many it read.
 	Refresh(ctx context.Context, keys []string, at uint64) int
-}
-
-// catchUpInputs makes the module input data a run reads at least as new as
-// the change of its condition that triggers the run. Each query has its
-// own blocking read: when a change touches both (a new service appears in
-// the catalog a catalog-services condition watches, and in the health of
-// that service a services module_input reads), the condition's answer can
-// come first, and the run would render the module input as it was before
-// the change, and would not run again for it (module inputs do not
-// trigger). So, when the condition's data (data, its digest) differs from
-// the one of the task's last successful run, the module input queries whose
-// answers are older than the condition's newest one are read again at once
-// before the desired state and the inputs are taken. Without a change of
-// the condition, or with a watcher that cannot do it, nothing is read.
-func (c *Controller) catchUpInputs(ctx context.Context, s *task.Spec, data string) {
-	r, ok := c.opts.Watcher.(Refresher)
-	if !ok || c.opts.Store.Run(s.Name).Parts[driver.PartData] == data {
-		return
-	}
-	cond := ConditionKeys(s, c.get)
-	var keys []string
-	for _, q := range append(StaticQueries(s), DynamicQueries(s, c.get)...) {
-		if !cond[q.Key()] {
-			keys = append(keys, q.Key())
-		}
-	}
-	if len(keys) == 0 {
-		return
-	}
-	var at uint64
-	for k := range cond {
-		if _, idx, ok := c.opts.Watcher.Get(k); ok && idx > at {
-			at = idx
-		}
-	}
-	if n := r.Refresh(ctx, keys, at); n > 0 {
-		c.log.Debug("module inputs read again up to the condition's change", "task_name", s.Name, "queries", n, "index", at)
-	}
 }

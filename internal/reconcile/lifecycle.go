@@ -1,10 +1,13 @@
 package reconcile
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/gate"
 )
 
 // phase is where a task is in its lifecycle. Every change of phase goes
@@ -70,9 +73,16 @@ const (
 	// evDrop: the held plan was dropped (it expired): the task waits for
 	// its next change.
 	evDrop
+	// evSubmit: the caller that reserved the task records its request (an
+	// intent) and hands the task to the queue.
+	evSubmit
+	// evWithdraw: the caller of a request that no worker has taken yet
+	// went away: the task goes back to what it was doing.
+	evWithdraw
 )
 
-var eventNames = [...]string{"queue", "buffer", "fire", "take", "reserve", "retry", "done", "stop", "delete", "abandon", "gone", "drop"}
+var eventNames = [...]string{"queue", "buffer", "fire", "take", "reserve", "retry", "done", "stop", "delete", "abandon", "gone", "drop",
+	"submit", "withdraw"}
 
 func (e event) String() string { return enumName(e, eventNames[:]) }
 
@@ -83,6 +93,7 @@ type facts struct {
 	rerun      bool  // running: the task became due again during the run
 	doomed     bool  // running: the task is to be deleted when the run ends
 	held       bool  // a safety gate holds a plan of the task (gates.go)
+	intent     bool  // a request (an intent: run now, a drift check ...) waits for a worker or runs
 }
 
 // step is the outcome of a transition.
@@ -106,7 +117,8 @@ func transition(p phase, ev event, f facts) step {
 		case phaseIdle, phaseBuffering, phaseRetryWait, phaseHeld:
 			return step{to: phaseQueued, ok: true, stop: true}
 		case phaseQueued:
-			return step{to: p, ok: true}
+			// queued for a request: the change runs after it
+			return step{to: p, ok: true, rerun: f.intent}
 		case phaseRunning:
 			return step{to: p, ok: true, rerun: true}
 		}
@@ -115,6 +127,9 @@ func transition(p phase, ev event, f facts) step {
 		case phaseIdle, phaseBuffering, phaseRetryWait, phaseHeld:
 			return step{to: phaseBuffering, ok: true, arm: true}
 		case phaseQueued: // due already: the queued run reads the change
+			if f.intent { // a request comes first: the period runs meanwhile
+				return step{to: p, ok: true, arm: true}
+			}
 			return step{to: p, ok: true}
 		case phaseRunning: // the period runs during the run
 			return step{to: p, ok: true, arm: true}
@@ -124,13 +139,20 @@ func transition(p phase, ev event, f facts) step {
 		case phaseBuffering, phaseRetryWait:
 			return step{to: phaseQueued, ok: true}
 		case phaseQueued:
-			return step{to: p, ok: true}
+			return step{to: p, ok: true, rerun: f.intent}
 		case phaseRunning:
 			return step{to: p, ok: true, rerun: true}
 		}
 	case evTake:
-		if p == phaseQueued { // this run reads the current data: a timer is moot
+		switch {
+		case p == phaseQueued && f.intent:
+			// A request: a timer stays armed (a drift check applies
+			// nothing; a run reads data a buffered change may postdate).
+			return step{to: phaseRunning, ok: true}
+		case p == phaseQueued: // this run reads the current data: a timer is moot
 			return step{to: phaseRunning, ok: true, stop: true}
+		case p == phaseDeleting && f.intent: // the deletion's destroy
+			return step{to: p, ok: true}
 		}
 	case evReserve:
 		switch p {
@@ -198,6 +220,29 @@ func transition(p phase, ev event, f facts) step {
 		if p == phaseHeld {
 			return step{to: phaseIdle, ok: true}
 		}
+	case evSubmit:
+		if p == phaseRunning {
+			if f.doomed { // deleted meanwhile: the request is dropped
+				return step{to: phaseDeleting, ok: true, stop: true}
+			}
+			return step{to: phaseQueued, ok: true}
+		}
+	case evWithdraw:
+		switch p {
+		case phaseQueued:
+			switch {
+			case f.rerun:
+				return step{to: p, ok: true}
+			case f.timer:
+				return step{to: f.timerPhase, ok: true}
+			case f.held:
+				return step{to: phaseHeld, ok: true}
+			default:
+				return step{to: phaseIdle, ok: true}
+			}
+		case phaseDeleting:
+			return step{to: p, ok: true}
+		}
 	}
 	return refused
 }
@@ -237,8 +282,22 @@ type lifecycle struct {
 	// waiting says why the task cannot run yet (ErrWaiting, an upstream
 	// task), "" otherwise.
 	waiting string
-	// last is how the last run a worker took ended (RunOnce reads it).
-	last outcome
+	// intent is the request a caller recorded (run now, a drift check, an
+	// approval ...: submitLocked), taken by the worker that takes the task
+	// off the queue; nil when none waits. reqGen counts the requests,
+	// observed is the generation of the last one done: a caller waits
+	// until observed reaches its request's, and finds what it did in
+	// results.
+	intent   *intent
+	reqGen   uint64
+	observed uint64
+	results  map[uint64]intentResult
+}
+
+// intentResult is what a request did, kept for its caller.
+type intentResult struct {
+	res outcome
+	err error
 }
 
 // wake is the timer a step arms: after d, before runs (under c.mu) and the
@@ -253,7 +312,8 @@ type wake struct {
 // to change (StateChanged). It reports whether the event applied. c.mu is held.
 func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 	lc := &e.lc
-	f := facts{timer: lc.timer != nil, timerPhase: lc.timerPhase, rerun: lc.rerun, doomed: lc.doomed, held: e.gates.pending()}
+	f := facts{timer: lc.timer != nil, timerPhase: lc.timerPhase, rerun: lc.rerun, doomed: lc.doomed, held: e.gates.pending(),
+		intent: lc.intent != nil}
 	s := transition(lc.phase, ev, f)
 	if !s.ok {
 		return false
@@ -266,7 +326,7 @@ func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 	if s.arm {
 		kind := s.to // the phase that waits for the timer
 		if ev == evBuffer {
-			kind = phaseBuffering // a running task's buffer period
+			kind = phaseBuffering // a running or requested task's buffer period
 		}
 		c.armLocked(e, kind, w)
 	}
@@ -286,20 +346,27 @@ func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 	if ev == evStop || ev == evGone {
 		lc.due = Request{} // what was due is dropped
 	}
+	if in := lc.intent; in != nil && !in.taken && ev != evTake && s.to != phaseQueued && (s.to != phaseDeleting || in.req.Mode != ModeDestroy) {
+		// The task left the queue otherwise (deleted, disabled, gone):
+		// the request is not run.
+		c.endIntentLocked(e, outcome{}, fmt.Errorf("task %q: the request was dropped: %w", e.spec.Name, errDropped))
+	}
 	if from == s.to {
 		return true
 	}
 	c.changedLocked()
-	if from == phaseQueued && ev != evTake { // a worker took it off the queue itself
-		c.q.remove(e.spec.Name)
+	if from == phaseQueued {
+		c.q.remove(e.key())
 	}
 	if s.to == phaseQueued {
-		c.q.push(e.spec.Name)
+		c.q.push(e.key())
 	}
-	if from == phaseRunning || s.to == phaseRunning {
-		lc.rerun = false // consumed: the task is queued, or starts a run that reads the current data
+	// A rerun is consumed when the task is queued for it or a run that
+	// reads the current data starts; a request (intent) does neither.
+	if !s.rerun && ev != evSubmit && (ev != evTake || !f.intent) {
+		lc.rerun = false
 	}
-	if from == phaseRunning && ev != evGone {
+	if from == phaseRunning && ev != evGone && ev != evSubmit && e.throwaway == "" {
 		c.wakeDependentsLocked(e.spec.Name) // they look again (chain.go)
 	}
 	return true
@@ -360,10 +427,14 @@ func (c *Controller) markDirtyLocked(e *entry, trigger Trigger) {
 	if !e.spec.Enabled || !c.started {
 		return
 	}
+	firstRun := e.lc.phase == phaseRunning && !e.lc.ranOnce
 	if !e.spec.IsDynamic() {
 		// Schedule tasks run on their cron ticks; data only matters for
 		// their start-up run, which waits until the data is there.
-		if !e.lc.ranOnce {
+		switch {
+		case firstRun: // decided when it ends (as below)
+			e.lc.deferred = true
+		case !e.lc.ranOnce:
 			c.dueLocked(e, Due(TriggerStart))
 		}
 		return
@@ -374,10 +445,10 @@ func (c *Controller) markDirtyLocked(e *entry, trigger Trigger) {
 	}
 	bp := e.spec.BufferPeriod
 	buffered := bp != nil && bp.Enabled && bp.Min > 0
-	if e.lc.phase == phaseRunning && !e.lc.ranOnce && buffered {
-		// The task's first run is under way, and whether it has read its
-		// data yet is not known here: decide when it ends (buffered if it
-		// ran, at once if it found its data incomplete).
+	if firstRun {
+		// The task's first run is under way, and whether it reads its
+		// data is known when it ends (its outcome says): decide then
+		// (buffered if it ran, at once if it found its data incomplete).
 		e.lc.deferred = true
 		return
 	}
@@ -470,43 +541,155 @@ func (c *Controller) adoptLocked(e *entry, t Trigger, inFlight bool) {
 }
 
 // takeLocked moves a queued task to running for the worker that took it
-// off the queue, and returns the run that was due; false when the task is
-// not queued (any more). c.mu is held.
-func (c *Controller) takeLocked(e *entry) (Request, bool) {
+// off the queue (or a deletion's destroy request), and returns the job: a
+// snapshot of everything the run reads of the task's state (jobLocked),
+// with the request it does: the task's intent if one waits, else the run
+// that was due. false when the task cannot be taken (any more). c.mu is
+// held.
+func (c *Controller) takeLocked(e *entry) (job, bool) {
 	if !c.stepLocked(e, evTake, wake{}) {
-		return Request{}, false
+		return job{}, false
 	}
-	req := e.lc.due
-	req.Name = e.spec.Name
+	j := c.jobLocked(e)
+	if in := e.lc.intent; in != nil {
+		in.taken = true
+		j.intent = *in
+		j.Request = in.req
+		j.Name = e.spec.Name
+		return j, true
+	}
+	j.Request = e.lc.due
+	j.Name = e.spec.Name
 	e.lc.due = Request{}
-	return req, true
+	return j, true
 }
 
 // untakeLocked puts back a run the worker could not start (no run slot
 // before shutdown): the task stays due, as it was. c.mu is held.
-func (c *Controller) untakeLocked(e *entry, req Request) {
-	e.lc.due = req
+func (c *Controller) untakeLocked(e *entry, j job) {
+	if in := e.lc.intent; in != nil && j.gen != 0 && in.gen == j.gen {
+		in.taken = false
+		if e.lc.phase == phaseDeleting {
+			c.q.push(e.key())
+			return
+		}
+		c.stepLocked(e, evSubmit, wake{})
+		return
+	}
+	e.lc.due = j.Request
 	c.stepLocked(e, evQueue, wake{}) // running: queued again by evDone
 	c.stepLocked(e, evDone, wake{})
 }
 
-// submitLocked hands the run req to the queue (RunOnce). c.mu is held.
-func (c *Controller) submitLocked(e *entry, req Request) {
-	e.lc.due = req
-	c.stepLocked(e, evQueue, wake{})
+// submitLocked records the request in of a task its caller holds
+// (reserved: phase running; or being deleted: a destroy) as the task's
+// intent, hands the task to the queue, and returns the intent's
+// generation: the caller waits for it (awaitLocked). It fails when the
+// workers have stopped, or the task is being deleted meanwhile. c.mu is
+// held.
+func (c *Controller) submitLocked(e *entry, in intent) (uint64, error) {
+	if c.closing && c.q.workers == 0 {
+		if e.lc.phase == phaseRunning {
+			c.stepLocked(e, evDone, wake{})
+		}
+		return 0, errStopped
+	}
+	e.lc.reqGen++
+	in.gen = e.lc.reqGen
+	e.lc.intent = &in
+	if e.lc.phase == phaseDeleting {
+		c.q.push(e.key())
+		return in.gen, nil
+	}
+	if !c.stepLocked(e, evSubmit, wake{}) || e.lc.phase != phaseQueued {
+		// deleted meanwhile: stepLocked dropped the request
+		return 0, fmt.Errorf("task %q is being deleted: %w", e.spec.Name, errDropped)
+	}
+	return in.gen, nil
 }
 
-// reserveLocked takes the task for a run its caller starts itself (an API
-// call, a drift check); false when it is queued, running or deleted.
+// requestLocked reserves the task and submits the request in (a drift
+// check, -once, the discard of expired plans); false when the task is
+// queued, running or deleted. c.mu is held.
+func (c *Controller) requestLocked(e *entry, in intent) (uint64, bool) {
+	if !c.reserveLocked(e) {
+		return 0, false
+	}
+	gen, err := c.submitLocked(e, in)
+	return gen, err == nil
+}
+
+// endIntentLocked records the end of the task's intent: its generation is
+// observed, and its waiter gets res and err. c.mu is held.
+func (c *Controller) endIntentLocked(e *entry, res outcome, err error) {
+	in := e.lc.intent
+	if in == nil {
+		return
+	}
+	e.lc.intent = nil
+	if e.lc.results == nil {
+		e.lc.results = map[uint64]intentResult{}
+	}
+	if !in.noReply {
+		e.lc.results[in.gen] = intentResult{res: res, err: err}
+	}
+	e.lc.observed = in.gen
+	c.changedLocked()
+}
+
+// awaitIntentLocked waits until the task has observed generation gen (its
+// request ran, or was dropped), and returns what it did. When ctx ends
+// before a worker took the request, the request is withdrawn (it never
+// runs) and ctx's error returned; once a worker has it, the caller waits
+// for its end. c.mu is held.
+func (c *Controller) awaitIntentLocked(ctx context.Context, e *entry, gen uint64) (outcome, error) {
+	if err := c.awaitLocked(ctx, func() bool { return e.lc.observed >= gen }); err != nil {
+		if in := e.lc.intent; in != nil && in.gen == gen && !in.taken {
+			e.lc.intent = nil
+			c.stepLocked(e, evWithdraw, wake{})
+			if e.lc.phase == phaseDeleting {
+				c.q.remove(e.key())
+			}
+			return outcome{}, err
+		}
+		_ = c.awaitLocked(context.WithoutCancel(ctx), func() bool { return e.lc.observed >= gen })
+	}
+	r := e.lc.results[gen]
+	delete(e.lc.results, gen)
+	return r.res, r.err
+}
+
+// failIntentsLocked ends every request no worker took (the workers have
+// stopped). c.mu is held.
+func (c *Controller) failIntentsLocked(err error) {
+	for _, m := range []map[string]*entry{c.tasks, c.inspecting} {
+		for _, e := range m {
+			if in := e.lc.intent; in != nil && !in.taken {
+				c.q.remove(e.key())
+				c.endIntentLocked(e, outcome{}, err)
+			}
+		}
+	}
+}
+
+// reserveLocked takes the task for its caller, which then submits a
+// request (submitLocked) or releases it; false when it is queued, running
+// or deleted.
 func (c *Controller) reserveLocked(e *entry) bool {
 	return c.stepLocked(e, evReserve, wake{})
 }
 
-// release ends a reservation; a change that came meanwhile runs now.
+// release ends a reservation that submitted nothing; a change that came
+// meanwhile runs now.
 func (c *Controller) release(e *entry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.tasks[e.spec.Name] != e { // gone meanwhile
+	c.releaseLocked(e)
+}
+
+// releaseLocked is release with c.mu held.
+func (c *Controller) releaseLocked(e *entry) {
+	if c.tasks[e.spec.Name] != e && e.throwaway == "" { // gone meanwhile
 		c.stepLocked(e, evGone, wake{})
 		return
 	}
@@ -514,34 +697,28 @@ func (c *Controller) release(e *entry) {
 	c.undeferLocked(e)
 }
 
-// readData records that a run of the task has read complete data: buffer
-// periods apply from now on.
-func (c *Controller) readData(e *entry) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e.lc.ranOnce = true
-}
-
-// wait records why the task cannot run yet ("" when it can), and reports
-// whether the reason is new.
-func (c *Controller) wait(e *entry, why string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.waitLocked(e, why)
-}
-
-// waitLocked is wait with c.mu held.
+// waitLocked records why the task cannot run yet ("" when it can), and
+// reports whether the reason is new. c.mu is held.
 func (c *Controller) waitLocked(e *entry, why string) (changed bool) {
 	changed = e.lc.waiting != why
 	e.lc.waiting = why
 	return changed
 }
 
-// ranLocked keeps what a run did (the reconciler's outcome) in the task's
-// state: the desired state it was for (the failures of an older one do not
-// count against it), the Consul data of its recorded event, and its
-// success. c.mu is held.
-func (c *Controller) ranLocked(e *entry, res outcome) {
+// commitLocked is the one applier of what a run decided (the reconciler's
+// outcome) to the task's state: that it read complete data (buffer
+// periods apply from now on), why it waits, the desired state it was for
+// (the failures of an older one do not count against it), the Consul data
+// of its recorded event, its success, the plan it held or superseded, the
+// upstream tasks it needs to run, what a drift check found. It returns the
+// gate events to hand to the hook once c.mu is released. c.mu is held.
+func (c *Controller) commitLocked(e *entry, j job, res outcome) []gate.Event {
+	if res.readData {
+		e.lc.ranOnce = true
+	}
+	if res.setWait {
+		c.waitLocked(e, res.waitReason)
+	}
 	if res.fingerprint != "" {
 		c.runsLocked(e, res.fingerprint)
 	}
@@ -552,9 +729,27 @@ func (c *Controller) ranLocked(e *entry, res outcome) {
 		e.drifted = false // just applied: matches the configuration again
 		c.succeededLocked(e)
 	}
-	if res.hold != nil {
-		c.holdLocked(e, res.hold) // gates.go
+	var evs []gate.Event
+	if sp := res.supersede; sp != nil {
+		evs = append(evs, c.supersedeLocked(e, sp)...) // gates.go
 	}
+	if res.hold != nil {
+		evs = append(evs, c.holdLocked(e, res.hold)) // gates.go
+	}
+	if j.replaces != "" {
+		evs = append(evs, c.supersedeLocked(e, &supersession{id: j.replaces})...) // the run failed before it planned
+	}
+	for _, k := range res.kicks {
+		c.kickLocked(k) // chain.go
+	}
+	if d := res.drift; d != nil {
+		e.drifted = d.drifted
+		e.lastDriftCheck = c.opts.Clock.Now()
+		if d.remediate {
+			c.forceLocked(e, Due(TriggerDrift), true) // running: queued again when the check ends
+		}
+	}
+	return evs
 }
 
 // runsLocked records the fingerprint of the desired state a run applies:
@@ -576,7 +771,6 @@ func (c *Controller) succeededLocked(e *entry) {
 // change that came during the run runs now. c.mu is held.
 func (c *Controller) endRunLocked(e *entry, req Request, res outcome) {
 	lc, name := &e.lc, e.spec.Name
-	lc.last = res
 	if res.notReady && req.Force && req.Trigger.Kind != TriggerOnce {
 		// A run that must apply whatever the desired state (the
 		// previous run was interrupted, say) found its data incomplete:
@@ -627,6 +821,26 @@ func (c *Controller) endRunLocked(e *entry, req Request, res outcome) {
 		c.stepLocked(e, evDone, wake{})
 	}
 	c.undeferLocked(e)
+}
+
+// endLocked moves the task on once its job j has ended and what it did
+// is committed (commitLocked): a run the task was due for through
+// endRunLocked (retries); a request ends as a reservation does, and its
+// caller gets res. c.mu is held.
+func (c *Controller) endLocked(e *entry, j job, res outcome) {
+	if j.gen == 0 {
+		c.endRunLocked(e, j.Request, res)
+		return
+	}
+	switch {
+	case c.tasks[e.spec.Name] != e && e.throwaway == "": // deleted by its run (an approved destroy)
+		c.stepLocked(e, evGone, wake{})
+	case e.lc.phase == phaseDeleting: // the deletion's destroy: Delete moves it on
+	default:
+		c.stepLocked(e, evDone, wake{})
+		c.undeferLocked(e)
+	}
+	c.endIntentLocked(e, res, nil)
 }
 
 // retryLocked is the task's pending retry (runinfo.go), if one waits.

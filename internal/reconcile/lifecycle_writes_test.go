@@ -75,8 +75,10 @@ func touchesLC(x ast.Expr) bool {
 // TestReconcilerKeepsNoState checks that the reconciler (reconciler.go,
 // and its methods wherever they are, e.g. the gated run in gates.go)
 // neither takes the controller's lock nor touches a task's lifecycle or
-// held-plan state: it asks the controller through runHost and returns an
-// outcome, which the controller applies under its lock.
+// held-plan state, and has no way back into the controller (no field of
+// the Controller's type or of an interface of the package): it reads the
+// snapshot in its job and returns an outcome, which the controller's one
+// applier (commitLocked) commits under its lock.
 func TestReconcilerKeepsNoState(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {
@@ -84,6 +86,8 @@ func TestReconcilerKeepsNoState(t *testing.T) {
 	}
 	fset := token.NewFileSet()
 	methods := 0
+	ifaces := map[string]bool{"Controller": true}
+	var parsed []*ast.File
 	for _, name := range files {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
@@ -92,7 +96,36 @@ func TestReconcilerKeepsNoState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		parsed = append(parsed, f)
+		ast.Inspect(f, func(n ast.Node) bool {
+			if ts, ok := n.(*ast.TypeSpec); ok {
+				if _, ok := ts.Type.(*ast.InterfaceType); ok {
+					ifaces[ts.Name.Name] = true
+				}
+			}
+			return true
+		})
+	}
+	for _, f := range parsed {
+		name := filepath.Base(fset.Position(f.Pos()).Filename)
 		for _, d := range f.Decls {
+			if gd, ok := d.(*ast.GenDecl); ok {
+				for _, sp := range gd.Specs {
+					ts, ok := sp.(*ast.TypeSpec)
+					if !ok || ts.Name.Name != "reconciler" {
+						continue
+					}
+					for _, fld := range ts.Type.(*ast.StructType).Fields.List {
+						x := fld.Type
+						if st, ok := x.(*ast.StarExpr); ok {
+							x = st.X
+						}
+						if id, ok := x.(*ast.Ident); ok && ifaces[id.Name] {
+							t.Errorf("%s: the reconciler has a field of type %s: a way back into the controller", fset.Position(fld.Pos()), id.Name)
+						}
+					}
+				}
+			}
 			fn, ok := d.(*ast.FuncDecl)
 			if !ok || fn.Recv == nil {
 				continue

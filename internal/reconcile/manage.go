@@ -83,7 +83,7 @@ func (c *Controller) Tasks() []TaskState {
 
 // addQueryError fills QueryError; the watcher is asked without c.mu held.
 func (c *Controller) addQueryError(st *TaskState) {
-	if err := c.refused(&st.Spec); err != nil {
+	if err := c.obs.refused(&st.Spec); err != nil {
 		st.QueryError = err.Error()
 	}
 }
@@ -158,7 +158,7 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 		// than keep a task that can never run. A Consul that is merely
 		// slow does not hold the request up for long.
 		if _, ok := c.opts.Watcher.(Refusals); ok {
-			if err := c.waitReady(ctx, e, &spec, createProbe); err != nil && errors.Is(err, ErrRefused) {
+			if err := c.obs.waitReady(ctx, e.changed, &spec, createProbe); err != nil && errors.Is(err, ErrRefused) {
 				c.remove(ctx, spec.Name)
 				return err
 			}
@@ -168,7 +168,7 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 		c.mu.Unlock()
 		return nil
 	}
-	_, err := c.runReserved(ctx, e, Request{Name: spec.Name, Trigger: Due(TriggerAPI)})
+	_, err := c.runReserved(ctx, e, intent{kind: intentRun, req: Request{Name: spec.Name, Trigger: Due(TriggerAPI)}})
 	if err != nil {
 		c.remove(ctx, spec.Name)
 		return err
@@ -186,9 +186,10 @@ func (c *Controller) Inspect(ctx context.Context, spec task.Spec) (PlanResult, e
 	defer os.RemoveAll(dir)
 	spec.WorkingDir = dir
 	sub := "inspect:" + uuid.NewString()
-	e := &entry{spec: spec, changed: make(chan struct{}, 1)}
+	e := &entry{spec: spec, throwaway: sub, changed: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.inspecting[sub] = e
+	c.reserveLocked(e)
 	c.mu.Unlock()
 	defer func() {
 		c.opts.Watcher.UnsubscribeAll(sub)
@@ -197,28 +198,20 @@ func (c *Controller) Inspect(ctx context.Context, spec task.Spec) (PlanResult, e
 		c.mu.Unlock()
 	}()
 	c.subscribe(sub, &spec)
-	return c.plan(ctx, e, &spec)
+	return c.plan(ctx, e)
 }
 
-// plan waits for the task's data and has a worker plan it.
-func (c *Controller) plan(ctx context.Context, e *entry, s *task.Spec) (PlanResult, error) {
-	if err := c.waitReady(ctx, e, s, syncWait); err != nil {
-		return PlanResult{}, err
-	}
-	var (
-		res driver.Result
-		err error
-	)
-	if herr := c.handOff(ctx, func(ctx context.Context) {
-		in, _ := BuildInputs(s, c.get)
-		res, err = c.rec.drive(ctx, e, s, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
-	}); herr != nil {
-		return PlanResult{}, herr
-	}
+// plan waits for the reserved task's data and has a worker plan it
+// (intentInspect).
+func (c *Controller) plan(ctx context.Context, e *entry) (PlanResult, error) {
+	res, err := c.request(ctx, e, intent{kind: intentInspect})
 	if err != nil {
 		return PlanResult{}, err
 	}
-	return PlanResult{Plan: res.Output, ChangesPresent: res.Changes, TFCRunURL: res.RunURL}, nil
+	if res.err != nil {
+		return PlanResult{}, res.err
+	}
+	return res.inspected, nil
 }
 
 // SetEnabled enables or disables a task; mode says what it does besides
@@ -245,10 +238,8 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	}
 	if mode == EnableInspect {
 		c.stepLocked(e, evReserve, wake{})
-		spec := e.spec
 		c.mu.Unlock()
-		defer c.release(e)
-		return c.plan(ctx, e, &spec)
+		return c.plan(ctx, e)
 	}
 	e.spec.Enabled = enabled
 	signal(c.driftKick) // drift checks follow the flag
@@ -268,7 +259,7 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	}
 	c.stepLocked(e, evReserve, wake{})
 	c.mu.Unlock()
-	_, err := c.runReserved(ctx, e, Request{Name: name, Trigger: Due(TriggerAPI), Force: true})
+	_, err := c.runReserved(ctx, e, intent{kind: intentRun, req: Request{Name: name, Trigger: Due(TriggerAPI), Force: true}})
 	return PlanResult{}, err
 }
 
@@ -292,34 +283,53 @@ func (c *Controller) RunNow(ctx context.Context, name string) error {
 		return fmt.Errorf("%w: task '%s' is active and cannot be run at this time", ErrActive, name)
 	}
 	c.mu.Unlock()
-	res, err := c.runReserved(ctx, e, Request{Name: name, ID: RunIDFrom(ctx), Trigger: Due(TriggerAPI), Force: true})
+	res, err := c.runReserved(ctx, e, intent{kind: intentRun, req: Request{Name: name, ID: RunIDFrom(ctx), Trigger: Due(TriggerAPI), Force: true}})
 	if err == nil && res.hold != nil {
 		return &HeldError{Reason: res.hold.plan.Reason, Plan: res.hold.plan.ID}
 	}
 	return err
 }
 
-// runReserved has a worker run a task the caller has marked running, then
-// releases it.
-func (c *Controller) runReserved(ctx context.Context, e *entry, req Request) (outcome, error) {
-	defer c.release(e)
+// runReserved has a worker run a task the caller has reserved (the
+// request in), and waits for the run. The run is an API call's: it does
+// not end when the caller goes away, only with the daemon's runs.
+func (c *Controller) runReserved(ctx context.Context, e *entry, in intent) (outcome, error) {
 	ctx, done, err := c.apiRun(ctx)
 	if err != nil {
+		c.release(e)
 		return outcome{}, err
 	}
 	defer done()
-	s := e.spec
-	if err := c.waitReady(ctx, e, &s, syncWait); err != nil {
-		return outcome{}, err
-	}
-	var res outcome
-	if err := c.handOff(ctx, func(ctx context.Context) { res = c.reconcile(ctx, e, &s, req) }); err != nil {
+	res, err := c.request(ctx, e, in)
+	if err != nil {
 		return outcome{}, err
 	}
 	if res.held != "" {
-		return res, fmt.Errorf("%w: task '%s' cannot run now: %s", ErrActive, s.Name, res.held)
+		return res, fmt.Errorf("%w: task '%s' cannot run now: %s", ErrActive, e.spec.Name, res.held)
 	}
 	return res, res.err
+}
+
+// request waits for the data of a task the caller has reserved, then
+// records the request in on it (submitLocked), and waits until a worker
+// has done it: it returns what the job did. The task is released when the
+// data does not come.
+func (c *Controller) request(ctx context.Context, e *entry, in intent) (outcome, error) {
+	c.mu.Lock()
+	s := e.spec
+	c.mu.Unlock()
+	if err := c.obs.waitReady(ctx, e.changed, &s, syncWait); err != nil {
+		c.release(e)
+		return outcome{}, err
+	}
+	in.actor = actorFrom(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gen, err := c.submitLocked(e, in)
+	if err != nil {
+		return outcome{}, err
+	}
+	return c.awaitIntentLocked(ctx, e, gen)
 }
 
 // Delete removes a task. It is marked at once and removed when it is not
@@ -351,11 +361,11 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 	}
 	e.spec.Enabled = false
 	c.stepLocked(e, evDelete, wake{}) // deleting now, or once the run in progress ends
-	e.policyStop.stop()               // a policy evaluation in progress ends now: nothing is applied
+	e.run.policyStop.stop()           // a policy evaluation in progress ends now: nothing is applied
 	// Wait until the run in progress (if any) has finished and recorded
 	// its outcome, as CTS does.
 	if err := c.awaitLocked(ctx, func() bool { return e.lc.phase == phaseDeleting }); err != nil {
-		e.policyStop.resume()
+		e.run.policyStop.resume()
 		c.stepLocked(e, evAbandon, wake{}) // the task stays as it was
 		e.spec.Enabled = enabled
 		c.markDirtyLocked(e, Due(TriggerChange)) // a change its timer waited for is not lost
@@ -364,11 +374,14 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 	}
 	c.mu.Unlock()
 	if destroy {
-		s := e.spec
+		c.mu.Lock()
+		gen, err := c.submitLocked(e, intent{kind: intentRun, actor: actorFrom(ctx),
+			req: Request{Name: name, ID: RunIDFrom(ctx), Trigger: Due(TriggerAPI), Mode: ModeDestroy}})
 		var res outcome
-		err := c.handOff(ctx, func(ctx context.Context) {
-			res = c.reconcile(ctx, e, &s, Request{Name: name, ID: RunIDFrom(ctx), Trigger: Due(TriggerAPI), Mode: ModeDestroy})
-		})
+		if err == nil {
+			res, err = c.awaitIntentLocked(ctx, e, gen)
+		}
+		c.mu.Unlock()
 		if err == nil {
 			err = res.err
 		}
@@ -396,12 +409,17 @@ func (c *Controller) remove(ctx context.Context, name string) {
 	c.opts.Watcher.UnsubscribeAll(name)
 	c.mu.Lock()
 	e := c.tasks[name]
-	var held driver.HeldPlan
+	var held []driver.HeldPlan
 	if e != nil {
 		c.stopTimerLocked(e)
+		held, e.gates.orphans = e.gates.orphans, nil
 		if e.gates.pending() {
-			held = e.gates.drv
+			held = append(held, e.gates.drv)
 			c.endHeldLocked(e, gate.Superseded, "")
+		}
+		if in := e.lc.intent; in != nil && !in.taken {
+			c.q.remove(name)
+			c.endIntentLocked(e, outcome{}, fmt.Errorf("task %q: %w", name, ErrNotFound))
 		}
 	}
 	delete(c.tasks, name)
@@ -409,8 +427,10 @@ func (c *Controller) remove(ctx context.Context, name string) {
 		c.opts.Redactor.Protect(name) // a task created again under this name sets its own
 	}
 	c.mu.Unlock()
-	if e != nil {
-		c.discard(ctx, e, held)
+	if e != nil { // nothing runs it any more: its plans' files go
+		for _, p := range held {
+			discardPlan(ctx, c.log.With("task_name", name), &e.run, p)
+		}
 	}
 	if err := c.opts.Store.DeleteTask(context.WithoutCancel(ctx), name); err != nil {
 		// The task is gone here; what the store keeps of it (events, run

@@ -104,7 +104,7 @@ func (c *Controller) Settled() bool {
 // matches now and drops the services it no longer matches.
 func (c *Controller) syncDynamic(name string, e *entry, s *task.Spec) {
 	want := map[string]watch.Query{}
-	for _, q := range DynamicQueries(s, c.get) {
+	for _, q := range DynamicQueries(s, c.obs.get) {
 		want[q.Key()] = q
 	}
 	c.mu.Lock()
@@ -137,7 +137,7 @@ func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
 		// the next only: a note of another query (a module input) may be
 		// handled after the catalog changed but before its own note, and
 		// must not take that change for itself.
-		names, ok := CatalogNames(s, c.get)
+		names, ok := CatalogNames(s, c.obs.get)
 		c.mu.Lock()
 		same := ok && e.nameSeen && slices.Equal(names, e.lastNames)
 		if ok {
@@ -150,7 +150,7 @@ func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
 			return
 		}
 	}
-	if inputOnly(s, key, c.get) {
+	if inputOnly(s, key, c.obs.get) {
 		// Module input data: read by the next run, which only the
 		// condition (or another part of the desired state) triggers.
 		// Until the task has run with complete data, every notification

@@ -64,7 +64,7 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 			s := e.spec
 			err := c.waitUpstreams(ctx, &s, b)
 			if err == nil {
-				err = c.waitReady(ctx, e, &s, wait)
+				err = c.obs.waitReady(ctx, e.changed, &s, wait)
 			}
 			var res outcome
 			if err == nil {
@@ -135,16 +135,17 @@ type onceBatch struct {
 	done map[string]onceResult
 }
 
-// runQueued hands a run to the run queue and waits until it has ended
-// (RunOnce: nothing else makes the task due meanwhile).
+// runQueued records the run req as the task's request, for the workers,
+// and waits until it has ended (RunOnce: nothing else makes the task due
+// meanwhile).
 func (c *Controller) runQueued(ctx context.Context, e *entry, req Request) (outcome, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.submitLocked(e, req)
-	if err := c.awaitLocked(ctx, func() bool { return e.lc.phase == phaseIdle }); err != nil {
-		return outcome{}, err
+	gen, ok := c.requestLocked(e, intent{kind: intentRun, req: req})
+	if !ok {
+		return outcome{}, fmt.Errorf("task %q is busy", e.spec.Name)
 	}
-	return e.lc.last, nil
+	return c.awaitIntentLocked(ctx, e, gen)
 }
 
 // waitUpstreams waits, in RunOnce, for the tasks s depends on that run too;
@@ -176,41 +177,4 @@ var ErrRefused = errors.New("consul refused a query of the task")
 // for good (the watch registry does).
 type Refusals interface {
 	RefusedError(key string) error
-}
-
-// refused returns an error naming the task, the query and Consul's answer
-// when Consul refuses one of the task's queries for good.
-func (c *Controller) refused(s *task.Spec) error {
-	r, ok := c.opts.Watcher.(Refusals)
-	if !ok {
-		return nil
-	}
-	for _, q := range append(StaticQueries(s), DynamicQueries(s, c.get)...) {
-		if err := r.RefusedError(q.Key()); err != nil {
-			return fmt.Errorf("%w %q: query %s: %w", ErrRefused, s.Name, q.Key(), err)
-		}
-	}
-	return nil
-}
-
-// waitReady blocks until every query the task needs has a result. It fails
-// at once when Consul refuses one of them for good.
-func (c *Controller) waitReady(ctx context.Context, e *entry, s *task.Spec, wait time.Duration) error {
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		if _, ready := Fingerprint(s, c.get, c.digest); ready {
-			return nil
-		}
-		if err := c.refused(s); err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-timer.C:
-			return fmt.Errorf("timed out after %s waiting for data from Consul", wait)
-		case <-e.changed:
-		}
-	}
 }

@@ -92,7 +92,7 @@ func (c *Controller) desiredFor(t *testing.T, name string) Desired {
 	c.mu.Lock()
 	s := c.tasks[name].spec
 	c.mu.Unlock()
-	d, ready, err := c.desired(context.Background(), &s)
+	d, ready, err := c.obs.desired(context.Background(), &s)
 	if !ready || err != nil {
 		t.Fatalf("desired state of %s: ready=%v err=%v", name, ready, err)
 	}

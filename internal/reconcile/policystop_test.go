@@ -54,9 +54,9 @@ func TestDeleteStopsPolicyEvaluation(t *testing.T) {
 		g.ctrl.mu.Lock()
 		e := g.ctrl.tasks["fw"]
 		g.ctrl.mu.Unlock()
-		e.policyStop.mu.Lock()
-		defer e.policyStop.mu.Unlock()
-		return e.policyStop.cancel != nil
+		e.run.policyStop.mu.Lock()
+		defer e.run.policyStop.mu.Unlock()
+		return e.run.policyStop.cancel != nil
 	})
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

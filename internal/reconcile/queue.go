@@ -5,9 +5,6 @@ import (
 	"errors"
 	"slices"
 	"time"
-
-	"github.com/ctsync/ctsync/internal/gate"
-	"github.com/ctsync/ctsync/internal/task"
 )
 
 // workQueue is the controller's work queue: the names of the tasks due to
@@ -18,9 +15,6 @@ import (
 // the kick channel.
 type workQueue struct {
 	names []string
-	// work is the runs handed to the workers by callers that wait for
-	// them (handOff), taken before names.
-	work []*work
 	// workers is how many workers are taking work (the controller's Run,
 	// or RunOnce, has started them and they have not stopped).
 	workers int
@@ -61,6 +55,21 @@ func (q *workQueue) pop() (string, bool) {
 	}
 	q.report()
 	return name, true
+}
+
+// take takes a task's name off the queue for a worker (see pop).
+func (q *workQueue) take(name string) {
+	i := slices.Index(q.names, name)
+	if i < 0 {
+		return
+	}
+	q.names = slices.Delete(q.names, i, i+1)
+	q.since = time.Time{}
+	if len(q.names) > 0 {
+		q.since = q.clock.Now() // progress
+		q.wake()                // more work: wake another worker
+	}
+	q.report()
 }
 
 // remove takes a task's name off the queue (it was disabled, is being
@@ -105,120 +114,38 @@ func (q *workQueue) acquire(ctx context.Context) (release func(), err error) {
 	}
 }
 
-// reconcile hands one run of the task e, which the caller holds (phase
-// running), to the reconciler, and applies what the run did to the task's
-// state (ranLocked).
-func (c *Controller) reconcile(ctx context.Context, e *entry, s *task.Spec, req Request) outcome {
-	c.mu.Lock()
-	j := job{Request: req, spec: s, e: e, prev: e.prevInputs}
-	if gated(s) {
-		j.orphans, e.gates.orphans = e.gates.orphans, nil
-	}
-	c.mu.Unlock()
-	res := c.rec.Run(ctx, j)
-	c.mu.Lock()
-	c.ranLocked(e, res)
-	c.mu.Unlock()
-	if h := res.hold; h != nil {
-		c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionHeld, Task: s.Name, Plan: clonePlan(h.plan), Trigger: h.run.trigger})
-	}
-	return res
-}
-
-// work is a run that a caller hands to the workers and waits for (an API
-// call's run or plan, a drift check's plan, a deletion's destroy): the
-// task is the caller's already (reserved, or being deleted). A worker
-// takes a run slot with ctx and calls run with it.
-type work struct {
-	ctx  context.Context
-	run  func(ctx context.Context)
-	done chan error // nil once run returned; ctx's error when no slot was free before it ended
-}
-
-// errStopped is the error of a run handed to the workers once they have
-// stopped.
+// errStopped is the error of a request once the workers have stopped.
 var errStopped = errors.New("ctsync is shutting down: no new runs")
 
-// handOff hands run to a worker, which takes a run slot with ctx and calls
-// run with it, and waits until run returns. It fails, without calling
-// run, when ctx ends before a worker took it or before a slot was free,
-// or when the workers have stopped (shutdown). Before the workers start
-// (the daemon waits for Consul) it waits for them.
-func (c *Controller) handOff(ctx context.Context, run func(ctx context.Context)) error {
-	w := &work{ctx: ctx, run: run, done: make(chan error, 1)}
-	c.mu.Lock()
-	if c.closing && c.q.workers == 0 {
-		c.mu.Unlock()
-		return errStopped
-	}
-	c.q.work = append(c.q.work, w)
-	c.mu.Unlock()
-	c.q.wake()
-	select {
-	case err := <-w.done:
-		return err
-	case <-ctx.Done():
-	}
-	c.mu.Lock()
-	waiting := slices.Contains(c.q.work, w)
-	c.q.work = slices.DeleteFunc(c.q.work, func(o *work) bool { return o == w })
-	c.mu.Unlock()
-	if waiting {
-		return ctx.Err()
-	}
-	return <-w.done // a worker has it
-}
+// errDropped is wrapped by the error of a request dropped before a worker
+// took it (the task was deleted or disabled meanwhile).
+var errDropped = errors.New("task is being deleted")
 
-// takeWork takes the first run handed to the workers; nil when none
-// waits. c.mu is held.
-func (q *workQueue) takeWork() *work {
-	if len(q.work) == 0 {
-		return nil
-	}
-	w := q.work[0]
-	q.work = q.work[1:]
-	if len(q.work) > 0 {
-		q.wake() // more: wake another worker
-	}
-	return w
-}
-
-// perform runs w holding a run slot.
-func (q *workQueue) perform(w *work) {
-	release, err := q.acquire(w.ctx)
-	if err != nil {
-		w.done <- err
-		return
-	}
-	w.run(w.ctx)
-	release()
-	w.done <- nil
-}
-
-// worker takes the runs handed to the workers and the task names off the
-// queue, and runs them, one at a time. Once ctx ends it takes no more
-// names, but the runs handed over until the runs requested through the
-// API are over (Run waits for them).
+// worker takes task names off the queue, one at a time, and does each
+// task's job: it takes the task (its request, or the run it was due for,
+// with a snapshot of its state: takeLocked), has the reconciler do it with
+// a run slot held, and commits what it did (finish). Once ctx ends it
+// takes only the requests of callers (they end with runCtx), until the runs
+// requested through the API are over (Run waits for them).
 func (c *Controller) worker(ctx, runCtx context.Context) {
 	c.mu.Lock()
 	c.q.workers++
 	c.mu.Unlock()
 	for {
 		c.mu.Lock()
-		if w := c.q.takeWork(); w != nil {
-			c.mu.Unlock()
-			c.q.perform(w)
-			continue
-		}
 		stopping := ctx.Err() != nil
 		if stopping && c.apiOpen == 0 {
 			c.q.workers--
+			if c.q.workers == 0 {
+				c.failIntentsLocked(errStopped) // lifecycle.go
+			}
 			c.mu.Unlock()
 			c.q.wake() // the other workers stop too
 			return
 		}
-		if stopping || c.standby || !c.runnableLocked() { // runnableLocked: owned.go
-			c.mu.Unlock()
+		e, j, ok := c.nextLocked(stopping)
+		c.mu.Unlock()
+		if !ok {
 			done := ctx.Done()
 			if stopping {
 				done = nil // woken when the last API run ends (apiRun)
@@ -229,38 +156,102 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 			}
 			continue
 		}
-		name, _ := c.q.pop() // runnableLocked: not empty
-		e := c.tasks[name]
-		var (
-			req Request
-			ok  bool
-		)
-		if e != nil {
-			req, ok = c.takeLocked(e)
-		}
-		if !ok {
-			c.mu.Unlock()
-			continue
-		}
-		spec := e.spec
-		c.mu.Unlock()
-
 		release, err := c.q.acquire(runCtx)
 		if err != nil {
 			// The runs were interrupted (shutdown) before this one got a
 			// slot: it stays due, as it was.
 			c.mu.Lock()
-			c.untakeLocked(e, req)
+			c.untakeLocked(e, j)
 			c.mu.Unlock()
 			continue
 		}
 		t0 := time.Now()
-		res := c.reconcile(runCtx, e, &spec, req)
+		res := c.rec.Reconcile(WithActor(runCtx, j.actor), j)
 		res.dur = time.Since(t0)
 		release()
-
-		c.mu.Lock()
-		c.endRunLocked(e, req, res)
-		c.mu.Unlock()
+		c.finish(runCtx, e, j, res)
 	}
+}
+
+// nextLocked takes the first task on the queue this instance runs now: a
+// task with a request (an intent) always; the run a task is due for only
+// when this instance leads (not standby), is not stopping, and owns the
+// task (high availability's spread mode: the one place ownership is
+// looked at; a task it does not own is taken off the queue, its owner runs
+// it). c.mu is held.
+func (c *Controller) nextLocked(stopping bool) (*entry, job, bool) {
+	for i := 0; i < len(c.q.names); i++ {
+		name := c.q.names[i]
+		e := c.lookupLocked(name)
+		switch {
+		case e == nil:
+			c.q.remove(name)
+			i--
+			continue
+		case e.lc.intent != nil:
+		case !c.ownsLocked(name): // owned.go
+			c.stepLocked(e, evStop, wake{}) // what was due is dropped
+			i--
+			continue
+		case stopping || c.standby:
+			continue
+		}
+		c.q.take(name)
+		if j, ok := c.takeLocked(e); ok {
+			return e, j, true
+		}
+		i--
+	}
+	return nil, job{}, false
+}
+
+// lookupLocked is the task, or the throw-away task being inspected, of a
+// name on the queue. c.mu is held.
+func (c *Controller) lookupLocked(name string) *entry {
+	if e := c.tasks[name]; e != nil {
+		return e
+	}
+	return c.inspecting[name]
+}
+
+// jobLocked is the snapshot of the task's state its job reads (job).
+// c.mu is held.
+func (c *Controller) jobLocked(e *entry) job {
+	s := e.spec
+	j := job{spec: &s, drv: &e.run, prev: e.prevInputs, waiting: e.lc.waiting, held: e.gates.view()}
+	if e.run.drv == nil && e.throwaway == "" { // the job builds the driver
+		j.exports = c.exportsOutputsLocked(s.Name)
+	}
+	j.orphans, e.gates.orphans = e.gates.orphans, nil
+	if ups := s.Upstreams(); len(ups) > 0 {
+		j.upstreams = make(map[string]upstreamView, len(ups))
+		for _, n := range ups {
+			if u := c.tasks[n]; u != nil {
+				j.upstreams[n] = upstreamView{exists: true, phase: u.lc.phase, spec: u.spec}
+			}
+		}
+	}
+	return j
+}
+
+// finish commits what the job j of the task e did (commitLocked, the one
+// applier), hands the gate events to their hook, removes a task whose
+// approved deletion is done, and moves the task on (endLocked): its caller,
+// if any, gets res.
+func (c *Controller) finish(ctx context.Context, e *entry, j job, res outcome) {
+	c.mu.Lock()
+	evs := c.commitLocked(e, j, res)
+	c.mu.Unlock()
+	for _, ev := range evs {
+		c.gateEvent(ev)
+	}
+	if res.removeTask {
+		c.remove(ctx, e.spec.Name)
+		if c.opts.OnDestroyed != nil {
+			c.opts.OnDestroyed(e.spec.Name)
+		}
+	}
+	c.mu.Lock()
+	c.endLocked(e, j, res)
+	c.mu.Unlock()
 }

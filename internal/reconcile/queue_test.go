@@ -3,10 +3,13 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 // TestWorkQueue checks the work queue on its own: FIFO order, removal,
@@ -56,29 +59,64 @@ func TestWorkQueueSlotHonoursContext(t *testing.T) {
 	release()
 }
 
-// TestHandOff checks the runs handed to the workers (API runs, drift
-// checks, destroys): a caller whose context ends before a worker takes
-// its run gets the context's error and the run never happens; once the
-// workers run, each handed run is done by a worker holding a run slot,
-// the caller waiting; after shutdown a handed run is refused.
-func TestHandOff(t *testing.T) {
-	c := New(Options{Watcher: newFakeWatcher(), MaxParallel: 1}, nil)
+// TestRequests checks the requests recorded on a task (API runs, drift
+// checks, destroys): a caller whose context ends before a worker takes its
+// request gets the context's error, the request never runs and the task
+// is back where it was; once the workers run, a request is done by a
+// worker holding a run slot, the caller waiting for its generation; after
+// shutdown a request is refused.
+func TestRequests(t *testing.T) {
+	d := &slotDriver{}
+	c := New(Options{Watcher: newFakeWatcher(), MaxParallel: 1, NewDriver: func(task.Spec) (driver.Driver, error) { return d, nil }},
+		[]task.Spec{{Name: "a"}})
+	d.c = c
+	e := c.tasks["a"]
+	ask := func(ctx context.Context) (outcome, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.reserveLocked(e) {
+			t.Fatalf("task not reserved: phase %s", e.lc.phase)
+		}
+		gen, err := c.submitLocked(e, intent{kind: intentInspect})
+		if err != nil {
+			return outcome{}, err
+		}
+		return c.awaitIntentLocked(ctx, e, gen)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	ran := false
-	if err := c.handOff(ctx, func(context.Context) { ran = true }); !errors.Is(err, context.Canceled) || ran {
-		t.Fatalf("handOff before the workers start, context ended: %v (ran %v), want context.Canceled and no run", err, ran)
+	if _, err := ask(ctx); !errors.Is(err, context.Canceled) || d.plans.Load() != 0 {
+		t.Fatalf("request before the workers start, context ended: %v (plans %d), want context.Canceled and no run", err, d.plans.Load())
 	}
+	c.mu.Lock()
+	if e.lc.phase != phaseIdle || c.q.len() != 0 || e.lc.intent != nil {
+		t.Fatalf("withdrawn request: phase %s, queue %v, intent %v; want idle, empty, none", e.lc.phase, c.q.names, e.lc.intent)
+	}
+	c.mu.Unlock()
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = c.Run(runCtx); close(done) }()
-	slots := -1
-	if err := c.handOff(context.Background(), func(context.Context) { slots = len(c.q.slots) }); err != nil || slots != 1 {
-		t.Fatalf("handOff: %v, slots taken during the run %d; want nil and 1", err, slots)
+	if _, err := ask(context.Background()); err != nil || d.plans.Load() != 1 || d.slots.Load() != 1 {
+		t.Fatalf("request: %v, plans %d, slots taken during the run %d; want nil, 1 and 1", err, d.plans.Load(), d.slots.Load())
 	}
 	stop()
 	<-done
-	if err := c.handOff(context.Background(), func(context.Context) { t.Error("a run handed over after shutdown ran") }); !errors.Is(err, errStopped) {
-		t.Fatalf("handOff after shutdown: %v, want errStopped", err)
+	if _, err := ask(context.Background()); !errors.Is(err, errStopped) || d.plans.Load() != 1 {
+		t.Fatalf("request after shutdown: %v (plans %d), want errStopped and no run", err, d.plans.Load())
 	}
+}
+
+// slotDriver plans, noting how many run slots are taken while it does.
+type slotDriver struct {
+	driver.Driver
+	plans, slots atomic.Int64
+	c            *Controller
+}
+
+func (d *slotDriver) Init(context.Context) error { return nil }
+
+func (d *slotDriver) Plan(context.Context, driver.Run, *task.Inputs) (driver.Result, error) {
+	d.plans.Add(1)
+	d.slots.Store(int64(len(d.c.q.slots)))
+	return driver.Result{}, nil
 }

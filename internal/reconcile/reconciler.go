@@ -18,60 +18,58 @@ import (
 	"github.com/google/uuid"
 )
 
-// reconciler decides and drives one run of one task (Run). It keeps no
-// state: it is given the run (a job), asks the controller through host for
-// what lies outside the task (the watched data, the other tasks of a
-// chain, the task's held plan), and returns what happened (an outcome),
-// which the controller applies to the task's state under its lock
-// (Controller.reconcile). It never takes the controller's lock and never
-// writes a task's lifecycle state (TestReconcilerKeepsNoState).
+// reconciler decides and drives one job of one task (Reconcile). It keeps
+// no state and never asks the controller anything: the job is a snapshot
+// of what it reads of the task's state (its spec, the request, its held
+// plan, its upstream tasks as they were when the job was taken); what lies
+// outside the task it reads through the observer (the watched data, the
+// store, the desired state's other parts). It returns what it decided (an
+// outcome), which the controller's one applier commits to the task's
+// state under its lock (Controller.commitLocked). It never takes the
+// controller's lock and never writes a task's state
+// (TestReconcilerKeepsNoState).
 type reconciler struct {
 	opts *Options
 	log  *slog.Logger
-	host runHost
+	obs  *observer
 }
 
-// runHost is what the reconciler asks of the controller during a run. The
-// controller implements it; each method takes the controller's lock
-// itself when it needs it.
-type runHost interface {
-	// desired is the task's desired state (desired.go).
-	desired(ctx context.Context, s *task.Spec) (Desired, bool, error)
-	// inputs is what the task's module receives (inputs.go).
-	inputs(s *task.Spec) (task.Inputs, bool)
-	// upstreamHold and upstreamDigest are the task's upstream tasks as
-	// they are now (chain.go).
-	upstreamHold(ctx context.Context, s *task.Spec) string
-	upstreamDigest(s *task.Spec) string
-	// exportsOutputs reports whether another task receives the task's
-	// outputs (chain.go).
-	exportsOutputs(name string) bool
-	// readData and wait report, while the run goes on, that it has read
-	// complete data (buffer periods apply from then on) and why it cannot
-	// run ("" when it can; true when the reason is new) (lifecycle.go).
-	readData(e *entry)
-	wait(e *entry, why string) bool
-	// gateSettled and supersedeHeld are the task's held plan (the safety
-	// gates, gates.go).
-	gateSettled(e *entry, fingerprint string) bool
-	supersedeHeld(ctx context.Context, e *entry, newer, fingerprint string)
-}
-
-// job is one run as the controller gives it to the reconciler.
+// job is one job of one task as a worker gives it to the reconciler: the
+// request (an intent of a caller, or the run the task was due for) and a
+// snapshot of the task's state.
 type job struct {
 	Request
-	spec *task.Spec
-	// e is the task: the run reads its driver and the times of the
-	// driver's init, which only the run holding the task touches.
-	e *entry
+	intent // zero for the run the task was due for (gen 0)
+	spec   *task.Spec
+	// drv is the task's driver: only the job holding the task uses it.
+	drv *driverSlot
 	// prev is the Consul data of the task's last recorded run.
 	prev *inputsDigest
-	// orphans are held plans the controller dropped while the task ran
-	// (gates.go): a gated run discards them.
+	// waiting is why the task was waiting when the job was taken.
+	waiting string
+	// exports: another task receives the task's outputs (chain.go).
+	exports bool
+	// upstreams are the tasks it depends on, as they were (chain.go).
+	upstreams map[string]upstreamView
+	// held is the task's newest held plan (gates.go).
+	held heldView
+	// orphans are held plans the controller dropped while the task did not
+	// run them: the job discards them first.
 	orphans []driver.HeldPlan
 }
 
-// outcome is what one run did.
+// driverSlot is a task's driver, and the times of the init of the run in
+// progress: only the job that holds the task touches them; and the stop of
+// the run's policy evaluation, which a deletion pulls (its own lock).
+type driverSlot struct {
+	drv                driver.Driver
+	exports            bool // drv was built with ExportOutputs (chain.go)
+	initStart, initEnd time.Time
+	policyStop         evalStop
+}
+
+// outcome is what one job did and decided; the controller commits it
+// (commitLocked).
 type outcome struct {
 	failed   bool
 	waiting  bool // not run: it waits (ErrWaiting); retried, not recorded
@@ -83,12 +81,52 @@ type outcome struct {
 	hold     *heldRun      // a safety gate holds the run's plan for approval (gates.go)
 	dur      time.Duration // how long the run took (a worker's)
 
-	// What the controller keeps of the run in the task's state
-	// (ranLocked):
+	// What the controller keeps of the job in the task's state
+	// (commitLocked):
+	readData    bool          // the run read complete data: buffer periods apply from now on
+	setWait     bool          // waiting is why the task cannot run ("": it can)
+	waitReason  string        //
 	fingerprint string        // the desired state the run was for ("": none ran)
 	recorded    bool          // the run's event is stored; inputs is its Consul data
 	inputs      *inputsDigest //
 	applied     bool          // the run succeeded and is recorded
+	supersede   *supersession // the held plan was superseded (gates.go)
+	kicks       []kick        // upstream tasks to make due (chain.go)
+	drift       *driftFound   // a drift check's finding (drift.go)
+	inspected   PlanResult    // the plan of an inspect
+	removeTask  bool          // an approved deletion's destroy is done: the task goes
+}
+
+// Reconcile does the job j: a run, a plan, a drift check, the apply of an
+// approved plan, or the discard of dropped plans.
+func (r *reconciler) Reconcile(ctx context.Context, j job) outcome {
+	if len(j.orphans) > 0 {
+		log := r.log.With("task_name", j.spec.Name)
+		for _, p := range j.orphans {
+			discardPlan(ctx, log, j.drv, p)
+		}
+	}
+	switch j.kind {
+	case intentInspect:
+		return r.inspect(ctx, j)
+	case intentDrift:
+		return r.checkDrift(ctx, j) // drift.go
+	case intentApprove:
+		return r.approve(ctx, j) // gates.go
+	case intentDiscard:
+		return outcome{}
+	}
+	return r.Run(ctx, j)
+}
+
+// inspect plans the task as it is and changes nothing (the API's inspect).
+func (r *reconciler) inspect(ctx context.Context, j job) outcome {
+	in, _ := BuildInputs(j.spec, r.obs.get)
+	res, err := r.drive(ctx, j.drv, j.spec, j.exports, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
+	if err != nil {
+		return outcome{failed: true, err: err}
+	}
+	return outcome{inspected: PlanResult{Plan: res.Output, ChangesPresent: res.Changes, TFCRunURL: res.RunURL}}
 }
 
 // unreadable is recorded as the failed fingerprint when a task's desired
@@ -103,52 +141,71 @@ const unreadable = "unreadable"
 // desired state is still the same), or when req.Force is set. A plan
 // (ModePlan) records nothing.
 func (r *reconciler) Run(ctx context.Context, j job) outcome {
-	e, s, req := j.e, j.spec, j.Request
+	s, req := j.spec, j.Request
 	if req.Mode == ModeDestroy {
 		if gated(s) {
 			return r.gatedDestroy(ctx, j) // gates.go
 		}
-		return outcome{err: r.destroy(ctx, e, s)}
+		return outcome{err: r.destroy(ctx, j.drv, s)}
 	}
 	log := r.log.With("task_name", s.Name)
-	inspect := req.Mode == ModePlan
-	trigger := req.Trigger.String()
 	// The desired state is taken before the inputs are built: if the data
 	// changes in between, the inputs are newer than the fingerprint stored
 	// as applied, and the next notification runs the task once more. The
 	// other order could store a newer fingerprint than what was applied
 	// and lose that change.
-	want, ready, derr := r.host.desired(ctx, s)
+	want, ready, derr := r.obs.desired(ctx, s)
 	if !ready {
 		log.Debug("waiting for watched data before running")
 		return outcome{notReady: true}
 	}
 	// From here on the task has run as far as buffering is concerned: a
-	// change that arrives during this run waits out the buffer period.
-	r.host.readData(e)
+	// change that comes once this run ends waits out the buffer period.
+	out := r.decide(ctx, log, j, want, derr)
+	out.readData = true
+	return out
+}
+
+// decide runs the task j whose desired state (want, or derr when a part of
+// it cannot be read) was read with complete data: whether it runs, and
+// the run.
+func (r *reconciler) decide(ctx context.Context, log *slog.Logger, j job, want Desired, derr error) outcome {
+	s, req := j.spec, j.Request
+	inspect := req.Mode == ModePlan
+	trigger := req.Trigger.String()
 	if derr != nil && errors.Is(derr, ErrWaiting) && !inspect {
-		if r.host.wait(e, derr.Error()) {
+		if j.waiting != derr.Error() {
 			log.Warn("task waits before it can run", "reason", derr.Error())
 		}
-		return outcome{failed: true, waiting: true, err: derr}
+		return outcome{failed: true, waiting: true, err: derr, setWait: true, waitReason: derr.Error()}
 	}
-	r.host.wait(e, "")
 	if derr != nil {
-		return r.unreadableState(ctx, s, trigger, derr, inspect)
+		out := r.unreadableState(ctx, s, trigger, derr, inspect)
+		out.setWait = true
+		return out
 	}
+	out := r.decideReadable(ctx, log, j, want, trigger)
+	out.setWait = out.setWait || out.held == ""
+	return out
+}
+
+// decideReadable is decide once the whole desired state is read.
+func (r *reconciler) decideReadable(ctx context.Context, log *slog.Logger, j job, want Desired, trigger string) outcome {
+	s, req := j.spec, j.Request
+	inspect := req.Mode == ModePlan
 	st := r.opts.Store.Run(s.Name)
 	if !inspect && !req.Force {
 		var run bool
 		if trigger, run = r.mustRun(log, s.Name, st, want, req.Trigger); !run {
-			r.host.supersedeHeld(ctx, e, "", want.Fingerprint) // the desired state is the one applied again (gates.go)
-			return outcome{}
+			// The desired state is the one applied again (gates.go).
+			return outcome{supersede: r.supersede(ctx, log, j, "", want.Fingerprint)}
 		}
-		if r.host.gateSettled(e, want.Fingerprint) { // held, rejected or expired as it is (gates.go)
+		if j.held.settled(want.Fingerprint) { // held, rejected or expired as it is (gates.go)
 			r.skipped(s.Name)
 			return outcome{}
 		}
 	}
-	in, ready := r.host.inputs(s)
+	in, ready := r.obs.inputs(s)
 	if !ready { // a view went away in between (a regexp match left)
 		return outcome{notReady: true}
 	}
@@ -156,13 +213,13 @@ func (r *reconciler) Run(ctx context.Context, j job) outcome {
 	// read, so that an upstream found up to date has applied data at least
 	// as new as the inputs (chain.go).
 	if !inspect && req.Trigger.Kind != TriggerOnce {
-		if why := r.host.upstreamHold(ctx, s); why != "" {
-			if r.host.wait(e, why) {
+		if why, kicks := r.upstreamHold(ctx, j); why != "" { // chain.go
+			if j.waiting != why {
 				log.Info("task held: it runs after the tasks it depends on", "reason", why)
 			}
-			return outcome{held: why}
+			return outcome{held: why, kicks: kicks, setWait: true, waitReason: why}
 		}
-		if want.Parts[driver.PartUpstream] != r.host.upstreamDigest(s) {
+		if want.Parts[driver.PartUpstream] != r.obs.upstreamDigest(s) {
 			// An upstream task applied since the desired state was read
 			// (it was running then, idle now): decide again with what it
 			// applied, rather than apply with a stale fingerprint and run
@@ -184,7 +241,7 @@ func (r *reconciler) Run(ctx context.Context, j job) outcome {
 // run drives the run rec of the task, decided to run with the inputs in,
 // and records it (not a plan).
 func (r *reconciler) run(ctx context.Context, log *slog.Logger, j job, in *task.Inputs, rec *runRecord) outcome {
-	e, s, req, inspect := j.e, j.spec, j.Request, j.Mode == ModePlan
+	e, s, req, inspect := j.drv, j.spec, j.Request, j.Mode == ModePlan
 	if gated(s) {
 		return r.gatedRun(ctx, log, j, rec, in) // gates.go
 	}
@@ -202,7 +259,7 @@ func (r *reconciler) run(ctx context.Context, log *slog.Logger, j job, in *task.
 	}
 	log.Info("executing task", "run_id", rec.id, "trigger", rec.trigger, "mode", rec.kind, "instances", len(in.Services))
 	rec.start = time.Now()
-	rec.res, rec.err = r.drive(ctx, e, s, driver.Run{ID: rec.id}, in, req.Mode)
+	rec.res, rec.err = r.drive(ctx, e, s, j.exports, driver.Run{ID: rec.id}, in, req.Mode)
 	rec.end = time.Now()
 	rec.phases = eventPhases(e.initStart, e.initEnd, rec.res.Phases, rec.kind, rec.start, rec.end)
 	e.initStart, e.initEnd = time.Time{}, time.Time{}
@@ -263,7 +320,7 @@ type runRecord struct {
 
 // recordRun records a run's outcome: its event and the task's next run
 // state, in one write (finish); a run is not a success until recorded.
-func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *entry, s *task.Spec, rec *runRecord) outcome {
+func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverSlot, s *task.Spec, rec *runRecord) outcome {
 	res, err, st := rec.res, rec.err, rec.before
 	terminal := driver.IsTerminal(err)
 	ev := store.Event{ID: rec.id, TaskName: s.Name, Success: err == nil, StartTime: rec.start, EndTime: rec.end,
@@ -387,8 +444,8 @@ func (r *reconciler) finish(ctx context.Context, name string, st store.RunState,
 
 // drive creates and initialises the task's driver when needed, then plans
 // or applies.
-func (r *reconciler) drive(ctx context.Context, e *entry, s *task.Spec, run driver.Run, in *task.Inputs, mode Mode) (driver.Result, error) {
-	if err := r.ensureDriver(ctx, e, s); err != nil {
+func (r *reconciler) drive(ctx context.Context, e *driverSlot, s *task.Spec, exports bool, run driver.Run, in *task.Inputs, mode Mode) (driver.Result, error) {
+	if err := r.ensureDriver(ctx, e, s, exports); err != nil {
 		return driver.Result{}, err
 	}
 	if mode == ModePlan {
@@ -398,10 +455,10 @@ func (r *reconciler) drive(ctx context.Context, e *entry, s *task.Spec, run driv
 }
 
 // ensureDriver creates and initialises the task's driver when needed.
-func (r *reconciler) ensureDriver(ctx context.Context, e *entry, s *task.Spec) error {
+func (r *reconciler) ensureDriver(ctx context.Context, e *driverSlot, s *task.Spec, exports bool) error {
 	if e.drv == nil {
 		spec := *s
-		spec.ExportOutputs = r.host.exportsOutputs(s.Name)
+		spec.ExportOutputs = exports
 		d, err := r.opts.NewDriver(spec)
 		if err != nil {
 			// The task's configuration cannot make a driver (a name
@@ -423,7 +480,7 @@ func (r *reconciler) ensureDriver(ctx context.Context, e *entry, s *task.Spec) e
 // destroy runs terraform destroy for the task (ModeDestroy: a deletion
 // with destroy), records it as an event of the task, and removes its
 // working directory.
-func (r *reconciler) destroy(ctx context.Context, e *entry, s *task.Spec) error {
+func (r *reconciler) destroy(ctx context.Context, e *driverSlot, s *task.Spec) error {
 	if e.drv == nil {
 		d, err := r.opts.NewDriver(*s)
 		if err != nil {

@@ -1,9 +1,13 @@
 package reconcile
 
-import "time"
+import (
+	"time"
 
-// Request is one run of a task, as the queue hands it to the reconciler
-// (Controller.reconcile): which task, why, and what to do.
+	"github.com/ctsync/ctsync/internal/driver"
+)
+
+// Request is one run of a task, as a worker hands it to the reconciler (in
+// its job): which task, why, and what to do.
 type Request struct {
 	Name string
 	// ID is the id of the run, given when it was asked for (an API call,
@@ -126,3 +130,52 @@ const (
 	// API's run=inspect).
 	EnableInspect EnableMode = "inspect"
 )
+
+// intentKind is what a request recorded on a task asks a worker to do.
+type intentKind uint8
+
+const (
+	// intentRun runs the task (its Request: apply for run now, create
+	// with run and -once; plan for -inspect; destroy for a deletion).
+	intentRun intentKind = iota
+	// intentInspect plans the task as it is, changing nothing (the API's
+	// inspect).
+	intentInspect
+	// intentDrift checks the task for drift.
+	intentDrift
+	// intentApprove applies an approved held plan (approved).
+	intentApprove
+	// intentDiscard discards the held plans dropped while nothing ran
+	// (an expiry).
+	intentDiscard
+)
+
+// intent is a request recorded on a task (lifecycle.intent) by a caller
+// that wants something done now: run now, a drift check, an approval, a
+// deletion's destroy ... The task's name is pushed on the queue; the
+// worker that takes the task does it (job), and the caller waits until
+// the task observes its generation.
+type intent struct {
+	kind  intentKind
+	req   Request
+	actor string // who asked (WithActor), recorded with the run's event
+	gen   uint64 // set by submitLocked
+	taken bool   // a worker has it
+	// noReply: nobody waits for it (a drift check, a discard): what it did
+	// is not kept for a caller.
+	noReply bool
+	// approved is the plan to apply (intentApprove), as it was held.
+	approved *approval
+	// replaces is the id of the held plan this run supersedes (an approval
+	// of a plan whose desired state moved on): when the run does not
+	// replace it, it is superseded by no plan.
+	replaces string
+}
+
+// approval is a held plan approved for apply (intentApprove).
+type approval struct {
+	id, who string
+	drv     driver.HeldPlan
+	run     *runRecord
+	destroy bool // a deletion's destroy: the task is deleted once it is applied
+}
