@@ -79,6 +79,8 @@ const (
 	// evWithdraw: the caller of a request that no worker has taken yet
 	// went away: the task goes back to what it was doing.
 	evWithdraw
+
+	lastEvent = evWithdraw
 )
 
 var eventNames = [...]string{"queue", "buffer", "fire", "take", "reserve", "retry", "done", "stop", "delete", "abandon", "gone", "drop",

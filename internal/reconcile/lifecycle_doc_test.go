@@ -39,8 +39,9 @@ func lifecycleTable() string {
 		{"buffer timer", facts{timer: true, timerPhase: phaseBuffering}},
 		{"retry timer", facts{timer: true, timerPhase: phaseRetryWait}},
 		{"held", facts{held: true}},
+		{"request", facts{intent: true}},
 	}
-	for ev := evQueue; ev <= evDrop; ev++ {
+	for ev := evQueue; ev <= lastEvent; ev++ {
 		fmt.Fprintf(&b, "| %s |", ev)
 		for p := phaseIdle; p <= phaseHeld; p++ {
 			plain := stepText(p, transition(p, ev, facts{}))

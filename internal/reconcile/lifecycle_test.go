@@ -117,6 +117,27 @@ func TestTransitionTable(t *testing.T) {
 		{R, evDrop, no, refused(R)},                                       // the run ends as any other
 		{H, evStop, no, withStop(ok(I))},                                  // disabled
 		{H, evDelete, no, withStop(ok(D))},
+		// Requests (intents): the caller that reserved the task hands it
+		// to the queue; a worker takes it with the request, leaving a
+		// pending timer armed; a change meanwhile runs after it.
+		{R, evSubmit, no, ok(Q)},
+		{R, evSubmit, rerun, ok(Q)}, // the change runs after the request
+		{R, evSubmit, doomed, withStop(ok(D))},
+		{I, evSubmit, no, refused(I)},
+		{Q, evSubmit, no, refused(Q)},
+		{Q, evTake, facts{intent: true, timer: true, timerPhase: B}, ok(R)}, // the timer stays armed
+		{D, evTake, facts{intent: true}, ok(D)},                            // a deletion's destroy
+		{D, evTake, no, refused(D)},
+		{Q, evQueue, facts{intent: true}, step{to: Q, ok: true, rerun: true}},
+		{Q, evFire, facts{intent: true}, step{to: Q, ok: true, rerun: true}},
+		{Q, evBuffer, facts{intent: true}, withArm(ok(Q))},
+		// A request withdrawn before a worker took it.
+		{Q, evWithdraw, no, ok(I)},
+		{Q, evWithdraw, rerun, ok(Q)},
+		{Q, evWithdraw, buffered, ok(B)},
+		{Q, evWithdraw, facts{held: true}, ok(H)},
+		{D, evWithdraw, no, ok(D)},
+		{R, evWithdraw, no, refused(R)},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s+%s", tc.from, tc.ev), func(t *testing.T) {
@@ -132,8 +153,8 @@ func TestTransitionTable(t *testing.T) {
 // with its timer and flags untouched.
 func TestTransitionRefusalsChangeNothing(t *testing.T) {
 	for p := phaseIdle; p <= phaseHeld; p++ {
-		for ev := evQueue; ev <= evDrop; ev++ {
-			for _, f := range []facts{{}, {rerun: true}, {doomed: true}, {timer: true, timerPhase: phaseBuffering}} {
+		for ev := evQueue; ev <= lastEvent; ev++ {
+			for _, f := range []facts{{}, {rerun: true}, {doomed: true}, {timer: true, timerPhase: phaseBuffering}, {intent: true}} {
 				s := transition(p, ev, f)
 				if !s.ok && (s.to != p || s.arm || s.stop || s.rerun || s.doom || s.spare) {
 					t.Errorf("transition(%s, %s, %+v) refused but changes something: %+v", p, ev, f, s)
