@@ -403,7 +403,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.apiRuns.Wait() // a graceful hand-over waits for these too
 	c.mu.Lock()
 	for _, e := range c.tasks {
-		c.stopTimerLocked(e)
+		c.haltTimerLocked(e)
 	}
 	c.mu.Unlock()
 	if interrupted.Load() {

@@ -23,30 +23,22 @@ import (
 	"github.com/google/uuid"
 )
 
-// gateState is a task's held plan. Guarded by c.mu.
+// gateState is what the operator sees of a task's held plans, and what
+// the gates remember of them; the plan pending now is part of the task's
+// lifecycle (lifecycle.held). Guarded by c.mu.
 type gateState struct {
 	// plan is the newest plan a gate held, whatever its state (zero ID:
-	// none): what GET /v1/tasks/{name}/plan shows.
+	// none): what GET /v1/tasks/{name}/plan shows. Its state is Pending
+	// exactly while it is the task's held plan (lifecycle.held).
 	plan gate.Plan
-	// drv is the driver's plan while plan is pending.
-	drv driver.HeldPlan
-	// run is the run that made the pending plan: an approval records it.
-	run *runRecord
-	// destroy: the pending plan destroys the task's infrastructure (a
-	// deletion with destroy, Delete): an approval applies it and deletes
-	// the task; a rejection or an expiry keeps the task, with its enabled
-	// flag given back (enabled: the flag it had before the deletion).
-	destroy, enabled bool
-	// expire drops the pending plan at plan.Expires.
-	expire Timer
 	// settled is the fingerprint of a desired state whose plan was held,
 	// rejected or expired: it is not planned again until it changes.
 	settled string
 	// newer maps a superseded plan's id to the plan that replaced it (""
 	// when none did: the desired state went back to the applied one).
 	newer map[string]string
-	// orphans are driver plans dropped while the task was running; the
-	// next run discards them (the driver's calls are never concurrent).
+	// orphans are driver plans dropped while nothing ran the task; its
+	// next job discards them (the driver's calls are never concurrent).
 	orphans []driver.HeldPlan
 }
 
@@ -55,8 +47,9 @@ const maxSuperseded = 32
 
 func (g *gateState) pending() bool { return g.plan.ID != "" && g.plan.State == gate.Pending }
 
-// destroyHeld reports whether the pending plan is a deletion's destroy.
-func (g *gateState) destroyHeld() bool { return g.pending() && g.destroy }
+// destroyHeldLocked reports whether the task's held plan is a deletion's
+// destroy. c.mu is held.
+func (e *entry) destroyHeldLocked() bool { return e.lc.held != nil && e.lc.held.destroy }
 
 // DestroyHeldError is the answer of a deletion with destroy (Delete) whose
 // destroy plan a safety gate holds for approval: nothing was destroyed, the
@@ -108,9 +101,15 @@ type heldView struct {
 	settledFP string
 }
 
-// view is the snapshot of the held plan a job reads. c.mu is held.
-func (g *gateState) view() heldView {
-	return heldView{plan: gate.Plan{ID: g.plan.ID, State: g.plan.State, Fingerprint: g.plan.Fingerprint}, drv: g.drv, settledFP: g.settled}
+// heldViewLocked is the snapshot of the held plan a job reads. c.mu is
+// held.
+func (e *entry) heldViewLocked() heldView {
+	g := &e.gates
+	v := heldView{plan: gate.Plan{ID: g.plan.ID, State: g.plan.State, Fingerprint: g.plan.Fingerprint}, settledFP: g.settled}
+	if h := e.lc.held; h != nil {
+		v.drv = h.drv
+	}
+	return v
 }
 
 func (h *heldView) pending() bool { return h.plan.ID != "" && h.plan.State == gate.Pending }
@@ -148,7 +147,7 @@ func (c *Controller) supersedeLocked(e *entry, sp *supersession) []gate.Event {
 	if g.plan.ID != sp.id || (!g.pending() && g.plan.State != gate.Approved) {
 		return nil
 	}
-	p := c.endHeldLocked(e, gate.Superseded, "")
+	p := c.endHeldLocked(e, gate.Superseded, "", evDrop)
 	if g.newer == nil || len(g.newer) >= maxSuperseded {
 		g.newer = map[string]string{}
 	}
@@ -157,19 +156,16 @@ func (c *Controller) supersedeLocked(e *entry, sp *supersession) []gate.Event {
 	return []gate.Event{{Kind: gate.EventApproval, Action: gate.ActionSuperseded, Task: p.Task, Plan: p, Newer: sp.newer}}
 }
 
-// endHeldLocked ends the pending plan in state st (decided by who) and
-// returns it. c.mu is held.
-func (c *Controller) endHeldLocked(e *entry, st gate.State, who string) gate.Plan {
+// endHeldLocked ends the task's plan in state st (decided by who) and
+// returns it; the held plan, if it is the one, is dropped from the
+// lifecycle by ev (evDrop, or evExpire). c.mu is held.
+func (c *Controller) endHeldLocked(e *entry, st gate.State, who string, ev event) gate.Plan {
 	g := &e.gates
-	if g.expire != nil {
-		g.expire.Stop()
-		g.expire = nil
-	}
 	g.plan.State = st
 	if who != "" {
 		g.plan.DecidedBy, g.plan.DecidedAt = who, time.Now().UTC()
 	}
-	g.drv, g.run, g.destroy = driver.HeldPlan{}, nil, false
+	c.stepLocked(e, ev, wake{})
 	c.changedLocked()
 	return clonePlan(g.plan)
 }
@@ -192,26 +188,33 @@ func discardPlan(ctx context.Context, log *slog.Logger, e *driverSlot, p driver.
 }
 
 // heldRun is a plan a gate holds, as a run's outcome gives it to the
-// controller (holdLocked).
+// controller (holdLocked), and as the task's lifecycle keeps it
+// (lifecycle.held) until a decision, a newer plan or its expiry
+// (plan.Expires; zero: never).
 type heldRun struct {
 	plan    gate.Plan
 	drv     driver.HeldPlan
 	run     *runRecord
-	expire  time.Duration // approval.expire; 0: never
-	destroy bool          // the plan of a deletion with destroy (gatedDestroy)
+	destroy bool // the plan of a deletion with destroy (gatedDestroy)
+	// enabled is the task's enabled flag before its deletion with
+	// destroy: given back when the plan is rejected or expires.
+	enabled bool
+	// expireAt is when the plan expires on the controller's clock (zero:
+	// never); set when it is held.
+	expireAt time.Time
 }
 
-// holdLocked keeps the plan a run held as the task's pending plan, with
-// its expiry timer, and returns the gate event. c.mu is held.
+// holdLocked makes the plan a run held the task's held plan (evHold: its
+// expiry is on the task's timer), and returns the gate event. c.mu is
+// held.
 func (c *Controller) holdLocked(e *entry, h *heldRun) gate.Event {
 	g := &e.gates
-	g.plan, g.drv, g.run, g.destroy = h.plan, h.drv, h.run, h.destroy
+	g.plan = h.plan
 	g.settled = ""
-	if h.expire > 0 {
-		id := h.plan.ID
-		g.expire = c.opts.Clock.AfterFunc(h.expire, func() { c.expireHeld(e, id) })
+	if !h.plan.Expires.IsZero() {
+		h.expireAt = c.opts.Clock.Now().Add(h.plan.Expires.Sub(h.plan.Created))
 	}
-	c.changedLocked()
+	c.stepLocked(e, evHold, wake{hold: h})
 	return gate.Event{Kind: gate.EventApproval, Action: gate.ActionHeld, Task: e.spec.Name, Plan: clonePlan(h.plan), Trigger: h.run.trigger}
 }
 
@@ -315,7 +318,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 		}
 		log.Warn("task held: its plan waits for approval", "run_id", r.id, "reason", reason,
 			"add", counts.Add, "change", counts.Change, "destroy", counts.Destroy)
-		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r, expire: s.Approval.Expire.D()}}
+		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r}}
 	}
 	if req.Mode == ModePlan {
 		discardPlan(ctx, log, e, hp)
@@ -390,7 +393,7 @@ func (rc *reconciler) gatedDestroyOf(ctx context.Context, log *slog.Logger, j jo
 		log.Warn("task deletion held: its destroy plan waits for approval; nothing destroyed", "run_id", id, "reason", reason,
 			"destroy", counts.Destroy)
 		r := &runRecord{id: id, trigger: trigger, kind: store.KindDestroy, actor: actorFrom(ctx), start: start}
-		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r, expire: s.Approval.Expire.D(), destroy: true}}
+		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r, destroy: true}}
 	}
 	return rc.applyDestroy(ctx, e, s, id, hp, start)
 }
@@ -452,32 +455,26 @@ func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *driver
 	return rc.recordRun(ctx, log, e, s, r)
 }
 
-// expireHeld drops the pending plan id when approval.expire has passed:
-// the task waits for its next change. The plan's files are discarded by
-// a worker (intentDiscard), or by the task's next job when it is busy.
-func (c *Controller) expireHeld(e *entry, id string) {
-	c.mu.Lock()
-	g := &e.gates
-	if !g.pending() || g.plan.ID != id {
-		c.mu.Unlock()
-		return
-	}
-	g.expire = nil
-	drv, was := g.drv, *g
-	g.settled = g.plan.Fingerprint
-	p := c.endHeldLocked(e, gate.Expired, "")
-	if was.destroy {
+// expireLocked drops the task's held plan when approval.expire has passed
+// (the task's timer: evExpire): the task waits for its next change. The
+// plan's files are discarded by a worker (intentDiscard), or by the
+// task's next job when it is busy. It returns the gate event. c.mu is
+// held.
+func (c *Controller) expireLocked(e *entry) []gate.Event {
+	h, g := e.lc.held, &e.gates
+	id := h.plan.ID
+	g.settled = h.plan.Fingerprint
+	p := c.endHeldLocked(e, gate.Expired, "", evExpire)
+	if h.destroy {
 		c.waitLocked(e, fmt.Sprintf("the destroy plan %s of the task's deletion expired without approval: the task is kept", id))
 	} else {
 		c.waitLocked(e, fmt.Sprintf("held plan %s expired without approval; the task runs again when its desired state changes", id))
 	}
-	c.stepLocked(e, evDrop, wake{})
-	c.giveBackLocked(e, &was)
-	g.orphans = append(g.orphans, drv)
+	c.giveBackLocked(e, h)
+	g.orphans = append(g.orphans, h.drv)
 	c.requestLocked(e, intent{kind: intentDiscard, noReply: true})
-	c.mu.Unlock()
 	c.log.Warn("held plan expired without approval: nothing applied", "task_name", e.spec.Name, "plan", id)
-	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionExpired, Task: p.Task, Plan: p})
+	return []gate.Event{{Kind: gate.EventApproval, Action: gate.ActionExpired, Task: p.Task, Plan: p}}
 }
 
 // forgetHeldLocked forgets the task's held plan when this instance stops
@@ -485,14 +482,13 @@ func (c *Controller) expireHeld(e *entry, id string) {
 // leader or owner plans the task again and holds its own plan. The plan's
 // files are discarded by the task's next job here. c.mu is held.
 func (c *Controller) forgetHeldLocked(e *entry) {
-	g := &e.gates
-	if !g.pending() {
+	h, g := e.lc.held, &e.gates
+	if h == nil {
 		return
 	}
-	g.orphans = append(g.orphans, g.drv)
-	c.endHeldLocked(e, gate.Superseded, "")
+	g.orphans = append(g.orphans, h.drv)
+	c.endHeldLocked(e, gate.Superseded, "", evDrop)
 	g.plan, g.settled = gate.Plan{}, ""
-	c.stepLocked(e, evDrop, wake{})
 	c.log.Info("held plan dropped: this instance no longer runs the task; its new leader or owner plans it again",
 		"task_name", e.spec.Name)
 }
@@ -522,7 +518,7 @@ func (c *Controller) HeldPlan(name string) (gate.Plan, error) {
 // *gate.SupersededError naming it. A plan Terraform finds stale when it
 // applies it is superseded in the same way, after the answer.
 func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
-	e, g, err := c.takeHeld(ctx, name, id)
+	e, h, err := c.takeHeld(ctx, name, id)
 	if err != nil {
 		return err
 	}
@@ -533,7 +529,7 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 		c.release(e)
 		return err
 	}
-	if !g.destroy {
+	if !h.destroy {
 		s := e.spec
 		want, ready, derr := c.obs.desired(rctx, &s)
 		if derr != nil || !ready {
@@ -544,17 +540,17 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 			}
 			return fmt.Errorf("task %q: the desired state cannot be read to check plan %s: %w", name, id, derr)
 		}
-		if want.Fingerprint != g.plan.Fingerprint {
+		if want.Fingerprint != h.plan.Fingerprint {
 			defer done()
 			return c.replan(rctx, e, id)
 		}
 	}
 	c.mu.Lock()
-	p := c.endHeldLocked(e, gate.Approved, who)
+	p := c.endHeldLocked(e, gate.Approved, who, evDrop)
 	gen, err := c.submitLocked(e, intent{kind: intentApprove, actor: who,
-		approved: &approval{id: id, who: who, drv: g.drv, run: g.run, destroy: g.destroy}})
+		approved: &approval{id: id, who: who, drv: h.drv, run: h.run, destroy: h.destroy, enabled: h.enabled}})
 	if err != nil {
-		e.gates.orphans = append(e.gates.orphans, g.drv) // discarded by the task's next job
+		e.gates.orphans = append(e.gates.orphans, h.drv) // discarded by the task's next job
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -565,13 +561,13 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 		return nil
 	}
 	c.log.Info("held plan approved: applying it", "task_name", name, "plan", id, "approved_by", who)
-	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionApproved, Task: name, Plan: p, Trigger: g.run.trigger})
+	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionApproved, Task: name, Plan: p, Trigger: h.run.trigger})
 	go func() {
 		defer done()
 		c.mu.Lock()
 		_, err := c.awaitIntentLocked(rctx, e, gen)
 		if err != nil && rctx.Err() != nil { // withdrawn: no worker took it before shutdown
-			e.gates.orphans = append(e.gates.orphans, g.drv)
+			e.gates.orphans = append(e.gates.orphans, h.drv)
 		}
 		c.mu.Unlock()
 		if err != nil {
@@ -675,14 +671,14 @@ func (rc *reconciler) approveDestroy(ctx context.Context, log *slog.Logger, j jo
 	return out
 }
 
-// giveBackLocked keeps a task whose held destroy plan (g, as it was) was
-// rejected or expired: its enabled flag is the one it had before the
-// deletion, and a change that came meanwhile runs. c.mu is held.
-func (c *Controller) giveBackLocked(e *entry, g *gateState) {
-	if !g.destroy {
+// giveBackLocked keeps a task whose held destroy plan (h) was rejected or
+// expired: its enabled flag is the one it had before the deletion, and a
+// change that came meanwhile runs. c.mu is held.
+func (c *Controller) giveBackLocked(e *entry, h *heldRun) {
+	if !h.destroy {
 		return
 	}
-	e.spec.Enabled = g.enabled
+	e.spec.Enabled = h.enabled
 	signal(c.driftKick)
 	signal(c.cronKick)
 	c.markDirtyLocked(e, Due(TriggerEnable))
@@ -693,15 +689,15 @@ func (c *Controller) giveBackLocked(e *entry, g *gateState) {
 // planned again; the task waits for its next change. The plan's files are
 // discarded by a worker (intentDiscard) before Reject returns.
 func (c *Controller) Reject(ctx context.Context, name, id, who string) error {
-	e, g, err := c.takeHeld(ctx, name, id)
+	e, h, err := c.takeHeld(ctx, name, id)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
-	e.gates.settled = g.plan.Fingerprint
-	p := c.endHeldLocked(e, gate.Rejected, who)
-	c.giveBackLocked(e, &g) // a rejected destroy keeps the task
-	e.gates.orphans = append(e.gates.orphans, g.drv)
+	e.gates.settled = h.plan.Fingerprint
+	p := c.endHeldLocked(e, gate.Rejected, who, evDrop)
+	c.giveBackLocked(e, &h) // a rejected destroy keeps the task
+	e.gates.orphans = append(e.gates.orphans, h.drv)
 	gen, err := c.submitLocked(e, intent{kind: intentDiscard})
 	if err == nil {
 		_, err = c.awaitIntentLocked(context.WithoutCancel(ctx), e, gen)
@@ -719,28 +715,28 @@ func (c *Controller) Reject(ctx context.Context, name, id, who string) error {
 // takeHeld waits until the task is not running (a new plan may be under
 // way) and takes it for a decision on its pending plan id, which it
 // returns; the caller submits a request or releases the task.
-func (c *Controller) takeHeld(ctx context.Context, name, id string) (*entry, gateState, error) {
+func (c *Controller) takeHeld(ctx context.Context, name, id string) (*entry, heldRun, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
 		e := c.tasks[name]
 		if e == nil {
-			return nil, gateState{}, fmt.Errorf("task %q: %w", name, ErrNotFound)
+			return nil, heldRun{}, fmt.Errorf("task %q: %w", name, ErrNotFound)
 		}
 		if err := e.gates.decidable(name, id); err != nil {
-			return nil, gateState{}, err
+			return nil, heldRun{}, err
 		}
-		if c.reserveLocked(e) {
-			return e, e.gates, nil
+		if e.lc.held != nil && c.reserveLocked(e) {
+			return e, *e.lc.held, nil
 		}
 		if err := c.awaitLocked(ctx, func() bool {
 			ph := e.lc.phase
 			return c.tasks[name] != e || (ph != phaseRunning && ph != phaseQueued)
 		}); err != nil {
-			return nil, gateState{}, err
+			return nil, heldRun{}, err
 		}
 		if ph := e.lc.phase; ph == phaseDeleting {
-			return nil, gateState{}, fmt.Errorf("task %q is being deleted: %w", name, gate.ErrStalePlan)
+			return nil, heldRun{}, fmt.Errorf("task %q is being deleted: %w", name, gate.ErrStalePlan)
 		}
 	}
 }

@@ -240,6 +240,7 @@ func TestGateChangeSupersedesHeldPlan(t *testing.T) {
 	// approval supersedes the plan and holds a new one.
 	g.ctrl.mu.Lock()
 	g.ctrl.tasks["fw"].gates.plan.Fingerprint = "older"
+	g.ctrl.tasks["fw"].lc.held.plan.Fingerprint = "older"
 	g.ctrl.mu.Unlock()
 	err := g.ctrl.Approve(context.Background(), "fw", second.ID, "ops")
 	if !errors.As(err, &se) || se.Newer == "" || se.Newer == second.ID {

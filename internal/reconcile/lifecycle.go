@@ -31,8 +31,9 @@ const (
 	// phaseDeleting: a deletion holds the task (destroy, then removal).
 	phaseDeleting
 	// phaseHeld: a safety gate holds the task's plan for approval
-	// (gates.go): nothing is due; a change plans again (and supersedes
-	// the held plan), an approval or a rejection takes the task (evReserve).
+	// (lifecycle.held, gates.go): nothing is due; a change plans again
+	// (and supersedes the held plan), an approval or a rejection takes the
+	// task (evReserve), its expiry (the task's timer) drops it (evExpire).
 	phaseHeld
 )
 
@@ -70,8 +71,9 @@ const (
 	// evGone: the task was removed while a run held it: the run's end
 	// concerns nobody.
 	evGone
-	// evDrop: the held plan was dropped (it expired): the task waits for
-	// its next change.
+	// evDrop: the held plan ended (approved, rejected, superseded, or
+	// forgotten when this instance stops running the task): a held task
+	// waits for its next change.
 	evDrop
 	// evSubmit: the caller that reserved the task records its request (an
 	// intent) and hands the task to the queue.
@@ -79,12 +81,18 @@ const (
 	// evWithdraw: the caller of a request that no worker has taken yet
 	// went away: the task goes back to what it was doing.
 	evWithdraw
+	// evHold: the run's plan is held for approval (a safety gate): it is
+	// the task's held plan, with its expiry on the task's timer.
+	evHold
+	// evExpire: the held plan's expiry came (the task's timer) before a
+	// decision: it is dropped, and a held task waits for its next change.
+	evExpire
 
-	lastEvent = evWithdraw
+	lastEvent = evExpire
 )
 
 var eventNames = [...]string{"queue", "buffer", "fire", "take", "reserve", "retry", "done", "stop", "delete", "abandon", "gone", "drop",
-	"submit", "withdraw"}
+	"submit", "withdraw", "hold", "expire"}
 
 func (e event) String() string { return enumName(e, eventNames[:]) }
 
@@ -94,7 +102,7 @@ type facts struct {
 	timerPhase phase // what the armed timer waits for: phaseBuffering or phaseRetryWait
 	rerun      bool  // running: the task became due again during the run
 	doomed     bool  // running: the task is to be deleted when the run ends
-	held       bool  // a safety gate holds a plan of the task (gates.go)
+	held       bool  // a safety gate holds a plan of the task (lifecycle.held)
 	intent     bool  // a request (an intent: run now, a drift check ...) waits for a worker or runs
 }
 
@@ -107,6 +115,8 @@ type step struct {
 	rerun bool // the running task runs again when its run ends
 	doom  bool // the running task is deleted when its run ends
 	spare bool // the running task is no longer to be deleted
+	hold  bool // the plan given with the event is the task's held plan
+	drop  bool // the held plan is no longer held
 }
 
 // transition is the task lifecycle: the phase a task in phase p moves to on
@@ -218,9 +228,18 @@ func transition(p phase, ev event, f facts) step {
 		}
 	case evGone:
 		return step{to: phaseIdle, ok: true, stop: true}
-	case evDrop:
-		if p == phaseHeld {
-			return step{to: phaseIdle, ok: true}
+	case evDrop, evExpire:
+		switch {
+		case !f.held:
+		case p == phaseHeld:
+			return step{to: phaseIdle, ok: true, drop: true}
+		default: // a run, a request or a change goes on
+			return step{to: p, ok: true, drop: true}
+		}
+	case evHold:
+		switch p {
+		case phaseRunning, phaseDeleting: // the end of the run decides (evDone: held)
+			return step{to: p, ok: true, hold: true}
 		}
 	case evSubmit:
 		if p == phaseRunning {
@@ -271,11 +290,18 @@ type lifecycle struct {
 	// The timer (a buffer period, or a retry delay) and what it waits for
 	// (phaseBuffering or phaseRetryWait: the phase a task returns to when a
 	// run it did not take from the queue ends).
-	timer      Timer
+	timer      Timer // armed for the earliest of timerAt (timerSet) and the held plan's expiry
+	timerSet   bool  // a buffer period or a retry delay waits (timerPhase, timerAt)
 	timerPhase phase
 	timerAt    time.Time // when it fires
+	before     func()    // runs (under c.mu) when it fires, before evFire
 	gen        int       // invalidates stale timers
 	deadline   time.Time // the buffer period's hard deadline
+	// held is the plan a safety gate holds for approval (nil: none is
+	// pending), whatever the phase (a change may be planned meanwhile);
+	// it expires at held.expireAt (the task's timer). gates.go keeps
+	// what the operator sees of the task's plans (gateState).
+	held *heldRun
 	// Failures of the current desired state (failHash).
 	retries   int // consecutive failed runs, retried with backoff
 	failHash  string
@@ -307,6 +333,7 @@ type intentResult struct {
 type wake struct {
 	d      time.Duration
 	before func()
+	hold   *heldRun // evHold: the plan held
 }
 
 // stepLocked moves a task through its lifecycle on ev and carries out the
@@ -314,7 +341,7 @@ type wake struct {
 // to change (StateChanged). It reports whether the event applied. c.mu is held.
 func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 	lc := &e.lc
-	f := facts{timer: lc.timer != nil, timerPhase: lc.timerPhase, rerun: lc.rerun, doomed: lc.doomed, held: e.gates.pending(),
+	f := facts{timer: lc.timerSet, timerPhase: lc.timerPhase, rerun: lc.rerun, doomed: lc.doomed, held: lc.held != nil,
 		intent: lc.intent != nil}
 	s := transition(lc.phase, ev, f)
 	if !s.ok {
@@ -334,6 +361,14 @@ func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 	}
 	if s.rerun {
 		lc.rerun = true
+	}
+	if s.hold || s.drop {
+		lc.held = nil
+		if s.hold {
+			lc.held = w.hold
+		}
+		c.rearmLocked(e)
+		c.changedLocked()
 	}
 	if s.doom {
 		lc.doomed = true
@@ -374,40 +409,91 @@ func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 	return true
 }
 
-// armLocked (re)starts the task's timer; when it fires, w.before runs under
-// c.mu and the task moves on (evFire).
+// armLocked (re)starts the task's wait (a buffer period or a retry delay)
+// for w.d; when it is over, w.before runs under c.mu and the task moves on
+// (evFire).
 func (c *Controller) armLocked(e *entry, kind phase, w wake) {
+	lc := &e.lc
+	lc.timerSet = true
+	lc.timerPhase = kind
+	lc.timerAt = c.opts.Clock.Now().Add(w.d)
+	lc.before = w.before
+	c.rearmLocked(e)
+}
+
+// stopTimerLocked drops the task's wait (a buffer period or a retry delay)
+// and its buffer deadline; the held plan's expiry stays.
+func (c *Controller) stopTimerLocked(e *entry) {
+	lc := &e.lc
+	lc.timerSet, lc.before = false, nil
+	lc.deadline = time.Time{}
+	c.rearmLocked(e)
+}
+
+// haltTimerLocked stops the task's timer altogether (shutdown).
+func (c *Controller) haltTimerLocked(e *entry) {
+	c.stopTimerLocked(e)
+	if e.lc.timer != nil {
+		e.lc.timer.Stop()
+		e.lc.timer = nil
+	}
+	e.lc.gen++
+}
+
+// rearmLocked sets the task's one timer for the earliest of its wait and
+// its held plan's expiry (none: no timer).
+func (c *Controller) rearmLocked(e *entry) {
 	lc := &e.lc
 	if lc.timer != nil {
 		lc.timer.Stop()
+		lc.timer = nil
 	}
 	lc.gen++
+	var at time.Time
+	if lc.timerSet {
+		at = lc.timerAt
+	}
+	if h := lc.held; h != nil && !h.expireAt.IsZero() && (at.IsZero() || h.expireAt.Before(at)) {
+		at = h.expireAt
+	}
+	if at.IsZero() {
+		return
+	}
 	gen := lc.gen
-	lc.timerPhase = kind
-	lc.timerAt = c.opts.Clock.Now().Add(w.d)
-	lc.timer = c.opts.Clock.AfterFunc(w.d, func() {
+	lc.timer = c.opts.Clock.AfterFunc(max(at.Sub(c.opts.Clock.Now()), 0), func() {
 		c.mu.Lock()
-		defer c.mu.Unlock()
-		if lc.gen != gen {
-			return
+		var evs []gate.Event
+		if lc.gen == gen {
+			lc.timer = nil
+			evs = c.timerLocked(e)
 		}
-		lc.timer = nil
-		if w.before != nil {
-			w.before()
+		c.mu.Unlock()
+		for _, ev := range evs {
+			c.gateEvent(ev)
 		}
-		c.stepLocked(e, evFire, wake{})
 	})
 }
 
-// stopTimerLocked drops the task's timer and its buffer deadline.
-func (c *Controller) stopTimerLocked(e *entry) {
+// timerLocked is the task's timer firing: the held plan expires when its
+// time has come (gates.go), the wait ends when its time has come, and the
+// timer is set again for what is left. It returns the gate events.
+func (c *Controller) timerLocked(e *entry) []gate.Event {
 	lc := &e.lc
-	if lc.timer != nil {
-		lc.timer.Stop()
-		lc.timer = nil
+	now := c.opts.Clock.Now()
+	var evs []gate.Event
+	if h := lc.held; h != nil && !h.expireAt.IsZero() && !now.Before(h.expireAt) {
+		evs = append(evs, c.expireLocked(e)...) // gates.go: evExpire
 	}
-	lc.gen++
-	lc.deadline = time.Time{}
+	if lc.timerSet && !now.Before(lc.timerAt) {
+		lc.timerSet = false
+		if lc.before != nil {
+			lc.before()
+			lc.before = nil
+		}
+		c.stepLocked(e, evFire, wake{})
+	}
+	c.rearmLocked(e)
+	return evs
 }
 
 // forceLocked makes the task due now, applying even when its desired state
@@ -735,8 +821,13 @@ func (c *Controller) commitLocked(e *entry, j job, res outcome) []gate.Event {
 	if sp := res.supersede; sp != nil {
 		evs = append(evs, c.supersedeLocked(e, sp)...) // gates.go
 	}
-	if res.hold != nil {
-		evs = append(evs, c.holdLocked(e, res.hold)) // gates.go
+	if h := res.hold; h != nil {
+		if h.destroy && j.gen != 0 && j.approved == nil { // a deletion's destroy
+			h.enabled = j.wasEnabled
+		} else if h.destroy && j.approved != nil { // planned again after its approval
+			h.enabled = j.approved.enabled
+		}
+		evs = append(evs, c.holdLocked(e, h)) // gates.go
 	}
 	if j.replaces != "" {
 		evs = append(evs, c.supersedeLocked(e, &supersession{id: j.replaces})...) // the run failed before it planned
@@ -848,7 +939,7 @@ func (c *Controller) endLocked(e *entry, j job, res outcome) {
 // retryLocked is the task's pending retry (runinfo.go), if one waits.
 func (e *entry) retryLocked() *Retry {
 	lc := &e.lc
-	if lc.phase != phaseRetryWait || lc.timer == nil || lc.timerPhase != phaseRetryWait {
+	if lc.phase != phaseRetryWait || !lc.timerSet || lc.timerPhase != phaseRetryWait {
 		return nil
 	}
 	r := lc.retry

@@ -75,7 +75,7 @@ func stepText(from phase, s step) string {
 	for _, x := range []struct {
 		on   bool
 		word string
-	}{{s.arm, "arms timer"}, {s.stop, "stops timer"}, {s.rerun, "reruns after"}, {s.doom, "deleted after"}, {s.spare, "not deleted"}} {
+	}{{s.arm, "arms timer"}, {s.stop, "stops timer"}, {s.rerun, "reruns after"}, {s.doom, "deleted after"}, {s.spare, "not deleted"}, {s.hold, "holds the plan"}, {s.drop, "drops the plan"}} {
 		if x.on {
 			text += ", " + x.word
 		}

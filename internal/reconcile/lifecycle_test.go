@@ -3,8 +3,12 @@ package reconcile
 import (
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/ctsync/ctsync/internal/gate"
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // TestTransitionTable is the task lifecycle, every phase × event: where the
@@ -105,17 +109,25 @@ func TestTransitionTable(t *testing.T) {
 		{I, evGone, no, withStop(ok(I))},
 		// A safety gate holds the run's plan (gates.go).
 		{R, evDone, facts{held: true}, ok(H)},
-		{R, evDone, facts{held: true, rerun: true}, withStop(ok(Q))},      // a change came: plan again
-		{R, evDone, facts{held: true, timer: true, timerPhase: B}, ok(B)}, // a buffered change plans again
-		{H, evQueue, no, withStop(ok(Q))},                                 // a change: plan again, supersede
-		{H, evBuffer, no, withArm(ok(B))},                                 // the plan stays held meanwhile
-		{H, evReserve, no, ok(R)},                                         // approve, reject
-		{H, evTake, no, refused(H)},                                       // not queued
-		{H, evFire, no, refused(H)},                                       // a stale timer
-		{H, evDrop, no, ok(I)},                                            // expired: waits for a change
-		{I, evDrop, no, refused(I)},                                       // decided meanwhile
-		{R, evDrop, no, refused(R)},                                       // the run ends as any other
-		{H, evStop, no, withStop(ok(I))},                                  // disabled
+		{R, evDone, facts{held: true, rerun: true}, withStop(ok(Q))},                                    // a change came: plan again
+		{R, evDone, facts{held: true, timer: true, timerPhase: B}, ok(B)},                               // a buffered change plans again
+		{H, evQueue, no, withStop(ok(Q))},                                                               // a change: plan again, supersede
+		{H, evBuffer, no, withArm(ok(B))},                                                               // the plan stays held meanwhile
+		{H, evReserve, no, ok(R)},                                                                       // approve, reject
+		{H, evTake, no, refused(H)},                                                                     // not queued
+		{H, evFire, no, refused(H)},                                                                     // a stale timer
+		{H, evDrop, facts{held: true}, step{to: I, ok: true, drop: true}},                               // decided: waits for a change
+		{H, evExpire, facts{held: true}, step{to: I, ok: true, drop: true}},                             // expired: waits for a change
+		{B, evExpire, facts{held: true, timer: true, timerPhase: B}, step{to: B, ok: true, drop: true}}, // a change plans again
+		{R, evDrop, facts{held: true}, step{to: R, ok: true, drop: true}},                               // approved, or superseded by the run
+		{I, evDrop, no, refused(I)},                                                                     // decided meanwhile
+		{R, evDrop, no, refused(R)},
+		{I, evExpire, no, refused(I)},
+		{R, evHold, no, step{to: R, ok: true, hold: true}}, // the run's end decides: held
+		{D, evHold, no, step{to: D, ok: true, hold: true}}, // a deletion's destroy plan
+		{I, evHold, no, refused(I)},
+		{H, evHold, facts{held: true}, refused(H)},
+		{H, evStop, no, withStop(ok(I))}, // disabled
 		{H, evDelete, no, withStop(ok(D))},
 		// Requests (intents): the caller that reserved the task hands it
 		// to the queue; a worker takes it with the request, leaving a
@@ -126,7 +138,7 @@ func TestTransitionTable(t *testing.T) {
 		{I, evSubmit, no, refused(I)},
 		{Q, evSubmit, no, refused(Q)},
 		{Q, evTake, facts{intent: true, timer: true, timerPhase: B}, ok(R)}, // the timer stays armed
-		{D, evTake, facts{intent: true}, ok(D)},                            // a deletion's destroy
+		{D, evTake, facts{intent: true}, ok(D)},                             // a deletion's destroy
 		{D, evTake, no, refused(D)},
 		{Q, evQueue, facts{intent: true}, step{to: Q, ok: true, rerun: true}},
 		{Q, evFire, facts{intent: true}, step{to: Q, ok: true, rerun: true}},
@@ -206,4 +218,53 @@ func TestStepLockedQueue(t *testing.T) {
 	if c.q.len() != 0 || e.lc.phase != phaseDeleting {
 		t.Fatalf("deleted: queue %v, phase %s", c.q.names, e.lc.phase)
 	}
+}
+
+// TestHeldPlanIsPartOfTheLifecycle checks that a held plan lives in the
+// task's lifecycle: evHold keeps it and sets the task's one timer for its
+// expiry (no timer of its own), a buffer period waits on the same timer,
+// and the expiry is an event (evExpire) that drops the plan and makes the
+// held task idle.
+func TestHeldPlanIsPartOfTheLifecycle(t *testing.T) {
+	clk := reconciletest.NewClock()
+	c := New(Options{Watcher: newFakeWatcher(), Clock: clk}, nil)
+	e := &entry{spec: task.Spec{Name: "a", Enabled: true}, changed: make(chan struct{}, 1)}
+	c.tasks["a"] = e
+	c.mu.Lock()
+	c.stepLocked(e, evReserve, wake{})
+	now := time.Now()
+	h := &heldRun{plan: gate.Plan{ID: "p1", Task: "a", State: gate.Pending, Created: now, Expires: now.Add(time.Hour)}, run: &runRecord{}}
+	c.holdLocked(e, h)
+	c.stepLocked(e, evDone, wake{})
+	if e.lc.phase != phaseHeld || e.lc.held != h || e.lc.timer == nil || e.lc.timerSet {
+		t.Fatalf("held: phase %s, held %v, timer %v, wait %v; want held, the plan, the expiry armed, no wait", e.lc.phase, e.lc.held, e.lc.timer, e.lc.timerSet)
+	}
+	c.stepLocked(e, evBuffer, wake{d: time.Minute}) // a change: planned again after its buffer period
+	if e.lc.phase != phaseBuffering || e.lc.held != h {
+		t.Fatalf("a change while held: phase %s, held %v; want buffering, the plan still held", e.lc.phase, e.lc.held)
+	}
+	if n := len(clk.Pending()); n != 1 {
+		t.Fatalf("%d timers pending, want the task's one timer", n)
+	}
+	c.stopTimerLocked(e) // the buffer period dropped: the expiry stays
+	if e.lc.timer == nil || len(clk.Pending()) != 1 {
+		t.Fatalf("the expiry's timer went with the buffer period")
+	}
+	c.stepLocked(e, evDrop, wake{}) // not a decision on a plan in buffering: the plan goes, the phase stays
+	c.stepLocked(e, evDone, wake{})
+	if e.lc.held != nil || e.lc.phase != phaseBuffering || e.lc.timer != nil || len(clk.Pending()) != 0 {
+		t.Fatalf("dropped: held %v, phase %s, timer %v, pending %v", e.lc.held, e.lc.phase, e.lc.timer, clk.Pending())
+	}
+	// Held again, then expired by the timer.
+	c.stepLocked(e, evReserve, wake{})
+	h2 := &heldRun{plan: gate.Plan{ID: "p2", Task: "a", State: gate.Pending, Created: now, Expires: now.Add(time.Hour)}, run: &runRecord{}}
+	c.holdLocked(e, h2)
+	c.stepLocked(e, evDone, wake{})
+	c.mu.Unlock()
+	clk.Advance(time.Hour)
+	testutil.WaitFor(t, "the plan to expire", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return e.lc.held == nil && e.gates.plan.State == gate.Expired && e.lc.phase != phaseHeld
+	})
 }

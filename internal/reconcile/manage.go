@@ -123,7 +123,7 @@ type PlanResult struct {
 func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) error {
 	c.mu.Lock()
 	if e := c.tasks[spec.Name]; e != nil {
-		deleting := e.deletingLocked() || e.gates.destroyHeld()
+		deleting := e.deletingLocked() || e.destroyHeldLocked()
 		c.mu.Unlock()
 		if deleting {
 			return fmt.Errorf("%w: task '%s' is being deleted: create it again once it is gone", ErrDeleting, spec.Name)
@@ -226,7 +226,7 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	// A follower (standby, high availability) queues tasks but runs none,
 	// so there a queued task is not active: a new leader applies the
 	// cluster's enabled flags to it before becoming active.
-	if e.gates.destroyHeld() {
+	if e.destroyHeldLocked() {
 		c.mu.Unlock()
 		return PlanResult{}, fmt.Errorf("%w: task '%s' cannot be updated: its deletion with destroy waits for approval of plan %s (reject it to keep the task)",
 			ErrActive, name, e.gates.plan.ID)
@@ -274,7 +274,7 @@ func (c *Controller) RunNow(ctx context.Context, name string) error {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
-	if e.gates.destroyHeld() {
+	if e.destroyHeldLocked() {
 		c.mu.Unlock()
 		return fmt.Errorf("%w: task '%s' cannot be run: its deletion with destroy waits for approval of plan %s", ErrActive, name, e.gates.plan.ID)
 	}
@@ -350,14 +350,14 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 		c.mu.Unlock()
 		return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
-	if destroy && e.gates.destroyHeld() {
+	if destroy && e.destroyHeldLocked() {
 		p := clonePlan(e.gates.plan)
 		c.mu.Unlock()
 		return &DestroyHeldError{Plan: p}
 	}
 	enabled := e.spec.Enabled
-	if e.gates.destroyHeld() {
-		enabled = e.gates.enabled // the flag it had before its destroy was held
+	if e.destroyHeldLocked() {
+		enabled = e.lc.held.enabled // the flag it had before its destroy was held
 	}
 	e.spec.Enabled = false
 	c.stepLocked(e, evDelete, wake{}) // deleting now, or once the run in progress ends
@@ -375,7 +375,7 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 	c.mu.Unlock()
 	if destroy {
 		c.mu.Lock()
-		gen, err := c.submitLocked(e, intent{kind: intentRun, actor: actorFrom(ctx),
+		gen, err := c.submitLocked(e, intent{kind: intentRun, actor: actorFrom(ctx), wasEnabled: enabled,
 			req: Request{Name: name, ID: RunIDFrom(ctx), Trigger: Due(TriggerAPI), Mode: ModeDestroy}})
 		var res outcome
 		if err == nil {
@@ -387,7 +387,6 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 		}
 		if err == nil && res.hold != nil {
 			c.mu.Lock()
-			e.gates.enabled = enabled       // given back on rejection or expiry
 			c.stepLocked(e, evDone, wake{}) // held: the task stays, disabled
 			c.mu.Unlock()
 			return &DestroyHeldError{Plan: clonePlan(res.hold.plan)}
@@ -411,11 +410,11 @@ func (c *Controller) remove(ctx context.Context, name string) {
 	e := c.tasks[name]
 	var held []driver.HeldPlan
 	if e != nil {
-		c.stopTimerLocked(e)
+		c.haltTimerLocked(e)
 		held, e.gates.orphans = e.gates.orphans, nil
-		if e.gates.pending() {
-			held = append(held, e.gates.drv)
-			c.endHeldLocked(e, gate.Superseded, "")
+		if h := e.lc.held; h != nil {
+			held = append(held, h.drv)
+			c.endHeldLocked(e, gate.Superseded, "", evDrop)
 		}
 		if in := e.lc.intent; in != nil && !in.taken {
 			c.q.remove(name)

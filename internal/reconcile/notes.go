@@ -93,7 +93,7 @@ func (c *Controller) Settled() bool {
 		return false
 	}
 	for _, e := range c.tasks {
-		if e.lc.phase == phaseRunning || e.lc.phase == phaseDeleting || (e.lc.phase == phaseQueued && !c.standby) || e.lc.timer != nil {
+		if e.lc.phase == phaseRunning || e.lc.phase == phaseDeleting || (e.lc.phase == phaseQueued && !c.standby) || e.lc.timerSet {
 			return false
 		}
 	}

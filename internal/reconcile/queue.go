@@ -218,7 +218,7 @@ func (c *Controller) lookupLocked(name string) *entry {
 // c.mu is held.
 func (c *Controller) jobLocked(e *entry) job {
 	s := e.spec
-	j := job{spec: &s, drv: &e.run, prev: e.prevInputs, waiting: e.lc.waiting, held: e.gates.view()}
+	j := job{spec: &s, drv: &e.run, prev: e.prevInputs, waiting: e.lc.waiting, held: e.heldViewLocked()}
 	if e.run.drv == nil && e.throwaway == "" { // the job builds the driver
 		j.exports = c.exportsOutputsLocked(s.Name)
 	}

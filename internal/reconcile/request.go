@@ -166,6 +166,9 @@ type intent struct {
 	noReply bool
 	// approved is the plan to apply (intentApprove), as it was held.
 	approved *approval
+	// wasEnabled is the task's enabled flag before its deletion (a
+	// deletion's destroy): kept with a destroy plan the gates hold.
+	wasEnabled bool
 	// replaces is the id of the held plan this run supersedes (an approval
 	// of a plan whose desired state moved on): when the run does not
 	// replace it, it is superseded by no plan.
@@ -178,4 +181,5 @@ type approval struct {
 	drv     driver.HeldPlan
 	run     *runRecord
 	destroy bool // a deletion's destroy: the task is deleted once it is applied
+	enabled bool // the task's enabled flag before its deletion (destroy)
 }
