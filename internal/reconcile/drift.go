@@ -13,7 +13,8 @@ import (
 
 // driftLoop asks for a drift check of the tasks that have drift detection
 // on their interval: it records the request on the task (intentDrift) and
-// a worker does it (reconciler.checkDrift). A plan with changes while the
+// a worker does it (reconciler.checkDrift), when this member owns the task
+// (nextLocked). A plan with changes while the
 // task's inputs equal the ones last applied means the infrastructure was
 // changed outside Terraform: that is recorded as a drift event (and, with
 // remediate, the task is applied again). A task whose inputs changed is
@@ -26,7 +27,7 @@ func (c *Controller) driftLoop(ctx context.Context) {
 		c.mu.Lock()
 		for _, e := range c.tasks {
 			dd := e.spec.DriftDetection
-			if dd == nil || !e.spec.Enabled || e.deletingLocked() || c.standby || !c.ownsLocked(e.spec.Name) {
+			if dd == nil || !e.spec.Enabled || e.deletingLocked() || c.standby {
 				e.nextDrift = time.Time{}
 				continue
 			}

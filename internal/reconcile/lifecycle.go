@@ -760,6 +760,17 @@ func (c *Controller) failIntentsLocked(err error) {
 	}
 }
 
+// dropLocked drops what a task owned by another member is due for (nextLocked):
+// a drift check it was asked for, and the run it was due for. c.mu is
+// held.
+func (c *Controller) dropLocked(e *entry) {
+	if in := e.lc.intent; in != nil && !in.taken {
+		c.endIntentLocked(e, outcome{}, nil)
+		c.stepLocked(e, evWithdraw, wake{})
+	}
+	c.stepLocked(e, evStop, wake{})
+}
+
 // reserveLocked takes the task for its caller, which then submits a
 // request (submitLocked) or releases it; false when it is queued, running
 // or deleted.

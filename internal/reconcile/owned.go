@@ -60,28 +60,13 @@ func (c *Controller) SetOwned(owns func(task string) bool) {
 	signal(c.driftKick)
 }
 
-// ownsLocked reports whether this instance may run the task. c.mu is held.
+// ownsLocked reports whether this member reconciles the task: the
+// coordinator's predicate (SetOwned), or every task without one. It is
+// asked in one place, where a worker takes a task off the queue
+// (nextLocked): what is due for a task owned elsewhere is dropped there,
+// its owner runs it. c.mu is held.
 func (c *Controller) ownsLocked(name string) bool {
 	return c.owned == nil || c.owned.owns(name)
-}
-
-// runnableLocked takes the tasks this instance does not own off the run
-// queue (what was due for them is their owner's business: a task that
-// becomes owned is reconciled then) and reports whether a task is left to
-// run. c.mu is held.
-func (c *Controller) runnableLocked() bool {
-	if c.owned != nil {
-		var drop []*entry
-		for _, name := range c.q.names {
-			if e := c.tasks[name]; e != nil && !c.owned.owns(name) {
-				drop = append(drop, e)
-			}
-		}
-		for _, e := range drop {
-			c.stepLocked(e, evStop, wake{}) // what was due is dropped
-		}
-	}
-	return c.q.len() > 0
 }
 
 // TaskNames returns the names of the tasks that are not being deleted,

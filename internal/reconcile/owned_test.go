@@ -2,7 +2,16 @@ package reconcile
 
 import (
 	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
+	"github.com/ctsync/ctsync/internal/testutil"
 
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
@@ -97,4 +106,63 @@ func (c *Controller) desiredFor(t *testing.T, name string) Desired {
 		t.Fatalf("desired state of %s: ready=%v err=%v", name, ready, err)
 	}
 	return d
+}
+
+// TestOwnershipIsOneFilter checks that high availability's ownership is
+// asked in one place, where a worker takes a task off the queue
+// (nextLocked), not in the sources or the runs.
+func TestOwnershipIsOneFilter(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var at []string
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			ast.Inspect(fn, func(n ast.Node) bool {
+				if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "ownsLocked" {
+					at = append(at, fn.Name.Name)
+				}
+				return true
+			})
+		}
+	}
+	if len(at) != 1 || at[0] != "nextLocked" {
+		t.Fatalf("ownership is asked in %v, want only in nextLocked", at)
+	}
+}
+
+// A drift check falls due on every member; only the task's owner does it.
+func TestDriftCheckOnlyOnTheOwner(t *testing.T) {
+	spec := servicesTask("a", "web")
+	spec.DriftDetection = &task.DriftDetection{Interval: task.Duration(time.Second)}
+	clk := reconciletest.NewClock()
+	h := start(t, 2, nil, spec, func(o *Options) { o.Clock = clk })
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.waitApplied(t, "a")
+	testutil.WaitFor(t, "the start-up run to be over", h.ctrl.Settled)
+	h.ctrl.SetOwned(ownedSet{}.owns)
+	driftParked(t, h, clk, 0)
+	wakes := h.ctrl.driftWakes.Load()
+	clk.Advance(2 * time.Second)
+	testutil.WaitFor(t, "the drift check to be asked and dropped", func() bool {
+		return h.ctrl.driftWakes.Load() > wakes && h.ctrl.Settled()
+	})
+	if n := driftEvents(h, "a"); n != 0 {
+		t.Fatalf("a member that does not own the task checked it for drift: %d drift events", n)
+	}
+	h.ctrl.SetOwned(ownedSet{"a": true}.owns)
+	advanceUntil(t, clk, "the owner's drift check", func() bool { return driftEvents(h, "a") > 0 })
 }

@@ -173,24 +173,29 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 	}
 }
 
-// nextLocked takes the first task on the queue this instance runs now: a
-// task with a request (an intent) always; the run a task is due for only
-// when this instance leads (not standby), is not stopping, and owns the
-// task (high availability's spread mode: the one place ownership is
-// looked at; a task it does not own is taken off the queue, its owner runs
-// it). c.mu is held.
+// nextLocked takes the first task on the queue this member runs now. A
+// caller's request (an intent: run now, inspect, an approval, a
+// deletion's destroy ...) is always taken. What the task is due for (a
+// change, a tick, a retry; a drift check) is this member's only when it
+// owns the task (high availability's spread mode: the one place ownership
+// is asked: what is due for a task owned elsewhere is dropped, its owner
+// runs it), and waits while this member stands by or stops. c.mu is held.
 func (c *Controller) nextLocked(stopping bool) (*entry, job, bool) {
 	for i := 0; i < len(c.q.names); i++ {
 		name := c.q.names[i]
 		e := c.lookupLocked(name)
+		in := (*intent)(nil)
+		if e != nil {
+			in = e.lc.intent
+		}
 		switch {
 		case e == nil:
 			c.q.remove(name)
 			i--
 			continue
-		case e.lc.intent != nil:
+		case in != nil && !in.owned():
 		case !c.ownsLocked(name): // owned.go
-			c.stepLocked(e, evStop, wake{}) // what was due is dropped
+			c.dropLocked(e) // lifecycle.go
 			i--
 			continue
 		case stopping || c.standby:

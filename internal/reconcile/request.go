@@ -175,6 +175,11 @@ type intent struct {
 	replaces string
 }
 
+// owned reports whether the request is the task's owner's business (a
+// drift check, as a run the task is due for), rather than its caller's:
+// a member that does not own the task drops it (nextLocked).
+func (in *intent) owned() bool { return in.kind == intentDrift }
+
 // approval is a held plan approved for apply (intentApprove).
 type approval struct {
 	id, who string
