@@ -86,32 +86,25 @@ func (r *reconciler) upstreamHold(ctx context.Context, j job) (string, []kick) {
 
 // kickLocked makes an upstream task due that a job needs to run (k).
 // c.mu is held.
-func (c *Controller) kickLocked(k kick) {
+func (c *taskTable) kickLocked(k kick) {
 	u := c.tasks[k.name]
 	if u == nil {
 		return
 	}
 	if k.outputs {
-		c.dropDriverLocked(u)
+		if u.lc.phase != phaseRunning { // its next run builds its driver anew (ExportOutputs); a running task keeps it
+			u.run.drv = nil
+		}
 		c.forceLocked(u, Trigger{Kind: TriggerOutputs, Detail: k.by}, false)
 		return
 	}
 	c.markDirtyLocked(u, Due(TriggerChange))
 }
 
-// dropDriverLocked makes the task's next run build its driver anew (its
-// spec's ExportOutputs may have changed). c.mu is held; a running task
-// keeps its driver.
-func (c *Controller) dropDriverLocked(e *entry) {
-	if e.lc.phase != phaseRunning {
-		e.run.drv = nil
-	}
-}
-
-// exportsOutputsLocked reports whether another task receives the task's
-// outputs. c.mu is held.
-func (c *Controller) exportsOutputsLocked(name string) bool {
-	for _, e := range c.tasks {
+// exportsOutputs reports whether another of the tasks receives the
+// outputs of the task name. The table's lock is held.
+func exportsOutputs(tasks map[string]*entry, name string) bool {
+	for _, e := range tasks {
 		if slices.Contains(e.spec.OutputTasks(), name) {
 			return true
 		}
@@ -122,7 +115,7 @@ func (c *Controller) exportsOutputsLocked(name string) bool {
 // wakeDependentsLocked queues, once a run of the task has ended, the
 // enabled tasks that depend on it (a schedule task waits for its tick).
 // c.mu is held.
-func (c *Controller) wakeDependentsLocked(name string) {
+func (c *taskTable) wakeDependentsLocked(name string) {
 	if !c.started {
 		return
 	}

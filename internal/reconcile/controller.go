@@ -132,10 +132,43 @@ type Metrics interface {
 // seconds catch that within ~45s.
 const LockRetryCap = 10 * time.Second
 
-// Controller runs tasks when their inputs change.
+// Controller runs tasks when their inputs change. It is the package's
+// face: its methods are what the API, high availability and the CLI call,
+// and each is carried out by the part that owns what it changes:
+//
+//   - the task table (taskTable, table.go and lifecycle.go): the one lock,
+//     the tasks, their lifecycle (phase, what is due, the timer, the held
+//     plan, the requests), the queue of names; and the one applier of
+//     what a job did (commitLocked);
+//   - the workers (workers, queue.go): take names off the queue (the one
+//     place high availability's ownership is asked) and have the
+//     reconciler do each task's job;
+//   - the reconciler (reconciler.go): decides and drives one job, from a
+//     snapshot, with no way back;
+//   - the gate keeper (gateKeeper, gates.go): held plans, approvals,
+//     rejections, expiry;
+//   - the sources (sources, notes.go, drift.go, schedule.go): Consul's
+//     notifications, drift checks, cron ticks; they only make tasks due
+//     or record requests.
 type Controller struct {
 	opts Options
 	log  *slog.Logger
+	*taskTable
+	rec *reconciler
+	obs *observer
+	src *sources
+	gk  *gateKeeper
+	w   *workers
+}
+
+// taskTable is the one lock and the state it guards: the tasks (each
+// with its lifecycle, lifecycle.go), the throw-away tasks being inspected,
+// the queue of names, and whether the controller runs and leads.
+type taskTable struct {
+	opts *Options
+	log  *slog.Logger
+	obs  *observer
+	gk   *gateKeeper
 
 	mu    sync.Mutex
 	tasks map[string]*entry
@@ -143,27 +176,14 @@ type Controller struct {
 	inspecting map[string]*entry
 	// q is the work queue: the names of the tasks due to run, and the run
 	// slots (queue.go).
-	q workQueue
-	// rec does the jobs the workers take (reconciler.go); obs reads what
-	// lies outside the tasks' state (observe.go).
-	rec   *reconciler
-	obs   *observer
-	notes []note // notifications from views, handled by the note loop
-	// noted holds the notes in notes: a note already waiting is not queued
-	// again (handling it reads the current data anyway), so the backlog is
-	// bounded by tasks x queries, however fast views change.
-	noted   map[note]struct{}
+	q       workQueue
 	started bool
 	standby bool // a follower: nothing runs (high availability)
 
 	owned *ownership // spread mode: the tasks this instance runs (owned.go); nil: all
 
-	noteKick  chan struct{} // wakes the note loop
 	driftKick chan struct{} // wakes the drift loop (task added or changed)
 	cronKick  chan struct{} // wakes the schedule loop (task added or enabled)
-
-	scheduleWakes atomic.Int64 // iterations of the schedule loop (tests: a follower must not spin)
-	driftWakes    atomic.Int64 // iterations of the drift loop (tests: it looked again)
 
 	// Runs requested through the API (apiRun) end with runCtx, the
 	// daemon's run context (shutdown grace), not with their request; Run
@@ -181,14 +201,42 @@ type Controller struct {
 	// replaced by an open one when it stands by: see WaitActive.
 	active chan struct{}
 
-	handling int // notes taken off c.notes and not yet handled (Settled)
+	// running: Run is running (Live).
+	running bool
+}
 
-	// Liveness (Live), guarded by mu: whether Run is running, and since
-	// when the note backlog has waited without the note loop taking
-	// anything off it (zero: empty, or progress); the work queue keeps its
-	// own (workQueue.since).
-	running    bool
+// sources make tasks due and record requests, and nothing else: the note
+// loop (Consul's notifications through the trigger rules), the drift loop
+// and the schedule loop. Their own state is the note backlog; a task's
+// next tick and next drift check are kept with the task.
+type sources struct {
+	*taskTable
+	notes []note // notifications from views, handled by the note loop
+	// noted holds the notes in notes: a note already waiting is not queued
+	// again (handling it reads the current data anyway), so the backlog is
+	// bounded by tasks x queries, however fast views change.
+	noted    map[note]struct{}
+	noteKick chan struct{} // wakes the note loop
+	handling int           // notes taken off notes and not yet handled (Settled)
+	// since when the note backlog has waited without the note loop taking
+	// anything off it (zero: empty, or progress): Live.
 	notesSince time.Time
+
+	scheduleWakes atomic.Int64 // iterations of the schedule loop (tests: a follower must not spin)
+	driftWakes    atomic.Int64 // iterations of the drift loop (tests: it looked again)
+}
+
+// workers take task names off the queue and have the reconciler do each
+// task's job (queue.go).
+type workers struct {
+	*taskTable
+	rec *reconciler
+}
+
+// gateKeeper keeps the tasks' held plans: what a gate held, approvals,
+// rejections, expiry, supersession (gates.go).
+type gateKeeper struct {
+	*taskTable
 }
 
 // WedgedAfter is how long notifications or queued runs may wait with no
@@ -207,8 +255,8 @@ func (c *Controller) Live() error {
 	switch {
 	case c.started && !c.running:
 		return errors.New("the controller has stopped")
-	case !c.notesSince.IsZero() && now.Sub(c.notesSince) >= WedgedAfter:
-		return fmt.Errorf("the controller is stuck: %d notifications have waited %s", len(c.notes), now.Sub(c.notesSince).Round(time.Second))
+	case !c.src.notesSince.IsZero() && now.Sub(c.src.notesSince) >= WedgedAfter:
+		return fmt.Errorf("the controller is stuck: %d notifications have waited %s", len(c.src.notes), now.Sub(c.src.notesSince).Round(time.Second))
 	case !c.standby && c.q.stuck(now) >= WedgedAfter:
 		return fmt.Errorf("the controller is stuck: %d tasks have waited %s to run with run slots free", c.q.len(), c.q.stuck(now).Round(time.Second))
 	}
@@ -217,7 +265,7 @@ func (c *Controller) Live() error {
 
 // changedLocked wakes whoever waits for a task to change phase. c.mu is
 // held.
-func (c *Controller) changedLocked() {
+func (c *taskTable) changedLocked() {
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
@@ -291,13 +339,15 @@ func New(opts Options, specs []task.Spec) *Controller {
 	if opts.Store == nil {
 		opts.Store = store.NewMemory(0)
 	}
-	c := &Controller{
-		opts:       opts,
-		log:        opts.Logger,
+	c := &Controller{opts: opts, log: opts.Logger}
+	c.obs = &observer{opts: &c.opts, log: c.log}
+	c.rec = &reconciler{opts: &c.opts, log: c.log, obs: c.obs}
+	c.taskTable = &taskTable{
+		opts:       &c.opts,
+		log:        c.log,
+		obs:        c.obs,
 		tasks:      map[string]*entry{},
 		inspecting: map[string]*entry{},
-		noted:      map[note]struct{}{},
-		noteKick:   make(chan struct{}, 1),
 		driftKick:  make(chan struct{}, 1),
 		cronKick:   make(chan struct{}, 1),
 		standby:    opts.Standby,
@@ -305,13 +355,15 @@ func New(opts Options, specs []task.Spec) *Controller {
 		changed:    make(chan struct{}),
 		active:     make(chan struct{}),
 	}
+	c.gk = &gateKeeper{taskTable: c.taskTable}
+	c.taskTable.gk = c.gk
+	c.src = &sources{taskTable: c.taskTable, noted: map[note]struct{}{}, noteKick: make(chan struct{}, 1)}
+	c.w = &workers{taskTable: c.taskTable, rec: c.rec}
 	var depth func(int)
 	if opts.Metrics != nil {
 		depth = opts.Metrics.QueueDepth
 	}
 	c.q = newWorkQueue(opts.MaxParallel, opts.Clock, depth)
-	c.obs = &observer{opts: &c.opts, log: c.log}
-	c.rec = &reconciler{opts: &c.opts, log: c.log, obs: c.obs}
 	if !opts.Standby {
 		close(c.active)
 	}
@@ -341,9 +393,6 @@ type Digester interface {
 	Digest(key string) (watch.Digest, bool)
 }
 
-// redact removes secrets from text that reaches events and logs.
-func (c *Controller) redact(task, text string) string { return c.opts.redact(task, text) }
-
 // ErrRunsInterrupted is returned by Run when runs in progress had to be
 // interrupted because they outlasted the shutdown grace.
 var ErrRunsInterrupted = errors.New("runs in progress did not finish within the shutdown grace and were interrupted")
@@ -368,7 +417,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	var wg sync.WaitGroup
-	wg.Go(func() { c.noteLoop(ctx) })
+	wg.Go(func() { c.src.noteLoop(ctx) })
 	for _, name := range names {
 		c.mu.Lock()
 		e := c.tasks[name]
@@ -382,9 +431,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 		c.subscribe(name, &s)
 	}
-	c.startWorkers(&wg, ctx, runCtx)
-	wg.Go(func() { c.scheduleLoop(ctx) })
-	wg.Go(func() { c.driftLoop(ctx) })
+	c.w.start(&wg, ctx, runCtx)
+	wg.Go(func() { c.src.scheduleLoop(ctx) })
+	wg.Go(func() { c.src.driftLoop(ctx) })
 	<-ctx.Done()
 	c.mu.Lock()
 	c.closing = true
@@ -403,7 +452,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.apiRuns.Wait() // a graceful hand-over waits for these too
 	c.mu.Lock()
 	for _, e := range c.tasks {
-		c.haltTimerLocked(e)
+		e.lc.halt()
 	}
 	c.mu.Unlock()
 	if interrupted.Load() {
@@ -412,9 +461,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// startWorkers starts the MaxParallel workers of the run queue: they take
-// tasks until ctx ends, and run them with runCtx.
-func (c *Controller) startWorkers(wg *sync.WaitGroup, ctx, runCtx context.Context) {
+// start starts the MaxParallel workers of the run queue: they take tasks
+// until ctx ends, and run them with runCtx.
+func (c *workers) start(wg *sync.WaitGroup, ctx, runCtx context.Context) {
 	for range c.opts.MaxParallel {
 		wg.Go(func() { c.worker(ctx, runCtx) })
 	}
@@ -423,7 +472,7 @@ func (c *Controller) startWorkers(wg *sync.WaitGroup, ctx, runCtx context.Contex
 // awaitLocked waits until cond, checked under c.mu at every change of
 // state (changedLocked), holds, or ctx ends. c.mu is held on entry and on
 // return.
-func (c *Controller) awaitLocked(ctx context.Context, cond func() bool) error {
+func (c *taskTable) awaitLocked(ctx context.Context, cond func() bool) error {
 	for !cond() {
 		changed := c.changed
 		c.mu.Unlock()
@@ -456,7 +505,7 @@ func (c *Controller) SetActive(active bool) {
 		c.active = make(chan struct{})
 		c.log.Info("standing by: no new runs")
 		for _, e := range c.tasks {
-			c.forgetHeldLocked(e) // gates.go
+			c.gk.forgetHeldLocked(e) // gates.go
 		}
 		return
 	}
@@ -477,7 +526,7 @@ func (c *Controller) SetActive(active bool) {
 // not end when the caller disconnects (an apply it started goes on), only
 // with the daemon's runs (runCtx: the shutdown grace) — and, through the
 // driver's fence, when this instance stops leading. Run waits for it.
-func (c *Controller) apiRun(ctx context.Context) (context.Context, func(), error) {
+func (c *taskTable) apiRun(ctx context.Context) (context.Context, func(), error) {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()

@@ -19,7 +19,7 @@ import (
 // changed outside Terraform: that is recorded as a drift event (and, with
 // remediate, the task is applied again). A task whose inputs changed is
 // not checked: its next run is already due.
-func (c *Controller) driftLoop(ctx context.Context) {
+func (c *sources) driftLoop(ctx context.Context) {
 	for {
 		c.driftWakes.Add(1)
 		now := c.opts.Clock.Now()

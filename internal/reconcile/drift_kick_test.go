@@ -26,7 +26,7 @@ func driftEvents(h *harness, name string) int {
 func driftParked(t *testing.T, h *harness, clk *reconciletest.Clock, wakes int64) {
 	t.Helper()
 	testutil.WaitFor(t, "the drift loop to look again and sleep", func() bool {
-		return h.ctrl.driftWakes.Load() > wakes && len(clk.Pending()) == 2
+		return h.ctrl.src.driftWakes.Load() > wakes && len(clk.Pending()) == 2
 	})
 }
 
@@ -72,7 +72,7 @@ func TestDriftChecksFollowEnableAndCreate(t *testing.T) {
 	advanceUntil(t, clk, "a first drift check", func() bool { return driftEvents(h, "a") >= 1 })
 
 	ctx := context.Background()
-	wakes := h.ctrl.driftWakes.Load()
+	wakes := h.ctrl.src.driftWakes.Load()
 	if _, err := h.ctrl.SetEnabled(ctx, "a", false, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestDriftChecksFollowEnableAndCreate(t *testing.T) {
 	testutil.WaitFor(t, "a check due after enabling", func() bool { return nextCheckWithin(clk, 1100*time.Millisecond) })
 	advanceUntil(t, clk, "a drift check after enabling", func() bool { return driftEvents(h, "a") > before })
 
-	wakes = h.ctrl.driftWakes.Load()
+	wakes = h.ctrl.src.driftWakes.Load()
 	if _, err := h.ctrl.SetEnabled(ctx, "a", false, ""); err != nil {
 		t.Fatal(err)
 	}

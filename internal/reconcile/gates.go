@@ -82,7 +82,7 @@ func (e *HeldError) Error() string {
 }
 
 // gateEvent hands what a gate did to the gate hook.
-func (c *Controller) gateEvent(ev gate.Event) { emitGate(&c.opts, ev) }
+func (c *gateKeeper) gateEvent(ev gate.Event) { emitGate(c.opts, ev) }
 
 // emitGate hands what a gate did to the gate hook of opts.
 func emitGate(opts *Options, ev gate.Event) {
@@ -142,7 +142,7 @@ func (r *reconciler) supersede(ctx context.Context, log *slog.Logger, j job, new
 // supersedeLocked records that a job superseded the task's plan sp.id,
 // pending (or approved, when the approved plan was stale): it returns
 // the gate event. c.mu is held.
-func (c *Controller) supersedeLocked(e *entry, sp *supersession) []gate.Event {
+func (c *gateKeeper) supersedeLocked(e *entry, sp *supersession) []gate.Event {
 	g := &e.gates
 	if g.plan.ID != sp.id || (!g.pending() && g.plan.State != gate.Approved) {
 		return nil
@@ -159,7 +159,7 @@ func (c *Controller) supersedeLocked(e *entry, sp *supersession) []gate.Event {
 // endHeldLocked ends the task's plan in state st (decided by who) and
 // returns it; the held plan, if it is the one, is dropped from the
 // lifecycle by ev (evDrop, or evExpire). c.mu is held.
-func (c *Controller) endHeldLocked(e *entry, st gate.State, who string, ev event) gate.Plan {
+func (c *gateKeeper) endHeldLocked(e *entry, st gate.State, who string, ev event) gate.Plan {
 	g := &e.gates
 	g.plan.State = st
 	if who != "" {
@@ -207,7 +207,7 @@ type heldRun struct {
 // holdLocked makes the plan a run held the task's held plan (evHold: its
 // expiry is on the task's timer), and returns the gate event. c.mu is
 // held.
-func (c *Controller) holdLocked(e *entry, h *heldRun) gate.Event {
+func (c *gateKeeper) holdLocked(e *entry, h *heldRun) gate.Event {
 	g := &e.gates
 	g.plan = h.plan
 	g.settled = ""
@@ -460,15 +460,15 @@ func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *driver
 // plan's files are discarded by a worker (intentDiscard), or by the
 // task's next job when it is busy. It returns the gate event. c.mu is
 // held.
-func (c *Controller) expireLocked(e *entry) []gate.Event {
+func (c *gateKeeper) expireLocked(e *entry) []gate.Event {
 	h, g := e.lc.held, &e.gates
 	id := h.plan.ID
 	g.settled = h.plan.Fingerprint
 	p := c.endHeldLocked(e, gate.Expired, "", evExpire)
 	if h.destroy {
-		c.waitLocked(e, fmt.Sprintf("the destroy plan %s of the task's deletion expired without approval: the task is kept", id))
+		e.lc.wait(fmt.Sprintf("the destroy plan %s of the task's deletion expired without approval: the task is kept", id))
 	} else {
-		c.waitLocked(e, fmt.Sprintf("held plan %s expired without approval; the task runs again when its desired state changes", id))
+		e.lc.wait(fmt.Sprintf("held plan %s expired without approval; the task runs again when its desired state changes", id))
 	}
 	c.giveBackLocked(e, h)
 	g.orphans = append(g.orphans, h.drv)
@@ -481,7 +481,7 @@ func (c *Controller) expireLocked(e *entry) []gate.Event {
 // leading or owning the task: held plans are not handed over, the new
 // leader or owner plans the task again and holds its own plan. The plan's
 // files are discarded by the task's next job here. c.mu is held.
-func (c *Controller) forgetHeldLocked(e *entry) {
+func (c *gateKeeper) forgetHeldLocked(e *entry) {
 	h, g := e.lc.held, &e.gates
 	if h == nil {
 		return
@@ -493,9 +493,9 @@ func (c *Controller) forgetHeldLocked(e *entry) {
 		"task_name", e.spec.Name)
 }
 
-// HeldPlan returns the task's newest held plan, whatever its state
+// heldPlan returns the task's newest held plan, whatever its state
 // (api.Approvals).
-func (c *Controller) HeldPlan(name string) (gate.Plan, error) {
+func (c *gateKeeper) heldPlan(name string) (gate.Plan, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.tasks[name]
@@ -508,7 +508,7 @@ func (c *Controller) HeldPlan(name string) (gate.Plan, error) {
 	return clonePlan(e.gates.plan), nil
 }
 
-// Approve approves the task's pending plan id, exactly that plan, and
+// approve approves the task's pending plan id, exactly that plan, and
 // records who approved it (api.Approvals). It returns once the approval
 // is recorded: the apply is a request of the task (intentApprove), done in
 // the background by a worker, and the task's next event tells how it
@@ -517,7 +517,7 @@ func (c *Controller) HeldPlan(name string) (gate.Plan, error) {
 // the rules) before Approve returns, and the error is a
 // *gate.SupersededError naming it. A plan Terraform finds stale when it
 // applies it is superseded in the same way, after the answer.
-func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
+func (c *gateKeeper) approve(ctx context.Context, name, id, who string) error {
 	e, h, err := c.takeHeld(ctx, name, id)
 	if err != nil {
 		return err
@@ -526,7 +526,9 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 	// started does.
 	rctx, done, err := c.apiRun(ctx)
 	if err != nil {
-		c.release(e)
+		c.mu.Lock()
+		c.releaseLocked(e)
+		c.mu.Unlock()
 		return err
 	}
 	if !h.destroy {
@@ -534,7 +536,9 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 		want, ready, derr := c.obs.desired(rctx, &s)
 		if derr != nil || !ready {
 			done()
-			c.release(e)
+			c.mu.Lock()
+			c.releaseLocked(e)
+			c.mu.Unlock()
 			if derr == nil {
 				derr = errors.New("its data from Consul is not complete")
 			}
@@ -581,7 +585,7 @@ func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
 // with a new run of the task (held or applied per the gates; a request
 // that replaces id), and returns the *gate.SupersededError naming the new
 // plan. The task is reserved by the caller.
-func (c *Controller) replan(ctx context.Context, e *entry, id string) error {
+func (c *gateKeeper) replan(ctx context.Context, e *entry, id string) error {
 	name := e.spec.Name
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -674,7 +678,7 @@ func (rc *reconciler) approveDestroy(ctx context.Context, log *slog.Logger, j jo
 // giveBackLocked keeps a task whose held destroy plan (h) was rejected or
 // expired: its enabled flag is the one it had before the deletion, and a
 // change that came meanwhile runs. c.mu is held.
-func (c *Controller) giveBackLocked(e *entry, h *heldRun) {
+func (c *gateKeeper) giveBackLocked(e *entry, h *heldRun) {
 	if !h.destroy {
 		return
 	}
@@ -684,11 +688,11 @@ func (c *Controller) giveBackLocked(e *entry, h *heldRun) {
 	c.markDirtyLocked(e, Due(TriggerEnable))
 }
 
-// Reject drops the task's pending plan id and records who rejected it
+// reject drops the task's pending plan id and records who rejected it
 // (api.Approvals): nothing is applied, and the same desired state is not
 // planned again; the task waits for its next change. The plan's files are
 // discarded by a worker (intentDiscard) before Reject returns.
-func (c *Controller) Reject(ctx context.Context, name, id, who string) error {
+func (c *gateKeeper) reject(ctx context.Context, name, id, who string) error {
 	e, h, err := c.takeHeld(ctx, name, id)
 	if err != nil {
 		return err
@@ -715,7 +719,7 @@ func (c *Controller) Reject(ctx context.Context, name, id, who string) error {
 // takeHeld waits until the task is not running (a new plan may be under
 // way) and takes it for a decision on its pending plan id, which it
 // returns; the caller submits a request or releases the task.
-func (c *Controller) takeHeld(ctx context.Context, name, id string) (*entry, heldRun, error) {
+func (c *gateKeeper) takeHeld(ctx context.Context, name, id string) (*entry, heldRun, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
@@ -726,7 +730,7 @@ func (c *Controller) takeHeld(ctx context.Context, name, id string) (*entry, hel
 		if err := e.gates.decidable(name, id); err != nil {
 			return nil, heldRun{}, err
 		}
-		if e.lc.held != nil && c.reserveLocked(e) {
+		if e.lc.held != nil && c.stepLocked(e, evReserve, wake{}) {
 			return e, *e.lc.held, nil
 		}
 		if err := c.awaitLocked(ctx, func() bool {
@@ -783,4 +787,20 @@ func changeLines(ch *store.Changes) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// HeldPlan returns the task's newest held plan, whatever its state
+// (api.Approvals).
+func (c *Controller) HeldPlan(name string) (gate.Plan, error) { return c.gk.heldPlan(name) }
+
+// Approve approves the task's pending plan id, exactly that plan, and
+// records who approved it (api.Approvals): see gateKeeper.approve.
+func (c *Controller) Approve(ctx context.Context, name, id, who string) error {
+	return c.gk.approve(ctx, name, id, who)
+}
+
+// Reject drops the task's pending plan id and records who rejected it
+// (api.Approvals): see gateKeeper.reject.
+func (c *Controller) Reject(ctx context.Context, name, id, who string) error {
+	return c.gk.reject(ctx, name, id, who)
 }

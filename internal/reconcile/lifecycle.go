@@ -339,7 +339,7 @@ type wake struct {
 // stepLocked moves a task through its lifecycle on ev and carries out the
 // effects: the run queue, the timer, and waking whoever waits for a task
 // to change (StateChanged). It reports whether the event applied. c.mu is held.
-func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
+func (c *taskTable) stepLocked(e *entry, ev event, w wake) bool {
 	lc := &e.lc
 	f := facts{timer: lc.timerSet, timerPhase: lc.timerPhase, rerun: lc.rerun, doomed: lc.doomed, held: lc.held != nil,
 		intent: lc.intent != nil}
@@ -412,7 +412,7 @@ func (c *Controller) stepLocked(e *entry, ev event, w wake) bool {
 // armLocked (re)starts the task's wait (a buffer period or a retry delay)
 // for w.d; when it is over, w.before runs under c.mu and the task moves on
 // (evFire).
-func (c *Controller) armLocked(e *entry, kind phase, w wake) {
+func (c *taskTable) armLocked(e *entry, kind phase, w wake) {
 	lc := &e.lc
 	lc.timerSet = true
 	lc.timerPhase = kind
@@ -423,26 +423,28 @@ func (c *Controller) armLocked(e *entry, kind phase, w wake) {
 
 // stopTimerLocked drops the task's wait (a buffer period or a retry delay)
 // and its buffer deadline; the held plan's expiry stays.
-func (c *Controller) stopTimerLocked(e *entry) {
+func (c *taskTable) stopTimerLocked(e *entry) {
 	lc := &e.lc
 	lc.timerSet, lc.before = false, nil
 	lc.deadline = time.Time{}
 	c.rearmLocked(e)
 }
 
-// haltTimerLocked stops the task's timer altogether (shutdown).
-func (c *Controller) haltTimerLocked(e *entry) {
-	c.stopTimerLocked(e)
-	if e.lc.timer != nil {
-		e.lc.timer.Stop()
-		e.lc.timer = nil
+// halt stops the task's timer altogether, and drops its wait (shutdown,
+// removal).
+func (lc *lifecycle) halt() {
+	lc.timerSet, lc.before = false, nil
+	lc.deadline = time.Time{}
+	if lc.timer != nil {
+		lc.timer.Stop()
+		lc.timer = nil
 	}
-	e.lc.gen++
+	lc.gen++
 }
 
 // rearmLocked sets the task's one timer for the earliest of its wait and
 // its held plan's expiry (none: no timer).
-func (c *Controller) rearmLocked(e *entry) {
+func (c *taskTable) rearmLocked(e *entry) {
 	lc := &e.lc
 	if lc.timer != nil {
 		lc.timer.Stop()
@@ -469,7 +471,7 @@ func (c *Controller) rearmLocked(e *entry) {
 		}
 		c.mu.Unlock()
 		for _, ev := range evs {
-			c.gateEvent(ev)
+			c.gk.gateEvent(ev)
 		}
 	})
 }
@@ -477,12 +479,12 @@ func (c *Controller) rearmLocked(e *entry) {
 // timerLocked is the task's timer firing: the held plan expires when its
 // time has come (gates.go), the wait ends when its time has come, and the
 // timer is set again for what is left. It returns the gate events.
-func (c *Controller) timerLocked(e *entry) []gate.Event {
+func (c *taskTable) timerLocked(e *entry) []gate.Event {
 	lc := &e.lc
 	now := c.opts.Clock.Now()
 	var evs []gate.Event
 	if h := lc.held; h != nil && !h.expireAt.IsZero() && !now.Before(h.expireAt) {
-		evs = append(evs, c.expireLocked(e)...) // gates.go: evExpire
+		evs = append(evs, c.gk.expireLocked(e)...) // gates.go: evExpire
 	}
 	if lc.timerSet && !now.Before(lc.timerAt) {
 		lc.timerSet = false
@@ -501,7 +503,7 @@ func (c *Controller) timerLocked(e *entry) []gate.Event {
 // task needs, a failover): queued, or, when it is running, queued again
 // when the run ends. t is the run's trigger unless another reason came
 // first; replace makes it the trigger anyway. c.mu is held.
-func (c *Controller) forceLocked(e *entry, t Trigger, replace bool) {
+func (c *taskTable) forceLocked(e *entry, t Trigger, replace bool) {
 	if replace || e.lc.due.Trigger.IsZero() {
 		e.lc.due.Trigger = t
 	}
@@ -511,7 +513,7 @@ func (c *Controller) forceLocked(e *entry, t Trigger, replace bool) {
 
 // markDirtyLocked records that a task's inputs may have changed and
 // schedules its run through the buffer period. c.mu is held.
-func (c *Controller) markDirtyLocked(e *entry, trigger Trigger) {
+func (c *taskTable) markDirtyLocked(e *entry, trigger Trigger) {
 	if !e.spec.Enabled || !c.started {
 		return
 	}
@@ -559,7 +561,7 @@ func (c *Controller) markDirtyLocked(e *entry, trigger Trigger) {
 // start-up: a dynamic task through markDirtyLocked (unbuffered before its
 // first run), a schedule task directly — CTS also runs schedule tasks in
 // its start-up pass. The inputs hash still skips a task already up to date.
-func (c *Controller) dueLocked(e *entry, trigger Trigger) {
+func (c *taskTable) dueLocked(e *entry, trigger Trigger) {
 	if !e.spec.Enabled {
 		return
 	}
@@ -573,7 +575,7 @@ func (c *Controller) dueLocked(e *entry, trigger Trigger) {
 // enqueueLocked makes the task due now, for t unless another reason came
 // first: it is queued, or, when it is running, runs again once the run
 // ends. c.mu is held.
-func (c *Controller) enqueueLocked(e *entry, t Trigger) {
+func (c *taskTable) enqueueLocked(e *entry, t Trigger) {
 	if e.lc.due.Trigger.IsZero() {
 		e.lc.due.Trigger = t
 	}
@@ -582,7 +584,7 @@ func (c *Controller) enqueueLocked(e *entry, t Trigger) {
 
 // undeferLocked settles a notification deferred while the task's first
 // run was under way (see markDirtyLocked).
-func (c *Controller) undeferLocked(e *entry) {
+func (c *taskTable) undeferLocked(e *entry) {
 	if e.lc.deferred {
 		e.lc.deferred = false
 		c.markDirtyLocked(e, Due(TriggerChange))
@@ -596,7 +598,7 @@ func (c *Controller) undeferLocked(e *entry) {
 // store), and when its working directory no longer holds what its last run
 // left (Options.Prepared). A follower decides none of this: it is done on
 // becoming the leader (SetActive). c.mu is held.
-func (c *Controller) startLocked(e *entry) {
+func (c *taskTable) startLocked(e *entry) {
 	if !c.standby {
 		st := c.opts.Store.Run(e.spec.Name)
 		switch {
@@ -620,7 +622,7 @@ const (
 // for (it became the leader, or the task's owner): its first run here is
 // not buffered, and it applies even when nothing changed when the previous
 // holder stopped in the middle of a run (inFlight). c.mu is held.
-func (c *Controller) adoptLocked(e *entry, t Trigger, inFlight bool) {
+func (c *taskTable) adoptLocked(e *entry, t Trigger, inFlight bool) {
 	e.lc.ranOnce = false
 	if inFlight {
 		e.lc.due.Trigger, e.lc.due.Force = Due(TriggerFailover), true
@@ -634,11 +636,11 @@ func (c *Controller) adoptLocked(e *entry, t Trigger, inFlight bool) {
 // with the request it does: the task's intent if one waits, else the run
 // that was due. false when the task cannot be taken (any more). c.mu is
 // held.
-func (c *Controller) takeLocked(e *entry) (job, bool) {
+func (c *taskTable) takeLocked(e *entry) (job, bool) {
 	if !c.stepLocked(e, evTake, wake{}) {
 		return job{}, false
 	}
-	j := c.jobLocked(e)
+	var j job // the worker adds the snapshot (jobLocked)
 	if in := e.lc.intent; in != nil {
 		in.taken = true
 		j.intent = *in
@@ -654,7 +656,7 @@ func (c *Controller) takeLocked(e *entry) (job, bool) {
 
 // untakeLocked puts back a run the worker could not start (no run slot
 // before shutdown): the task stays due, as it was. c.mu is held.
-func (c *Controller) untakeLocked(e *entry, j job) {
+func (c *taskTable) untakeLocked(e *entry, j job) {
 	if in := e.lc.intent; in != nil && j.gen != 0 && in.gen == j.gen {
 		in.taken = false
 		if e.lc.phase == phaseDeleting {
@@ -675,7 +677,7 @@ func (c *Controller) untakeLocked(e *entry, j job) {
 // generation: the caller waits for it (awaitLocked). It fails when the
 // workers have stopped, or the task is being deleted meanwhile. c.mu is
 // held.
-func (c *Controller) submitLocked(e *entry, in intent) (uint64, error) {
+func (c *taskTable) submitLocked(e *entry, in intent) (uint64, error) {
 	if c.closing && c.q.workers == 0 {
 		if e.lc.phase == phaseRunning {
 			c.stepLocked(e, evDone, wake{})
@@ -699,8 +701,8 @@ func (c *Controller) submitLocked(e *entry, in intent) (uint64, error) {
 // requestLocked reserves the task and submits the request in (a drift
 // check, -once, the discard of expired plans); false when the task is
 // queued, running or deleted. c.mu is held.
-func (c *Controller) requestLocked(e *entry, in intent) (uint64, bool) {
-	if !c.reserveLocked(e) {
+func (c *taskTable) requestLocked(e *entry, in intent) (uint64, bool) {
+	if !c.stepLocked(e, evReserve, wake{}) {
 		return 0, false
 	}
 	gen, err := c.submitLocked(e, in)
@@ -709,7 +711,7 @@ func (c *Controller) requestLocked(e *entry, in intent) (uint64, bool) {
 
 // endIntentLocked records the end of the task's intent: its generation is
 // observed, and its waiter gets res and err. c.mu is held.
-func (c *Controller) endIntentLocked(e *entry, res outcome, err error) {
+func (c *taskTable) endIntentLocked(e *entry, res outcome, err error) {
 	in := e.lc.intent
 	if in == nil {
 		return
@@ -730,7 +732,7 @@ func (c *Controller) endIntentLocked(e *entry, res outcome, err error) {
 // before a worker took the request, the request is withdrawn (it never
 // runs) and ctx's error returned; once a worker has it, the caller waits
 // for its end. c.mu is held.
-func (c *Controller) awaitIntentLocked(ctx context.Context, e *entry, gen uint64) (outcome, error) {
+func (c *taskTable) awaitIntentLocked(ctx context.Context, e *entry, gen uint64) (outcome, error) {
 	if err := c.awaitLocked(ctx, func() bool { return e.lc.observed >= gen }); err != nil {
 		if in := e.lc.intent; in != nil && in.gen == gen && !in.taken {
 			e.lc.intent = nil
@@ -749,7 +751,7 @@ func (c *Controller) awaitIntentLocked(ctx context.Context, e *entry, gen uint64
 
 // failIntentsLocked ends every request no worker took (the workers have
 // stopped). c.mu is held.
-func (c *Controller) failIntentsLocked(err error) {
+func (c *workers) failIntentsLocked(err error) {
 	for _, m := range []map[string]*entry{c.tasks, c.inspecting} {
 		for _, e := range m {
 			if in := e.lc.intent; in != nil && !in.taken {
@@ -763,7 +765,7 @@ func (c *Controller) failIntentsLocked(err error) {
 // dropLocked drops what a task owned by another member is due for (nextLocked):
 // a drift check it was asked for, and the run it was due for. c.mu is
 // held.
-func (c *Controller) dropLocked(e *entry) {
+func (c *workers) dropLocked(e *entry) {
 	if in := e.lc.intent; in != nil && !in.taken {
 		c.endIntentLocked(e, outcome{}, nil)
 		c.stepLocked(e, evWithdraw, wake{})
@@ -771,23 +773,9 @@ func (c *Controller) dropLocked(e *entry) {
 	c.stepLocked(e, evStop, wake{})
 }
 
-// reserveLocked takes the task for its caller, which then submits a
-// request (submitLocked) or releases it; false when it is queued, running
-// or deleted.
-func (c *Controller) reserveLocked(e *entry) bool {
-	return c.stepLocked(e, evReserve, wake{})
-}
-
-// release ends a reservation that submitted nothing; a change that came
-// meanwhile runs now.
-func (c *Controller) release(e *entry) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.releaseLocked(e)
-}
-
-// releaseLocked is release with c.mu held.
-func (c *Controller) releaseLocked(e *entry) {
+// releaseLocked ends a reservation (evReserve) that submitted nothing; a
+// change that came meanwhile runs now. c.mu is held.
+func (c *taskTable) releaseLocked(e *entry) {
 	if c.tasks[e.spec.Name] != e && e.throwaway == "" { // gone meanwhile
 		c.stepLocked(e, evGone, wake{})
 		return
@@ -796,11 +784,11 @@ func (c *Controller) releaseLocked(e *entry) {
 	c.undeferLocked(e)
 }
 
-// waitLocked records why the task cannot run yet ("" when it can), and
-// reports whether the reason is new. c.mu is held.
-func (c *Controller) waitLocked(e *entry, why string) (changed bool) {
-	changed = e.lc.waiting != why
-	e.lc.waiting = why
+// wait records why the task cannot run yet ("" when it can), and reports
+// whether the reason is new. c.mu is held.
+func (lc *lifecycle) wait(why string) (changed bool) {
+	changed = lc.waiting != why
+	lc.waiting = why
 	return changed
 }
 
@@ -811,26 +799,26 @@ func (c *Controller) waitLocked(e *entry, why string) (changed bool) {
 // of its recorded event, its success, the plan it held or superseded, the
 // upstream tasks it needs to run, what a drift check found. It returns the
 // gate events to hand to the hook once c.mu is released. c.mu is held.
-func (c *Controller) commitLocked(e *entry, j job, res outcome) []gate.Event {
+func (c *taskTable) commitLocked(e *entry, j job, res outcome) []gate.Event {
 	if res.readData {
 		e.lc.ranOnce = true
 	}
 	if res.setWait {
-		c.waitLocked(e, res.waitReason)
+		e.lc.wait(res.waitReason)
 	}
 	if res.fingerprint != "" {
-		c.runsLocked(e, res.fingerprint)
+		e.lc.runs(res.fingerprint)
 	}
 	if res.recorded {
 		e.prevInputs = res.inputs
 	}
 	if res.applied {
 		e.drifted = false // just applied: matches the configuration again
-		c.succeededLocked(e)
+		e.lc.succeeded()
 	}
 	var evs []gate.Event
 	if sp := res.supersede; sp != nil {
-		evs = append(evs, c.supersedeLocked(e, sp)...) // gates.go
+		evs = append(evs, c.gk.supersedeLocked(e, sp)...) // gates.go
 	}
 	if h := res.hold; h != nil {
 		if h.destroy && j.gen != 0 && j.approved == nil { // a deletion's destroy
@@ -838,10 +826,10 @@ func (c *Controller) commitLocked(e *entry, j job, res outcome) []gate.Event {
 		} else if h.destroy && j.approved != nil { // planned again after its approval
 			h.enabled = j.approved.enabled
 		}
-		evs = append(evs, c.holdLocked(e, h)) // gates.go
+		evs = append(evs, c.gk.holdLocked(e, h)) // gates.go
 	}
 	if j.replaces != "" {
-		evs = append(evs, c.supersedeLocked(e, &supersession{id: j.replaces})...) // the run failed before it planned
+		evs = append(evs, c.gk.supersedeLocked(e, &supersession{id: j.replaces})...) // the run failed before it planned
 	}
 	for _, k := range res.kicks {
 		c.kickLocked(k) // chain.go
@@ -856,24 +844,24 @@ func (c *Controller) commitLocked(e *entry, j job, res outcome) []gate.Event {
 	return evs
 }
 
-// runsLocked records the fingerprint of the desired state a run applies:
+// runs records the fingerprint of the desired state a run applies:
 // the failures of an older one do not count against it. c.mu is held.
-func (c *Controller) runsLocked(e *entry, fingerprint string) {
-	if e.lc.failHash != fingerprint {
-		e.lc.retries = 0
-		e.lc.failHash = fingerprint
+func (lc *lifecycle) runs(fingerprint string) {
+	if lc.failHash != fingerprint {
+		lc.retries = 0
+		lc.failHash = fingerprint
 	}
 }
 
-// succeededLocked records a successful run. c.mu is held.
-func (c *Controller) succeededLocked(e *entry) {
-	e.lc.retries = 0
+// succeeded records a successful run. c.mu is held.
+func (lc *lifecycle) succeeded() {
+	lc.retries = 0
 }
 
 // endRunLocked moves a task whose run (taken from the queue) has ended on:
 // retried after a delay when it failed and may be retried, else done; a
 // change that came during the run runs now. c.mu is held.
-func (c *Controller) endRunLocked(e *entry, req Request, res outcome) {
+func (c *taskTable) endRunLocked(e *entry, req Request, res outcome) {
 	lc, name := &e.lc, e.spec.Name
 	if res.notReady && req.Force && req.Trigger.Kind != TriggerOnce {
 		// A run that must apply whatever the desired state (the
@@ -902,7 +890,7 @@ func (c *Controller) endRunLocked(e *entry, req Request, res outcome) {
 			"attempt", lc.lockWaits, "delay", delay.Round(time.Millisecond))
 		lc.due.Trigger = Due(TriggerRetry)
 		lc.rerun = false // a change does not free the lock: the retry reads it
-		lc.retry = Retry{Attempt: lc.lockWaits, LastError: c.redact(name, driver.ErrorSummary(res.err))}
+		lc.retry = Retry{Attempt: lc.lockWaits, LastError: c.opts.redact(name, driver.ErrorSummary(res.err))}
 		c.stepLocked(e, evRetry, wake{d: delay})
 	case res.failed && res.terminal:
 		c.log.Warn("task failed with a terminal error: it runs again when its desired state changes",
@@ -914,7 +902,7 @@ func (c *Controller) endRunLocked(e *entry, req Request, res outcome) {
 		if !res.waiting {
 			c.log.Info("retrying task after failure", "task_name", name, "attempt", lc.retries, "delay", delay.Round(time.Millisecond))
 		}
-		lc.retry = Retry{Attempt: lc.retries, LastError: c.redact(name, driver.ErrorSummary(res.err))}
+		lc.retry = Retry{Attempt: lc.retries, LastError: c.opts.redact(name, driver.ErrorSummary(res.err))}
 		// A change that came during the run runs now.
 		c.stepLocked(e, evRetry, wake{d: delay, before: func() {
 			if lc.due.Trigger.IsZero() {
@@ -931,7 +919,7 @@ func (c *Controller) endRunLocked(e *entry, req Request, res outcome) {
 // is committed (commitLocked): a run the task was due for through
 // endRunLocked (retries); a request ends as a reservation does, and its
 // caller gets res. c.mu is held.
-func (c *Controller) endLocked(e *entry, j job, res outcome) {
+func (c *taskTable) endLocked(e *entry, j job, res outcome) {
 	if j.gen == 0 {
 		c.endRunLocked(e, j.Request, res)
 		return

@@ -234,7 +234,7 @@ func TestHeldPlanIsPartOfTheLifecycle(t *testing.T) {
 	c.stepLocked(e, evReserve, wake{})
 	now := time.Now()
 	h := &heldRun{plan: gate.Plan{ID: "p1", Task: "a", State: gate.Pending, Created: now, Expires: now.Add(time.Hour)}, run: &runRecord{}}
-	c.holdLocked(e, h)
+	c.gk.holdLocked(e, h)
 	c.stepLocked(e, evDone, wake{})
 	if e.lc.phase != phaseHeld || e.lc.held != h || e.lc.timer == nil || e.lc.timerSet {
 		t.Fatalf("held: phase %s, held %v, timer %v, wait %v; want held, the plan, the expiry armed, no wait", e.lc.phase, e.lc.held, e.lc.timer, e.lc.timerSet)
@@ -258,7 +258,7 @@ func TestHeldPlanIsPartOfTheLifecycle(t *testing.T) {
 	// Held again, then expired by the timer.
 	c.stepLocked(e, evReserve, wake{})
 	h2 := &heldRun{plan: gate.Plan{ID: "p2", Task: "a", State: gate.Pending, Created: now, Expires: now.Add(time.Hour)}, run: &runRecord{}}
-	c.holdLocked(e, h2)
+	c.gk.holdLocked(e, h2)
 	c.stepLocked(e, evDone, wake{})
 	c.mu.Unlock()
 	clk.Advance(time.Hour)

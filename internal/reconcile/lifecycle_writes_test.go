@@ -154,3 +154,45 @@ func TestReconcilerKeepsNoState(t *testing.T) {
 		t.Fatalf("found %d methods of the reconciler: the check looks in the wrong place", methods)
 	}
 }
+
+// TestNoTypeHasMoreThan30Methods keeps the package's parts apart: a type
+// with more than 30 methods has taken on more than one responsibility
+// (docs/architecture.md names the parts).
+func TestNoTypeHasMoreThan30Methods(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	count := map[string]int{}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil {
+				continue
+			}
+			x := fn.Recv.List[0].Type
+			if st, ok := x.(*ast.StarExpr); ok {
+				x = st.X
+			}
+			if id, ok := x.(*ast.Ident); ok {
+				count[id.Name]++
+			}
+		}
+	}
+	if count["Controller"] == 0 {
+		t.Fatal("no method of the Controller found: the check looks in the wrong place")
+	}
+	for typ, n := range count {
+		if n > 30 {
+			t.Errorf("%s has %d methods, more than 30", typ, n)
+		}
+	}
+}

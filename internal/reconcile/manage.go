@@ -71,19 +71,19 @@ func (c *Controller) Tasks() []TaskState {
 	c.mu.Lock()
 	out := make([]TaskState, 0, len(c.tasks))
 	for _, e := range c.tasks {
-		out = append(out, c.stateLocked(e))
+		out = append(out, e.stateLocked(c.opts.Store))
 	}
 	c.mu.Unlock()
 	for i := range out {
-		c.addQueryError(&out[i])
+		addQueryError(c.obs, &out[i])
 	}
 	slices.SortFunc(out, func(a, b TaskState) int { return strings.Compare(a.Spec.Name, b.Spec.Name) })
 	return out
 }
 
 // addQueryError fills QueryError; the watcher is asked without c.mu held.
-func (c *Controller) addQueryError(st *TaskState) {
-	if err := c.obs.refused(&st.Spec); err != nil {
+func addQueryError(obs *observer, st *TaskState) {
+	if err := obs.refused(&st.Spec); err != nil {
 		st.QueryError = err.Error()
 	}
 }
@@ -96,14 +96,14 @@ func (c *Controller) Task(name string) (TaskState, error) {
 		c.mu.Unlock()
 		return TaskState{}, ErrNotFound
 	}
-	st := c.stateLocked(e)
+	st := e.stateLocked(c.opts.Store)
 	c.mu.Unlock()
-	c.addQueryError(&st)
+	addQueryError(c.obs, &st)
 	return st, nil
 }
 
-func (c *Controller) stateLocked(e *entry) TaskState {
-	rs := c.opts.Store.Run(e.spec.Name)
+func (e *entry) stateLocked(st store.Store) TaskState {
+	rs := st.Run(e.spec.Name)
 	return TaskState{Spec: e.spec, Active: e.lc.phase == phaseRunning || e.lc.phase == phaseQueued,
 		Deleting: e.deletingLocked(), NextRun: e.nextCron,
 		Drifted: e.drifted, LastDriftCheck: e.lastDriftCheck, Dirty: rs.Dirty(), Terminal: rs.Dirty() && rs.Terminal,
@@ -146,7 +146,7 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 	}
 	// Its variables' values are shown as written in its own text from
 	// its first run on; remove drops them.
-	c.protectLocked(spec)
+	c.opts.Redactor.Protect(spec.Name, spec.VariableStrings()...)
 	c.tasks[spec.Name] = e
 	signal(c.driftKick) // schedule its drift checks
 	signal(c.cronKick)  // and its cron ticks
@@ -189,7 +189,7 @@ func (c *Controller) Inspect(ctx context.Context, spec task.Spec) (PlanResult, e
 	e := &entry{spec: spec, throwaway: sub, changed: make(chan struct{}, 1)}
 	c.mu.Lock()
 	c.inspecting[sub] = e
-	c.reserveLocked(e)
+	c.stepLocked(e, evReserve, wake{})
 	c.mu.Unlock()
 	defer func() {
 		c.opts.Watcher.UnsubscribeAll(sub)
@@ -296,7 +296,9 @@ func (c *Controller) RunNow(ctx context.Context, name string) error {
 func (c *Controller) runReserved(ctx context.Context, e *entry, in intent) (outcome, error) {
 	ctx, done, err := c.apiRun(ctx)
 	if err != nil {
-		c.release(e)
+		c.mu.Lock()
+		c.releaseLocked(e)
+		c.mu.Unlock()
 		return outcome{}, err
 	}
 	defer done()
@@ -319,7 +321,9 @@ func (c *Controller) request(ctx context.Context, e *entry, in intent) (outcome,
 	s := e.spec
 	c.mu.Unlock()
 	if err := c.obs.waitReady(ctx, e.changed, &s, syncWait); err != nil {
-		c.release(e)
+		c.mu.Lock()
+		c.releaseLocked(e)
+		c.mu.Unlock()
 		return outcome{}, err
 	}
 	in.actor = actorFrom(ctx)
@@ -404,17 +408,17 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 
 // remove forgets a task: its watches, events and state, and the plan it
 // held (its files).
-func (c *Controller) remove(ctx context.Context, name string) {
+func (c *taskTable) remove(ctx context.Context, name string) {
 	c.opts.Watcher.UnsubscribeAll(name)
 	c.mu.Lock()
 	e := c.tasks[name]
 	var held []driver.HeldPlan
 	if e != nil {
-		c.haltTimerLocked(e)
+		e.lc.halt()
 		held, e.gates.orphans = e.gates.orphans, nil
 		if h := e.lc.held; h != nil {
 			held = append(held, h.drv)
-			c.endHeldLocked(e, gate.Superseded, "", evDrop)
+			c.gk.endHeldLocked(e, gate.Superseded, "", evDrop)
 		}
 		if in := e.lc.intent; in != nil && !in.taken {
 			c.q.remove(name)
@@ -441,13 +445,4 @@ func (c *Controller) remove(ctx context.Context, name string) {
 // Events returns a task's run history, newest first.
 func (c *Controller) Events(name string) []store.Event {
 	return c.opts.Store.Events(name)
-}
-
-// protectLocked makes the redaction show the strings of the task's
-// variables as written in the task's own text (redact.Redactor.Protect):
-// its run logs, terraform.log, plans and events, and nowhere else. The
-// task is in c.tasks: a Create refused (a task of that name exists) sets
-// nothing.
-func (c *Controller) protectLocked(spec task.Spec) {
-	c.opts.Redactor.Protect(spec.Name, spec.VariableStrings()...)
 }

@@ -11,7 +11,10 @@ import (
 
 // Notify is the watch registry's callback: the view for key changed and
 // subscriber (a task name) uses it. It never blocks.
-func (c *Controller) Notify(subscriber, key string) {
+func (c *Controller) Notify(subscriber, key string) { c.src.notify(subscriber, key) }
+
+// notify records a notification for the note loop.
+func (c *sources) notify(subscriber, key string) {
 	n := note{subscriber, key}
 	c.mu.Lock()
 	if _, waiting := c.noted[n]; !waiting {
@@ -28,7 +31,7 @@ func (c *Controller) Notify(subscriber, key string) {
 // noteLoop handles view notifications in one goroutine: it keeps regexp
 // selections subscribed to the services they match, applies the trigger
 // rule of each condition, and marks tasks dirty.
-func (c *Controller) noteLoop(ctx context.Context) {
+func (c *sources) noteLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -64,7 +67,7 @@ func (c *Controller) noteLoop(ctx context.Context) {
 }
 
 // handle applies one note (see noteLoop), then counts it as handled.
-func (c *Controller) handle(e *entry, throwaway bool, n note, spec *task.Spec) {
+func (c *sources) handle(e *entry, throwaway bool, n note, spec *task.Spec) {
 	defer func() {
 		c.mu.Lock()
 		c.handling--
@@ -89,7 +92,7 @@ func (c *Controller) handle(e *entry, throwaway bool, n note, spec *task.Spec) {
 func (c *Controller) Settled() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.notes) > 0 || c.handling > 0 || (c.q.len() > 0 && !c.standby) {
+	if len(c.src.notes) > 0 || c.src.handling > 0 || (c.q.len() > 0 && !c.standby) {
 		return false
 	}
 	for _, e := range c.tasks {
@@ -102,7 +105,7 @@ func (c *Controller) Settled() bool {
 
 // syncDynamic subscribes a regexp selector to the health of every service it
 // matches now and drops the services it no longer matches.
-func (c *Controller) syncDynamic(name string, e *entry, s *task.Spec) {
+func (c *sources) syncDynamic(name string, e *entry, s *task.Spec) {
 	want := map[string]watch.Query{}
 	for _, q := range DynamicQueries(s, c.obs.get) {
 		want[q.Key()] = q
@@ -129,7 +132,7 @@ func (c *Controller) syncDynamic(name string, e *entry, s *task.Spec) {
 
 // handleNote applies the condition's trigger rule and marks the task dirty;
 // a change of module input data alone does not.
-func (c *Controller) handleNote(e *entry, s *task.Spec, key string) {
+func (c *sources) handleNote(e *entry, s *task.Spec, key string) {
 	if cs := s.Condition.CatalogServices; cs != nil && key == conditionCatalog(cs).Key() {
 		// catalog-services fires only when the set of matching names
 		// changes; other updates still reach the next run's inputs. The

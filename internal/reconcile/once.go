@@ -42,13 +42,13 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	var loops sync.WaitGroup
 	defer func() { stopLoops(); loops.Wait() }()
-	loops.Go(func() { c.noteLoop(loopCtx) })
-	c.startWorkers(&loops, loopCtx, ctx)
+	loops.Go(func() { c.src.noteLoop(loopCtx) })
+	c.w.start(&loops, loopCtx, ctx)
 	for _, e := range run {
 		c.subscribe(e.spec.Name, &e.spec)
 	}
 
-	b := &onceBatch{runs: map[string]bool{}, done: map[string]onceResult{}}
+	b := &onceBatch{taskTable: c.taskTable, runs: map[string]bool{}, done: map[string]onceResult{}}
 	for _, e := range run {
 		b.runs[e.spec.Name] = true
 	}
@@ -62,7 +62,7 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 	for _, e := range run {
 		wg.Go(func() {
 			s := e.spec
-			err := c.waitUpstreams(ctx, &s, b)
+			err := b.waitUpstreams(ctx, &s)
 			if err == nil {
 				err = c.obs.waitReady(ctx, e.changed, &s, wait)
 			}
@@ -70,7 +70,7 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 			if err == nil {
 				req := req
 				req.Name = s.Name
-				res, err = c.runQueued(ctx, e, req)
+				res, err = b.run(ctx, e, req)
 			}
 			if err == nil {
 				err = res.err
@@ -106,7 +106,7 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 			}
 		}
 	}()
-	stopProgress := c.onceProgress(run, b, begin) // once_summary.go
+	stopProgress := b.progress(run, begin) // once_summary.go
 	wg.Wait()
 	stopProgress()
 	<-logged
@@ -131,14 +131,15 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 // it has. done is guarded by c.mu; a change of it is announced as a change
 // of state (changedLocked).
 type onceBatch struct {
+	*taskTable
 	runs map[string]bool
 	done map[string]onceResult
 }
 
-// runQueued records the run req as the task's request, for the workers,
-// and waits until it has ended (RunOnce: nothing else makes the task due
+// run records the run req as the task's request, for the workers, and
+// waits until it has ended (RunOnce: nothing else makes the task due
 // meanwhile).
-func (c *Controller) runQueued(ctx context.Context, e *entry, req Request) (outcome, error) {
+func (c *onceBatch) run(ctx context.Context, e *entry, req Request) (outcome, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	gen, ok := c.requestLocked(e, intent{kind: intentRun, req: req})
@@ -150,17 +151,17 @@ func (c *Controller) runQueued(ctx context.Context, e *entry, req Request) (outc
 
 // waitUpstreams waits, in RunOnce, for the tasks s depends on that run too;
 // it fails when one of them failed.
-func (c *Controller) waitUpstreams(ctx context.Context, s *task.Spec, b *onceBatch) error {
+func (c *onceBatch) waitUpstreams(ctx context.Context, s *task.Spec) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, name := range s.Upstreams() {
-		if !b.runs[name] {
+		if !c.runs[name] {
 			continue // not part of this run: its recorded outputs are used
 		}
-		if err := c.awaitLocked(ctx, func() bool { _, ok := b.done[name]; return ok }); err != nil {
+		if err := c.awaitLocked(ctx, func() bool { _, ok := c.done[name]; return ok }); err != nil {
 			return err
 		}
-		if b.done[name].err != nil {
+		if c.done[name].err != nil {
 			return fmt.Errorf("not run: upstream task %q failed", name)
 		}
 	}

@@ -90,10 +90,10 @@ func firstLine(s string, max int) string {
 // still wait for, on long work.
 var OnceProgressEvery = 30 * time.Second
 
-// onceProgress logs, every OnceProgressEvery until stop is called, the
-// tasks of run that have not ended yet and for how long -once has been
-// running.
-func (c *Controller) onceProgress(run []*entry, b *onceBatch, begin time.Time) (stop func()) {
+// progress logs, every OnceProgressEvery until stop is called, the tasks
+// of run that have not ended yet and for how long -once has been running.
+func (b *onceBatch) progress(run []*entry, begin time.Time) (stop func()) {
+	c := b
 	quit := make(chan struct{})
 	ended := make(chan struct{})
 	go func() {

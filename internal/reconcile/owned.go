@@ -43,7 +43,7 @@ func (c *Controller) SetOwned(owns func(task string) bool) {
 	c.owned = o
 	for name, e := range c.tasks {
 		if !owns(name) {
-			c.forgetHeldLocked(e) // gates.go: its owner holds it
+			c.gk.forgetHeldLocked(e) // gates.go: its owner holds it
 			continue
 		}
 		o.was[name] = true
@@ -65,7 +65,7 @@ func (c *Controller) SetOwned(owns func(task string) bool) {
 // asked in one place, where a worker takes a task off the queue
 // (nextLocked): what is due for a task owned elsewhere is dropped there,
 // its owner runs it. c.mu is held.
-func (c *Controller) ownsLocked(name string) bool {
+func (c *workers) ownsLocked(name string) bool {
 	return c.owned == nil || c.owned.owns(name)
 }
 

@@ -52,11 +52,11 @@ func TestSetOwned(t *testing.T) {
 	// b moves here: the previous owner applied the current state (same
 	// fingerprint in the shared store): skipped. c moves here with its
 	// in-flight marker set: run although its fingerprint matches.
-	wantB := h.ctrl.desiredFor(t, "b")
+	wantB := desiredFor(t, h.ctrl, "b")
 	if err := h.st.FinishRun(context.Background(), "b", store.RunState{Applied: wantB.Fingerprint, Parts: wantB.Parts}, nil); err != nil {
 		t.Fatal(err)
 	}
-	wantC := h.ctrl.desiredFor(t, "c")
+	wantC := desiredFor(t, h.ctrl, "c")
 	if err := h.st.FinishRun(context.Background(), "c", store.RunState{Applied: wantC.Fingerprint, Parts: wantC.Parts}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestSetOwned(t *testing.T) {
 }
 
 // desiredFor computes a task's desired state as a run would now.
-func (c *Controller) desiredFor(t *testing.T, name string) Desired {
+func desiredFor(t *testing.T, c *Controller, name string) Desired {
 	t.Helper()
 	c.mu.Lock()
 	s := c.tasks[name].spec
@@ -155,10 +155,10 @@ func TestDriftCheckOnlyOnTheOwner(t *testing.T) {
 	testutil.WaitFor(t, "the start-up run to be over", h.ctrl.Settled)
 	h.ctrl.SetOwned(ownedSet{}.owns)
 	driftParked(t, h, clk, 0)
-	wakes := h.ctrl.driftWakes.Load()
+	wakes := h.ctrl.src.driftWakes.Load()
 	clk.Advance(2 * time.Second)
 	testutil.WaitFor(t, "the drift check to be asked and dropped", func() bool {
-		return h.ctrl.driftWakes.Load() > wakes && h.ctrl.Settled()
+		return h.ctrl.src.driftWakes.Load() > wakes && h.ctrl.Settled()
 	})
 	if n := driftEvents(h, "a"); n != 0 {
 		t.Fatalf("a member that does not own the task checked it for drift: %d drift events", n)

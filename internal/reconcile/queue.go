@@ -127,7 +127,7 @@ var errDropped = errors.New("task is being deleted")
 // a run slot held, and commits what it did (finish). Once ctx ends it
 // takes only the requests of callers (they end with runCtx), until the runs
 // requested through the API are over (Run waits for them).
-func (c *Controller) worker(ctx, runCtx context.Context) {
+func (c *workers) worker(ctx, runCtx context.Context) {
 	c.mu.Lock()
 	c.q.workers++
 	c.mu.Unlock()
@@ -180,7 +180,7 @@ func (c *Controller) worker(ctx, runCtx context.Context) {
 // owns the task (high availability's spread mode: the one place ownership
 // is asked: what is due for a task owned elsewhere is dropped, its owner
 // runs it), and waits while this member stands by or stops. c.mu is held.
-func (c *Controller) nextLocked(stopping bool) (*entry, job, bool) {
+func (c *workers) nextLocked(stopping bool) (*entry, job, bool) {
 	for i := 0; i < len(c.q.names); i++ {
 		name := c.q.names[i]
 		e := c.lookupLocked(name)
@@ -203,6 +203,7 @@ func (c *Controller) nextLocked(stopping bool) (*entry, job, bool) {
 		}
 		c.q.take(name)
 		if j, ok := c.takeLocked(e); ok {
+			c.jobLocked(e, &j)
 			return e, j, true
 		}
 		i--
@@ -212,20 +213,21 @@ func (c *Controller) nextLocked(stopping bool) (*entry, job, bool) {
 
 // lookupLocked is the task, or the throw-away task being inspected, of a
 // name on the queue. c.mu is held.
-func (c *Controller) lookupLocked(name string) *entry {
+func (c *taskTable) lookupLocked(name string) *entry {
 	if e := c.tasks[name]; e != nil {
 		return e
 	}
 	return c.inspecting[name]
 }
 
-// jobLocked is the snapshot of the task's state its job reads (job).
+// jobLocked adds to the job j of the task the snapshot of the task's
+// state it reads (job).
 // c.mu is held.
-func (c *Controller) jobLocked(e *entry) job {
+func (c *workers) jobLocked(e *entry, j *job) {
 	s := e.spec
-	j := job{spec: &s, drv: &e.run, prev: e.prevInputs, waiting: e.lc.waiting, held: e.heldViewLocked()}
+	j.spec, j.drv, j.prev, j.waiting, j.held = &s, &e.run, e.prevInputs, e.lc.waiting, e.heldViewLocked()
 	if e.run.drv == nil && e.throwaway == "" { // the job builds the driver
-		j.exports = c.exportsOutputsLocked(s.Name)
+		j.exports = exportsOutputs(c.tasks, s.Name)
 	}
 	j.orphans, e.gates.orphans = e.gates.orphans, nil
 	if ups := s.Upstreams(); len(ups) > 0 {
@@ -236,19 +238,18 @@ func (c *Controller) jobLocked(e *entry) job {
 			}
 		}
 	}
-	return j
 }
 
 // finish commits what the job j of the task e did (commitLocked, the one
 // applier), hands the gate events to their hook, removes a task whose
 // approved deletion is done, and moves the task on (endLocked): its caller,
 // if any, gets res.
-func (c *Controller) finish(ctx context.Context, e *entry, j job, res outcome) {
+func (c *workers) finish(ctx context.Context, e *entry, j job, res outcome) {
 	c.mu.Lock()
 	evs := c.commitLocked(e, j, res)
 	c.mu.Unlock()
 	for _, ev := range evs {
-		c.gateEvent(ev)
+		c.gk.gateEvent(ev)
 	}
 	if res.removeTask {
 		c.remove(ctx, e.spec.Name)

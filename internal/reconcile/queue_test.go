@@ -74,7 +74,7 @@ func TestRequests(t *testing.T) {
 	ask := func(ctx context.Context) (outcome, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if !c.reserveLocked(e) {
+		if !c.stepLocked(e, evReserve, wake{}) {
 			t.Fatalf("task not reserved: phase %s", e.lc.phase)
 		}
 		gen, err := c.submitLocked(e, intent{kind: intentInspect})

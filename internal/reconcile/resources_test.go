@@ -111,7 +111,7 @@ func TestResourcesStableOver10000Runs(t *testing.T) {
 		t.Errorf("%d events kept, want the history bound %d", n, store.DefaultHistory)
 	}
 	h.ctrl.mu.Lock()
-	notes, queue := len(h.ctrl.notes), h.ctrl.q.len()
+	notes, queue := len(h.ctrl.src.notes), h.ctrl.q.len()
 	h.ctrl.mu.Unlock()
 	if notes > 1 || queue > 1 {
 		t.Errorf("controller backlog after the runs: %d notes, %d queued", notes, queue)
@@ -129,24 +129,24 @@ func TestNotifyBacklogIsBounded(t *testing.T) {
 		c.Notify("a", healthKey("db"))
 	}
 	c.mu.Lock()
-	n := len(c.notes)
+	n := len(c.src.notes)
 	c.mu.Unlock()
 	if n != 3 {
 		t.Fatalf("%d notes waiting, want 3 (one per task and query)", n)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { c.noteLoop(ctx); close(done) }()
+	go func() { c.src.noteLoop(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	signal(c.noteKick)
+	signal(c.src.noteKick)
 	testutil.Eventually(t, time.Second, "the notes handled", func() bool {
 		c.mu.Lock()
-		n = len(c.notes)
+		n = len(c.src.notes)
 		c.mu.Unlock()
 		return n == 0
 	})
 	c.mu.Lock()
-	left := len(c.noted)
+	left := len(c.src.noted)
 	c.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d handled notes still marked as waiting: they would never be queued again", left)

@@ -11,7 +11,7 @@ import (
 // fires. One goroutine serves every schedule task: it sleeps until the
 // earliest next tick, or until a task is added or enabled (cronKick), so
 // that a schedule task created at run time ticks from its creation.
-func (c *Controller) scheduleLoop(ctx context.Context) {
+func (c *sources) scheduleLoop(ctx context.Context) {
 	for {
 		c.scheduleWakes.Add(1)
 		now := c.opts.Clock.Now()
@@ -64,7 +64,7 @@ func (c *Controller) scheduleLoop(ctx context.Context) {
 // waitUntil sleeps on the controller's clock until at (an hour when at is
 // zero: the loop then just looks again), or until kick fires. It returns
 // false when ctx ends.
-func (c *Controller) waitUntil(ctx context.Context, at time.Time, kick <-chan struct{}) bool {
+func (c *sources) waitUntil(ctx context.Context, at time.Time, kick <-chan struct{}) bool {
 	wait := time.Hour
 	if !at.IsZero() {
 		wait = at.Sub(c.opts.Clock.Now())

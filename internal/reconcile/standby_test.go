@@ -47,9 +47,9 @@ func TestStandbyScheduleDoesNotSpin(t *testing.T) {
 	s := task.Spec{Name: "cron", Module: "./m", Enabled: true, BufferPeriod: &task.BufferPeriod{},
 		Condition: task.Condition{Schedule: &task.ScheduleCondition{Cron: "* * * * * * *"}}} // every second
 	h := start(t, 2, nil, s, func(o *Options) { o.Standby = true })
-	base := h.ctrl.scheduleWakes.Load()
-	testutil.WaitFor(t, "three schedule ticks to pass", func() bool { return h.ctrl.scheduleWakes.Load() >= base+3 })
-	if n := h.ctrl.scheduleWakes.Load() - base; n > 10 {
+	base := h.ctrl.src.scheduleWakes.Load()
+	testutil.WaitFor(t, "three schedule ticks to pass", func() bool { return h.ctrl.src.scheduleWakes.Load() >= base+3 })
+	if n := h.ctrl.src.scheduleWakes.Load() - base; n > 10 {
 		t.Fatalf("the schedule loop woke %d times for 3 ticks: it spins", n)
 	}
 	if h.rec.count("cron") != 0 {

@@ -165,8 +165,8 @@ func TestDriftCheckWaitsWhileModuleInputMoved(t *testing.T) {
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
 	h.waitApplied(t, "d")
 	h.w.Set(kvKey("cfg"), map[string]string{"cfg/a": "2"}) // before the first check (1s)
-	base := h.ctrl.driftWakes.Load()
-	testutil.WaitFor(t, "drift checks to come due twice", func() bool { return h.ctrl.driftWakes.Load() >= base+2 })
+	base := h.ctrl.src.driftWakes.Load()
+	testutil.WaitFor(t, "drift checks to come due twice", func() bool { return h.ctrl.src.driftWakes.Load() >= base+2 })
 	for _, ev := range h.st.Events("d") {
 		if ev.Kind == store.KindDrift {
 			t.Fatalf("a drift check ran with moved module inputs: %+v", ev)
