@@ -237,6 +237,10 @@ type workers struct {
 // rejections, expiry, supersession (gates.go).
 type gateKeeper struct {
 	*taskTable
+	// plans is what the gate keeper keeps of each task's plans (the plan
+	// pending now is the task's lifecycle's: lifecycle.held). Guarded by
+	// the table's lock.
+	plans map[*entry]*gateState
 }
 
 // WedgedAfter is how long notifications or queued runs may wait with no
@@ -305,8 +309,6 @@ type entry struct {
 	changed        chan struct{} // signalled on every notification (once mode)
 	// what the operator sees of runs (runinfo.go)
 	prevInputs *inputsDigest // the Consul data of the last recorded run
-	// gates is the task's held plan, if any (gates.go); guarded by c.mu.
-	gates gateState
 }
 
 // key is the task's name on the queue (a throw-away task's: its
@@ -355,7 +357,7 @@ func New(opts Options, specs []task.Spec) *Controller {
 		changed:    make(chan struct{}),
 		active:     make(chan struct{}),
 	}
-	c.gk = &gateKeeper{taskTable: c.taskTable}
+	c.gk = &gateKeeper{taskTable: c.taskTable, plans: map[*entry]*gateState{}}
 	c.taskTable.gk = c.gk
 	c.src = &sources{taskTable: c.taskTable, noted: map[note]struct{}{}, noteKick: make(chan struct{}, 1)}
 	c.w = &workers{taskTable: c.taskTable, rec: c.rec}

@@ -42,6 +42,39 @@ type gateState struct {
 	orphans []driver.HeldPlan
 }
 
+// stateLocked is the gate keeper's state of the task. c.mu is held.
+func (c *gateKeeper) stateLocked(e *entry) *gateState {
+	g := c.plans[e]
+	if g == nil {
+		g = &gateState{}
+		c.plans[e] = g
+	}
+	return g
+}
+
+// forgetLocked drops the gate keeper's state of a task that is removed,
+// and returns the plans whose files are to be discarded. c.mu is held.
+func (c *gateKeeper) forgetLocked(e *entry) []driver.HeldPlan {
+	g := c.plans[e]
+	delete(c.plans, e)
+	if g == nil {
+		return nil
+	}
+	return g.orphans
+}
+
+// orphansLocked takes the plans of the task whose files are to be
+// discarded (by its next job). c.mu is held.
+func (c *gateKeeper) orphansLocked(e *entry) []driver.HeldPlan {
+	g := c.plans[e]
+	if g == nil {
+		return nil
+	}
+	o := g.orphans
+	g.orphans = nil
+	return o
+}
+
 // maxSuperseded bounds gateState.newer.
 const maxSuperseded = 32
 
@@ -101,11 +134,13 @@ type heldView struct {
 	settledFP string
 }
 
-// heldViewLocked is the snapshot of the held plan a job reads. c.mu is
+// viewLocked is the snapshot of the task's held plan a job reads. c.mu is
 // held.
-func (e *entry) heldViewLocked() heldView {
-	g := &e.gates
-	v := heldView{plan: gate.Plan{ID: g.plan.ID, State: g.plan.State, Fingerprint: g.plan.Fingerprint}, settledFP: g.settled}
+func (c *gateKeeper) viewLocked(e *entry) heldView {
+	var v heldView
+	if g := c.plans[e]; g != nil {
+		v = heldView{plan: gate.Plan{ID: g.plan.ID, State: g.plan.State, Fingerprint: g.plan.Fingerprint}, settledFP: g.settled}
+	}
 	if h := e.lc.held; h != nil {
 		v.drv = h.drv
 	}
@@ -143,7 +178,7 @@ func (r *reconciler) supersede(ctx context.Context, log *slog.Logger, j job, new
 // pending (or approved, when the approved plan was stale): it returns
 // the gate event. c.mu is held.
 func (c *gateKeeper) supersedeLocked(e *entry, sp *supersession) []gate.Event {
-	g := &e.gates
+	g := c.stateLocked(e)
 	if g.plan.ID != sp.id || (!g.pending() && g.plan.State != gate.Approved) {
 		return nil
 	}
@@ -160,7 +195,7 @@ func (c *gateKeeper) supersedeLocked(e *entry, sp *supersession) []gate.Event {
 // returns it; the held plan, if it is the one, is dropped from the
 // lifecycle by ev (evDrop, or evExpire). c.mu is held.
 func (c *gateKeeper) endHeldLocked(e *entry, st gate.State, who string, ev event) gate.Plan {
-	g := &e.gates
+	g := c.stateLocked(e)
 	g.plan.State = st
 	if who != "" {
 		g.plan.DecidedBy, g.plan.DecidedAt = who, time.Now().UTC()
@@ -208,7 +243,7 @@ type heldRun struct {
 // expiry is on the task's timer), and returns the gate event. c.mu is
 // held.
 func (c *gateKeeper) holdLocked(e *entry, h *heldRun) gate.Event {
-	g := &e.gates
+	g := c.stateLocked(e)
 	g.plan = h.plan
 	g.settled = ""
 	if !h.plan.Expires.IsZero() {
@@ -461,7 +496,7 @@ func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *driver
 // task's next job when it is busy. It returns the gate event. c.mu is
 // held.
 func (c *gateKeeper) expireLocked(e *entry) []gate.Event {
-	h, g := e.lc.held, &e.gates
+	h, g := e.lc.held, c.stateLocked(e)
 	id := h.plan.ID
 	g.settled = h.plan.Fingerprint
 	p := c.endHeldLocked(e, gate.Expired, "", evExpire)
@@ -482,7 +517,7 @@ func (c *gateKeeper) expireLocked(e *entry) []gate.Event {
 // leader or owner plans the task again and holds its own plan. The plan's
 // files are discarded by the task's next job here. c.mu is held.
 func (c *gateKeeper) forgetHeldLocked(e *entry) {
-	h, g := e.lc.held, &e.gates
+	h, g := e.lc.held, c.stateLocked(e)
 	if h == nil {
 		return
 	}
@@ -502,10 +537,10 @@ func (c *gateKeeper) heldPlan(name string) (gate.Plan, error) {
 	if e == nil {
 		return gate.Plan{}, fmt.Errorf("task %q: %w", name, ErrNotFound)
 	}
-	if e.gates.plan.ID == "" {
+	if c.stateLocked(e).plan.ID == "" {
 		return gate.Plan{}, fmt.Errorf("task %q: %w", name, gate.ErrNoPlan)
 	}
-	return clonePlan(e.gates.plan), nil
+	return clonePlan(c.stateLocked(e).plan), nil
 }
 
 // approve approves the task's pending plan id, exactly that plan, and
@@ -554,7 +589,7 @@ func (c *gateKeeper) approve(ctx context.Context, name, id, who string) error {
 	gen, err := c.submitLocked(e, intent{kind: intentApprove, actor: who,
 		approved: &approval{id: id, who: who, drv: h.drv, run: h.run, destroy: h.destroy, enabled: h.enabled}})
 	if err != nil {
-		e.gates.orphans = append(e.gates.orphans, h.drv) // discarded by the task's next job
+		c.stateLocked(e).orphans = append(c.stateLocked(e).orphans, h.drv) // discarded by the task's next job
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -571,7 +606,7 @@ func (c *gateKeeper) approve(ctx context.Context, name, id, who string) error {
 		c.mu.Lock()
 		_, err := c.awaitIntentLocked(rctx, e, gen)
 		if err != nil && rctx.Err() != nil { // withdrawn: no worker took it before shutdown
-			e.gates.orphans = append(e.gates.orphans, h.drv)
+			c.stateLocked(e).orphans = append(c.stateLocked(e).orphans, h.drv)
 		}
 		c.mu.Unlock()
 		if err != nil {
@@ -600,7 +635,7 @@ func (c *gateKeeper) replan(ctx context.Context, e *entry, id string) error {
 	if out.failed && out.err != nil {
 		c.log.Warn("the plan that supersedes an approved plan failed", "task_name", name, "plan", id, "error", out.err)
 	}
-	newer, ok := e.gates.newer[id]
+	newer, ok := c.stateLocked(e).newer[id]
 	if !ok || newer == "" {
 		return fmt.Errorf("%w: plan %s is superseded: the task's desired state changed since it was made", gate.ErrStalePlan, id)
 	}
@@ -698,10 +733,10 @@ func (c *gateKeeper) reject(ctx context.Context, name, id, who string) error {
 		return err
 	}
 	c.mu.Lock()
-	e.gates.settled = h.plan.Fingerprint
+	c.stateLocked(e).settled = h.plan.Fingerprint
 	p := c.endHeldLocked(e, gate.Rejected, who, evDrop)
 	c.giveBackLocked(e, &h) // a rejected destroy keeps the task
-	e.gates.orphans = append(e.gates.orphans, h.drv)
+	c.stateLocked(e).orphans = append(c.stateLocked(e).orphans, h.drv)
 	gen, err := c.submitLocked(e, intent{kind: intentDiscard})
 	if err == nil {
 		_, err = c.awaitIntentLocked(context.WithoutCancel(ctx), e, gen)
@@ -727,7 +762,7 @@ func (c *gateKeeper) takeHeld(ctx context.Context, name, id string) (*entry, hel
 		if e == nil {
 			return nil, heldRun{}, fmt.Errorf("task %q: %w", name, ErrNotFound)
 		}
-		if err := e.gates.decidable(name, id); err != nil {
+		if err := c.stateLocked(e).decidable(name, id); err != nil {
 			return nil, heldRun{}, err
 		}
 		if e.lc.held != nil && c.stepLocked(e, evReserve, wake{}) {

@@ -239,7 +239,7 @@ func TestGateChangeSupersedesHeldPlan(t *testing.T) {
 	// The desired state moves without a notification having run yet: the
 	// approval supersedes the plan and holds a new one.
 	g.ctrl.mu.Lock()
-	g.ctrl.tasks["fw"].gates.plan.Fingerprint = "older"
+	g.ctrl.gk.plans[g.ctrl.tasks["fw"]].plan.Fingerprint = "older"
 	g.ctrl.tasks["fw"].lc.held.plan.Fingerprint = "older"
 	g.ctrl.mu.Unlock()
 	err := g.ctrl.Approve(context.Background(), "fw", second.ID, "ops")

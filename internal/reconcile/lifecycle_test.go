@@ -265,6 +265,6 @@ func TestHeldPlanIsPartOfTheLifecycle(t *testing.T) {
 	testutil.WaitFor(t, "the plan to expire", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return e.lc.held == nil && e.gates.plan.State == gate.Expired && e.lc.phase != phaseHeld
+		return e.lc.held == nil && c.gk.plans[e].plan.State == gate.Expired && e.lc.phase != phaseHeld
 	})
 }

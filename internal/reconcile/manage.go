@@ -229,7 +229,7 @@ func (c *Controller) SetEnabled(ctx context.Context, name string, enabled bool, 
 	if e.destroyHeldLocked() {
 		c.mu.Unlock()
 		return PlanResult{}, fmt.Errorf("%w: task '%s' cannot be updated: its deletion with destroy waits for approval of plan %s (reject it to keep the task)",
-			ErrActive, name, e.gates.plan.ID)
+			ErrActive, name, e.lc.held.plan.ID)
 	}
 	standbyFlag := c.standby && mode == EnableFlag
 	if e.lc.phase == phaseRunning || (e.lc.phase == phaseQueued && !standbyFlag) {
@@ -276,7 +276,7 @@ func (c *Controller) RunNow(ctx context.Context, name string) error {
 	}
 	if e.destroyHeldLocked() {
 		c.mu.Unlock()
-		return fmt.Errorf("%w: task '%s' cannot be run: its deletion with destroy waits for approval of plan %s", ErrActive, name, e.gates.plan.ID)
+		return fmt.Errorf("%w: task '%s' cannot be run: its deletion with destroy waits for approval of plan %s", ErrActive, name, e.lc.held.plan.ID)
 	}
 	if !c.stepLocked(e, evReserve, wake{}) { // queued or running
 		c.mu.Unlock()
@@ -355,7 +355,7 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 		return fmt.Errorf("%w: a task with name '%s' does not exist or has not been initialized yet", ErrNotFound, name)
 	}
 	if destroy && e.destroyHeldLocked() {
-		p := clonePlan(e.gates.plan)
+		p := clonePlan(e.lc.held.plan)
 		c.mu.Unlock()
 		return &DestroyHeldError{Plan: p}
 	}
@@ -415,11 +415,11 @@ func (c *taskTable) remove(ctx context.Context, name string) {
 	var held []driver.HeldPlan
 	if e != nil {
 		e.lc.halt()
-		held, e.gates.orphans = e.gates.orphans, nil
 		if h := e.lc.held; h != nil {
 			held = append(held, h.drv)
 			c.gk.endHeldLocked(e, gate.Superseded, "", evDrop)
 		}
+		held = append(held, c.gk.forgetLocked(e)...)
 		if in := e.lc.intent; in != nil && !in.taken {
 			c.q.remove(name)
 			c.endIntentLocked(e, outcome{}, fmt.Errorf("task %q: %w", name, ErrNotFound))

@@ -225,11 +225,11 @@ func (c *taskTable) lookupLocked(name string) *entry {
 // c.mu is held.
 func (c *workers) jobLocked(e *entry, j *job) {
 	s := e.spec
-	j.spec, j.drv, j.prev, j.waiting, j.held = &s, &e.run, e.prevInputs, e.lc.waiting, e.heldViewLocked()
+	j.spec, j.drv, j.prev, j.waiting, j.held = &s, &e.run, e.prevInputs, e.lc.waiting, c.gk.viewLocked(e)
 	if e.run.drv == nil && e.throwaway == "" { // the job builds the driver
 		j.exports = exportsOutputs(c.tasks, s.Name)
 	}
-	j.orphans, e.gates.orphans = e.gates.orphans, nil
+	j.orphans = c.gk.orphansLocked(e)
 	if ups := s.Upstreams(); len(ups) > 0 {
 		j.upstreams = make(map[string]upstreamView, len(ups))
 		for _, n := range ups {
