@@ -749,30 +749,6 @@ func (c *taskTable) awaitIntentLocked(ctx context.Context, e *entry, gen uint64)
 	return r.res, r.err
 }
 
-// failIntentsLocked ends every request no worker took (the workers have
-// stopped). c.mu is held.
-func (c *workers) failIntentsLocked(err error) {
-	for _, m := range []map[string]*entry{c.tasks, c.inspecting} {
-		for _, e := range m {
-			if in := e.lc.intent; in != nil && !in.taken {
-				c.q.remove(e.key())
-				c.endIntentLocked(e, outcome{}, err)
-			}
-		}
-	}
-}
-
-// dropLocked drops what a task owned by another member is due for (nextLocked):
-// a drift check it was asked for, and the run it was due for. c.mu is
-// held.
-func (c *workers) dropLocked(e *entry) {
-	if in := e.lc.intent; in != nil && !in.taken {
-		c.endIntentLocked(e, outcome{}, nil)
-		c.stepLocked(e, evWithdraw, wake{})
-	}
-	c.stepLocked(e, evStop, wake{})
-}
-
 // releaseLocked ends a reservation (evReserve) that submitted nothing; a
 // change that came meanwhile runs now. c.mu is held.
 func (c *taskTable) releaseLocked(e *entry) {

@@ -261,3 +261,30 @@ func (c *workers) finish(ctx context.Context, e *entry, j job, res outcome) {
 	c.endLocked(e, j, res)
 	c.mu.Unlock()
 }
+
+// failIntentsLocked ends every request no worker took (the workers have
+// stopped). c.mu is held.
+func (c *workers) failIntentsLocked(err error) {
+	for _, m := range []map[string]*entry{c.tasks, c.inspecting} {
+		for _, e := range m {
+			if in := e.lc.intent; in != nil && !in.taken {
+				c.endIntentLocked(e, outcome{}, err)
+				if e.lc.phase == phaseDeleting {
+					c.q.remove(e.key())
+				}
+				c.stepLocked(e, evWithdraw, wake{})
+			}
+		}
+	}
+}
+
+// dropLocked drops what a task owned by another member is due for (nextLocked):
+// a drift check it was asked for, and the run it was due for. c.mu is
+// held.
+func (c *workers) dropLocked(e *entry) {
+	if in := e.lc.intent; in != nil && !in.taken {
+		c.endIntentLocked(e, outcome{}, nil)
+		c.stepLocked(e, evWithdraw, wake{})
+	}
+	c.stepLocked(e, evStop, wake{})
+}
