@@ -286,7 +286,8 @@ func (c *Controller) StateChanged() <-chan struct{} {
 type note struct{ task, key string }
 
 // entry is the controller's state for one task. Fields are guarded by
-// Controller.mu except run, which only the job holding the task touches.
+// the task table's lock (taskTable.mu) except run, which only the job
+// holding the task touches.
 type entry struct {
 	spec task.Spec
 	run  driverSlot

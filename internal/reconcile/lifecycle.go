@@ -213,17 +213,19 @@ func transition(p phase, ev event, f facts) step {
 			return step{to: phaseIdle, ok: true, stop: true}
 		}
 	case evDelete:
-		switch p {
-		case phaseIdle, phaseQueued, phaseBuffering, phaseRetryWait, phaseHeld:
+		switch {
+		case p == phaseQueued && f.intent: // the deletion waits for the request, as for a run
+			return step{to: p, ok: true, stop: true, doom: true}
+		case p == phaseIdle, p == phaseQueued, p == phaseBuffering, p == phaseRetryWait, p == phaseHeld:
 			return step{to: phaseDeleting, ok: true, stop: true}
-		case phaseRunning: // the deletion waits for the run
+		case p == phaseRunning: // the deletion waits for the run
 			return step{to: p, ok: true, stop: true, doom: true}
 		}
 	case evAbandon:
-		switch p {
-		case phaseRunning: // the run goes on and ends as any other
+		switch {
+		case p == phaseRunning, p == phaseQueued && f.doomed: // the run goes on and ends as any other
 			return step{to: p, ok: true, spare: true}
-		case phaseDeleting:
+		case p == phaseDeleting:
 			return step{to: phaseIdle, ok: true}
 		}
 	case evGone:
@@ -252,6 +254,8 @@ func transition(p phase, ev event, f facts) step {
 		switch p {
 		case phaseQueued:
 			switch {
+			case f.doomed: // the deletion waited for the request
+				return step{to: phaseDeleting, ok: true, stop: true}
 			case f.rerun:
 				return step{to: p, ok: true}
 			case f.timer:
@@ -374,7 +378,7 @@ func (c *taskTable) stepLocked(e *entry, ev event, w wake) bool {
 		lc.doomed = true
 		c.changedLocked()
 	}
-	if s.spare || (s.to != phaseRunning && s.to != phaseDeleting) {
+	if s.spare || (s.to != phaseRunning && s.to != phaseDeleting && (s.to != phaseQueued || !f.intent)) {
 		if lc.doomed {
 			c.changedLocked()
 		}

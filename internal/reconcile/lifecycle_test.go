@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -150,6 +151,11 @@ func TestTransitionTable(t *testing.T) {
 		{Q, evWithdraw, facts{held: true}, ok(H)},
 		{D, evWithdraw, no, ok(D)},
 		{R, evWithdraw, no, refused(R)},
+		{Q, evWithdraw, facts{doomed: true, intent: true}, withStop(ok(D))}, // the deletion waited for it
+		// A deletion waits for a request on the queue as for a run.
+		{Q, evDelete, facts{intent: true}, step{to: Q, ok: true, stop: true, doom: true}},
+		{Q, evAbandon, facts{doomed: true, intent: true}, step{to: Q, ok: true, spare: true}},
+		{Q, evAbandon, no, refused(Q)},
 	}
 	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%s+%s", tc.from, tc.ev), func(t *testing.T) {
@@ -267,4 +273,50 @@ func TestHeldPlanIsPartOfTheLifecycle(t *testing.T) {
 		defer c.mu.Unlock()
 		return e.lc.held == nil && c.gk.plans[e].plan.State == gate.Expired && e.lc.phase != phaseHeld
 	})
+}
+
+// TestDeletionWaitsForAQueuedRequest checks that a deletion waits for a
+// request on the queue (run now, say) as it waits for a run: the request
+// runs, then the task is deleted; and that a request whose caller went
+// away leaves the deletion to go on.
+func TestDeletionWaitsForAQueuedRequest(t *testing.T) {
+	c := New(Options{Watcher: newFakeWatcher()}, nil)
+	e := &entry{spec: task.Spec{Name: "a", Enabled: true}, changed: make(chan struct{}, 1)}
+	c.tasks["a"] = e
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	submit := func() {
+		t.Helper()
+		c.stepLocked(e, evReserve, wake{})
+		if _, err := c.submitLocked(e, intent{kind: intentRun, req: Request{Name: "a", Force: true}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit()
+	c.stepLocked(e, evDelete, wake{})
+	if e.lc.phase != phaseQueued || !e.lc.doomed || e.lc.intent == nil || c.q.len() != 1 {
+		t.Fatalf("deleted with a request queued: phase %s, doomed %v, intent %v, queue %v; want the request kept, the task doomed",
+			e.lc.phase, e.lc.doomed, e.lc.intent, c.q.names)
+	}
+	c.q.take("a")
+	j, ok := c.takeLocked(e)
+	if !ok || j.gen == 0 || !e.lc.doomed {
+		t.Fatalf("the request not taken (%v, gen %d) or the task no longer doomed (%v)", ok, j.gen, e.lc.doomed)
+	}
+	c.endLocked(e, j, outcome{})
+	if e.lc.phase != phaseDeleting || e.lc.observed != j.gen {
+		t.Fatalf("the request ended: phase %s, observed %d; want deleting, %d", e.lc.phase, e.lc.observed, j.gen)
+	}
+	// Withdrawn: the deletion goes on.
+	c.stepLocked(e, evAbandon, wake{}) // the deletion given up: idle
+	submit()
+	c.stepLocked(e, evDelete, wake{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.awaitIntentLocked(ctx, e, e.lc.reqGen); err == nil {
+		t.Fatal("withdrawn request: no error")
+	}
+	if e.lc.phase != phaseDeleting || c.q.len() != 0 {
+		t.Fatalf("withdrawn request of a doomed task: phase %s, queue %v; want deleting, empty", e.lc.phase, c.q.names)
+	}
 }

@@ -11,7 +11,7 @@ import (
 // run, first in first out, and the run slots. It holds keys only: what a
 // task is due for, and whether it may be on the queue at all, is its
 // lifecycle's (lifecycle.go: stepLocked is the one that pushes and
-// removes). Guarded by Controller.mu, but for the slots (a semaphore) and
+// removes). Guarded by taskTable.mu, but for the slots (a semaphore) and
 // the kick channel.
 type workQueue struct {
 	names []string
