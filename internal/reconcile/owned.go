@@ -85,11 +85,12 @@ func (c *Controller) TaskNames() []string {
 }
 
 // Busy reports whether a run of the task is in progress here (a worker's,
-// an API call's or a drift check's) or its deletion: a task that moves to
-// another member is handed over only once it is not.
+// an API call's or a drift check's), a request of it waits here for a
+// worker, or its deletion is under way: a task that moves to another
+// member is handed over only once it is not.
 func (c *Controller) Busy(name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.tasks[name]
-	return e != nil && (e.lc.phase == phaseRunning || e.lc.phase == phaseDeleting)
+	return e != nil && (e.lc.phase == phaseRunning || e.lc.phase == phaseDeleting || e.lc.intent != nil)
 }
