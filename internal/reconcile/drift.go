@@ -99,7 +99,7 @@ func (r *reconciler) checkDrift(ctx context.Context, j job) outcome {
 	ev := store.Event{ID: uuid.NewString(), TaskName: s.Name, Success: true, StartTime: start, EndTime: time.Now(),
 		Kind: store.KindDrift, Trigger: "drift-check", InputsHash: hash,
 		Plan:    &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy},
-		LogPath: res.LogPath, LogTail: r.redact(s.Name, tail(res.LogPath, 4096)), TFCRunURL: res.RunURL}
+		LogPath: res.LogPath, LogTail: r.opts.redact(s.Name, tail(res.LogPath, 4096)), TFCRunURL: res.RunURL}
 	r.record(ctx, ev)
 	return outcome{drift: found}
 }

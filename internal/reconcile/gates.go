@@ -679,7 +679,15 @@ func (rc *reconciler) again(ctx context.Context, j job, req Request) outcome {
 	a := j.approved
 	j.kind, j.approved, j.Request = intentRun, nil, req
 	j.held = heldView{plan: gate.Plan{ID: a.id, State: gate.Pending}} // what the new run supersedes (already discarded)
-	out := rc.Run(ctx, j)
+	out := rc.Decide(ctx, j)
+	if p := out.next; p != nil { // decided and run in one go: the job commits once
+		late := rc.Execute(ctx, j, p)
+		late.readData = late.readData || out.readData
+		if !late.setWait {
+			late.setWait, late.waitReason = out.setWait, out.waitReason
+		}
+		out = late
+	}
 	if out.supersede == nil {
 		out.supersede = &supersession{id: a.id}
 	}
@@ -726,7 +734,8 @@ func (c *gateKeeper) giveBackLocked(e *entry, h *heldRun) {
 // reject drops the task's pending plan id and records who rejected it
 // (api.Approvals): nothing is applied, and the same desired state is not
 // planned again; the task waits for its next change. The plan's files are
-// discarded by a worker (intentDiscard) before Reject returns.
+// discarded by a worker (intentDiscard, which takes no run slot) before
+// Reject returns.
 func (c *gateKeeper) reject(ctx context.Context, name, id, who string) error {
 	e, h, err := c.takeHeld(ctx, name, id)
 	if err != nil {
@@ -742,8 +751,8 @@ func (c *gateKeeper) reject(ctx context.Context, name, id, who string) error {
 		_, err = c.awaitIntentLocked(context.WithoutCancel(ctx), e, gen)
 	}
 	c.mu.Unlock()
-	if err != nil {
-		c.log.Warn("the rejected plan's files were not discarded", "task_name", name, "plan", id, "error", err)
+	if err != nil { // the task's next job here discards them
+		c.log.Warn("the rejected plan's files are not discarded yet", "task_name", name, "plan", id, "error", err)
 	}
 	c.log.Info("held plan rejected: nothing applied; the task runs again when its desired state changes",
 		"task_name", name, "plan", id, "rejected_by", who)

@@ -808,7 +808,7 @@ func (c *taskTable) commitLocked(e *entry, j job, res outcome) []gate.Event {
 		}
 		evs = append(evs, c.gk.holdLocked(e, h)) // gates.go
 	}
-	if j.replaces != "" {
+	if j.replaces != "" && res.next == nil {
 		evs = append(evs, c.gk.supersedeLocked(e, &supersession{id: j.replaces})...) // the run failed before it planned
 	}
 	for _, k := range res.kicks {

@@ -156,7 +156,10 @@ func (c *workers) worker(ctx, runCtx context.Context) {
 			}
 			continue
 		}
-		release, err := c.q.acquire(runCtx)
+		release, err := func() {}, error(nil)
+		if j.kind != intentDiscard { // a discard runs no Terraform
+			release, err = c.q.acquire(runCtx)
+		}
 		if err != nil {
 			// The runs were interrupted (shutdown) before this one got a
 			// slot: it stays due, as it was.
@@ -166,7 +169,14 @@ func (c *workers) worker(ctx, runCtx context.Context) {
 			continue
 		}
 		t0 := time.Now()
-		res := c.rec.Reconcile(WithActor(runCtx, j.actor), j)
+		jctx := WithActor(runCtx, j.actor)
+		res := c.rec.Reconcile(jctx, j)
+		if res.next != nil {
+			// Decided to run: what the decision found (the task read
+			// its data, why it waits) holds from now on, while it runs.
+			c.commit(e, j, res)
+			res = c.rec.Execute(jctx, j, res.next)
+		}
 		res.dur = time.Since(t0)
 		release()
 		c.finish(runCtx, e, j, res)
@@ -240,17 +250,23 @@ func (c *workers) jobLocked(e *entry, j *job) {
 	}
 }
 
-// finish commits what the job j of the task e did (commitLocked, the one
-// applier), hands the gate events to their hook, removes a task whose
-// approved deletion is done, and moves the task on (endLocked): its caller,
-// if any, gets res.
-func (c *workers) finish(ctx context.Context, e *entry, j job, res outcome) {
+// commit commits what the job j of the task e did or decided
+// (commitLocked, the one applier) and hands the gate events to their hook.
+func (c *workers) commit(e *entry, j job, res outcome) {
 	c.mu.Lock()
 	evs := c.commitLocked(e, j, res)
 	c.mu.Unlock()
 	for _, ev := range evs {
 		c.gk.gateEvent(ev)
 	}
+}
+
+// finish commits what the job j of the task e did (commitLocked, the one
+// applier), hands the gate events to their hook, removes a task whose
+// approved deletion is done, and moves the task on (endLocked): its caller,
+// if any, gets res.
+func (c *workers) finish(ctx context.Context, e *entry, j job, res outcome) {
+	c.commit(e, j, res)
 	if res.removeTask {
 		c.remove(ctx, e.spec.Name)
 		if c.opts.OnDestroyed != nil {

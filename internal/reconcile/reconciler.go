@@ -95,6 +95,8 @@ type outcome struct {
 	drift       *driftFound   // a drift check's finding (drift.go)
 	inspected   PlanResult    // the plan of an inspect
 	removeTask  bool          // an approved deletion's destroy is done: the task goes
+	// next is the run Decide decided on, for Execute (nil: none).
+	next *runPlan
 }
 
 // Reconcile does the job j: a run, a plan, a drift check, the apply of an
@@ -116,7 +118,7 @@ func (r *reconciler) Reconcile(ctx context.Context, j job) outcome {
 	case intentDiscard:
 		return outcome{}
 	}
-	return r.Run(ctx, j)
+	return r.Decide(ctx, j)
 }
 
 // inspect plans the task as it is and changes nothing (the API's inspect).
@@ -134,13 +136,15 @@ func (r *reconciler) inspect(ctx context.Context, j job) outcome {
 // match it.
 const unreadable = "unreadable"
 
-// Run runs one task once: compute its desired state, decide whether it
-// must run, drive Terraform, and record the outcome. A task runs when
-// its desired state differs from the one last applied successfully, or
-// when its last run failed (unless that failure was terminal and the
-// desired state is still the same), or when req.Force is set. A plan
-// (ModePlan) records nothing.
-func (r *reconciler) Run(ctx context.Context, j job) outcome {
+// Decide computes the task's desired state and decides whether it must
+// run: the outcome says why not, or, in next, the run to execute
+// (Execute); the worker commits what Decide found (that the task read its
+// data, why it waits) before the run starts. A task runs when its desired
+// state differs from the one last applied successfully, or when its last
+// run failed (unless that failure was terminal and the desired state is
+// still the same), or when req.Force is set. A deletion's destroy is
+// done here. A plan (ModePlan) records nothing.
+func (r *reconciler) Decide(ctx context.Context, j job) outcome {
 	s, req := j.spec, j.Request
 	if req.Mode == ModeDestroy {
 		if gated(s) {
@@ -225,16 +229,28 @@ func (r *reconciler) decideReadable(ctx context.Context, log *slog.Logger, j job
 			// applied, rather than apply with a stale fingerprint and run
 			// again to catch up.
 			log.Debug("an upstream task applied meanwhile; reading the desired state again")
-			return r.Run(ctx, j)
+			return r.Decide(ctx, j)
 		}
 	}
 	id := req.ID
 	if id == "" {
 		id = uuid.NewString()
 	}
-	out := r.run(ctx, log, j, &in, &runRecord{id: id, trigger: trigger, once: req.Trigger.Kind == TriggerOnce,
-		kind: store.KindApply, want: want, before: st, actor: actorFrom(ctx), inputs: digest(&in), seen: req.Seen, prev: j.prev})
-	out.fingerprint = want.Fingerprint // its failures do not count against another desired state
+	return outcome{next: &runPlan{in: in, rec: &runRecord{id: id, trigger: trigger, once: req.Trigger.Kind == TriggerOnce,
+		kind: store.KindApply, want: want, before: st, actor: actorFrom(ctx), inputs: digest(&in), seen: req.Seen, prev: j.prev}}}
+}
+
+// runPlan is a run Decide decided on: its inputs and its record.
+type runPlan struct {
+	in  task.Inputs
+	rec *runRecord
+}
+
+// Execute drives the run p that Decide decided on for the task of j and
+// records it.
+func (r *reconciler) Execute(ctx context.Context, j job, p *runPlan) outcome {
+	out := r.run(ctx, r.log.With("task_name", j.spec.Name), j, &p.in, p.rec)
+	out.fingerprint = p.rec.want.Fingerprint // its failures do not count against another desired state
 	return out
 }
 
@@ -325,8 +341,8 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverS
 	terminal := driver.IsTerminal(err)
 	ev := store.Event{ID: rec.id, TaskName: s.Name, Success: err == nil, StartTime: rec.start, EndTime: rec.end,
 		Kind: rec.kind, Trigger: rec.trigger, InputsHash: rec.want.Used, Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: r.redact(s.Name, tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL,
-		ErrorSummary: r.redact(s.Name, driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs)}
+		LogTail: r.opts.redact(s.Name, tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL,
+		ErrorSummary: r.opts.redact(s.Name, driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs)}
 	if !rec.seen.IsZero() {
 		ev.DetectedAt = &rec.seen
 	}
@@ -342,11 +358,11 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverS
 		}
 	}
 	if err != nil {
-		ev.Error = &store.EventError{Message: r.redact(s.Name, err.Error())}
+		ev.Error = &store.EventError{Message: r.opts.redact(s.Name, err.Error())}
 		// The last success stays recorded (what changed is told against
 		// it); the failure makes the task dirty until a run succeeds.
 		next = store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: rec.want.Fingerprint, Terminal: terminal, Outputs: st.Outputs}
-		log.Error("error applying task", "run_id", rec.id, "error", r.redact("", err.Error()), "terminal", terminal, "log", res.LogPath)
+		log.Error("error applying task", "run_id", rec.id, "error", r.opts.redact("", err.Error()), "terminal", terminal, "log", res.LogPath)
 	}
 	recErr := r.finish(ctx, s.Name, next, &ev)
 	out := outcome{recorded: recErr == nil, inputs: rec.inputs}
@@ -383,7 +399,7 @@ func (r *reconciler) unreadableState(ctx context.Context, s *task.Spec, trigger 
 	st := r.opts.Store.Run(s.Name)
 	now := time.Now()
 	ev := store.Event{ID: uuid.NewString(), TaskName: s.Name, StartTime: now, EndTime: now, Kind: store.KindApply,
-		Trigger: trigger, Config: eventConfig(s), Error: &store.EventError{Message: r.redact(s.Name, err.Error())}}
+		Trigger: trigger, Config: eventConfig(s), Error: &store.EventError{Message: r.opts.redact(s.Name, err.Error())}}
 	next := store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: unreadable}
 	_ = r.finish(ctx, s.Name, next, &ev) // logged there; the task is retried either way
 	return outcome{failed: true, err: err}
@@ -394,9 +410,6 @@ func (r *reconciler) skipped(name string) {
 		r.opts.Metrics.RunSkipped(name)
 	}
 }
-
-// redact removes secrets from text that reaches events and logs.
-func (r *reconciler) redact(task, text string) string { return r.opts.redact(task, text) }
 
 // redact removes secrets from text that reaches events and logs: the text
 // of the task named task (its view: its variables' values are shown as
@@ -526,10 +539,10 @@ func (r *reconciler) recordDestroy(ctx context.Context, s *task.Spec, id string,
 		"duration", time.Since(start).Round(time.Millisecond))
 	ev := store.Event{ID: id, TaskName: s.Name, Success: err == nil, StartTime: start, EndTime: time.Now(),
 		Kind: store.KindDestroy, Trigger: Due(TriggerAPI).String(), Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: r.redact(s.Name, tail(res.LogPath, 4096)), Plan: &store.PlanSummary{Destroy: res.Destroy}, Actor: actorFrom(ctx)}
+		LogTail: r.opts.redact(s.Name, tail(res.LogPath, 4096)), Plan: &store.PlanSummary{Destroy: res.Destroy}, Actor: actorFrom(ctx)}
 	if err != nil {
-		ev.Error = &store.EventError{Message: r.redact(s.Name, err.Error())}
-		ev.ErrorSummary = r.redact(s.Name, driver.ErrorSummary(err))
+		ev.Error = &store.EventError{Message: r.opts.redact(s.Name, err.Error())}
+		ev.ErrorSummary = r.opts.redact(s.Name, driver.ErrorSummary(err))
 	}
 	r.record(ctx, ev)
 }
