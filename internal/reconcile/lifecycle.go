@@ -658,18 +658,10 @@ func (c *taskTable) takeLocked(e *entry) (job, bool) {
 	return j, true
 }
 
-// untakeLocked puts back a run the worker could not start (no run slot
-// before shutdown): the task stays due, as it was. c.mu is held.
+// untakeLocked puts back a run the task was due for that the worker could
+// not start (no run slot before shutdown): the task stays due, as it was.
+// c.mu is held.
 func (c *taskTable) untakeLocked(e *entry, j job) {
-	if in := e.lc.intent; in != nil && j.gen != 0 && in.gen == j.gen {
-		in.taken = false
-		if e.lc.phase == phaseDeleting {
-			c.q.push(e.key())
-			return
-		}
-		c.stepLocked(e, evSubmit, wake{})
-		return
-	}
 	e.lc.due = j.Request
 	c.stepLocked(e, evQueue, wake{}) // running: queued again by evDone
 	c.stepLocked(e, evDone, wake{})

@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 )
@@ -159,6 +160,12 @@ func (c *workers) worker(ctx, runCtx context.Context) {
 		release, err := func() {}, error(nil)
 		if j.kind != intentDiscard { // a discard runs no Terraform
 			release, err = c.q.acquire(runCtx)
+		}
+		if err != nil && j.gen != 0 {
+			// The runs were interrupted (shutdown) before this request
+			// got a slot: it ends, not run, and its caller is told.
+			c.finish(runCtx, e, j, outcome{failed: true, err: fmt.Errorf("not run: %w", errStopped)})
+			continue
 		}
 		if err != nil {
 			// The runs were interrupted (shutdown) before this one got a
