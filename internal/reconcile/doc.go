@@ -17,4 +17,12 @@
 // applier (commitLocked) under the controller's lock. A caller that waits
 // waits until the task observes its request's generation, and gets what
 // the job did.
+//
+// The parts (docs/architecture.md): the Controller is the package's face;
+// the task table (taskTable: the one lock, the tasks and their lifecycle,
+// the queue of names) owns the state; the workers (queue.go) take names,
+// asking high availability's ownership there and nowhere else; the
+// reconciler decides and drives a job; the gate keeper (gates.go) keeps
+// held plans; the sources (notes.go, drift.go, schedule.go) make tasks due
+// or record requests.
 package reconcile
