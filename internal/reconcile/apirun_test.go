@@ -70,3 +70,28 @@ func TestAPIRunOutlivesItsRequest(t *testing.T) {
 		t.Fatalf("events %+v", evs)
 	}
 }
+
+// A caller that waits gets the outcome of its own request: each run now
+// is a request with the next generation of the task, and the caller waits
+// until the task observed it.
+func TestRunNowWaitsForItsGeneration(t *testing.T) {
+	s := servicesTask("a", "web")
+	s.Enabled = false // only the API runs it
+	h := start(t, 2, nil, s)
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	for i, id := range []string{"run-1", "run-2"} {
+		if err := h.ctrl.RunNow(WithRunID(context.Background(), id), "a"); err != nil {
+			t.Fatal(err)
+		}
+		h.ctrl.mu.Lock()
+		e := h.ctrl.tasks["a"]
+		gen, observed, left := e.lc.reqGen, e.lc.observed, len(e.lc.results)
+		h.ctrl.mu.Unlock()
+		if gen != uint64(i+1) || observed != gen || left != 0 {
+			t.Fatalf("after run now %d: generation %d, observed %d, %d outcomes kept; want %d, %d, 0", i+1, gen, observed, left, i+1, i+1)
+		}
+		if evs := h.st.Events("a"); len(evs) != i+1 || evs[0].ID != id {
+			t.Fatalf("after run now %d: events %+v, want the newest with id %s", i+1, evs, id)
+		}
+	}
+}
