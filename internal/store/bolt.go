@@ -29,6 +29,8 @@ const HistoryFile = "ctsync-history.db"
 //	run/<task>           a RunState as JSON (applied fingerprint and its
 //	                     parts, failure, in-flight marker, outputs)
 //	remote/<task>        a RemoteRun as JSON (terraform-cloud driver)
+//	tasks/<task>         a TaskRecord as JSON: a task created, enabled or
+//	                     deleted through the API (tasks.go)
 //
 // with the raw task name as the key of a task. A restarted daemon so knows
 // what each task last applied: a task whose desired state is unchanged
@@ -138,6 +140,9 @@ func (b *Bolt) load() error {
 			}
 			return nil
 		}); err != nil {
+			return err
+		}
+		if err := b.loadTasks(tx); err != nil { // tasks.go
 			return err
 		}
 		top, err := tx.CreateBucketIfNotExists(bucketEvents)

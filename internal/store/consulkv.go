@@ -82,7 +82,8 @@ func DecodeTaskRecord(b []byte) (TaskRecord, error) {
 	return rec, nil
 }
 
-// Tasks keeps task records. ConsulKV implements it.
+// Tasks keeps task records. ConsulKV, Bolt and Memory implement it
+// (tasks.go). DeleteTask does not remove a task's record.
 type Tasks interface {
 	// SaveTask records what became of a task.
 	SaveTask(ctx context.Context, name string, rec TaskRecord) error

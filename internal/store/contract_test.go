@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 // storeImpl is one implementation of Store under the contract test: open
@@ -146,6 +148,71 @@ func TestStoreContract(t *testing.T) {
 			gone(s, "after the deletion")
 			if impl.reopen != nil {
 				gone(impl.reopen(t), "after the deletion and a reopen")
+			}
+		})
+	}
+}
+
+// TestTasksContract: the three stores keep task records (a task created,
+// enabled or deleted through the API) the same way, and the persistent
+// ones keep them across a reopen: a restarted daemon (bbolt) or a new
+// leader (Consul KV) restores the tasks created through the API. A task's
+// record outlives DeleteTask (the run state), and RemoveTaskRecord removes
+// it for good.
+func TestTasksContract(t *testing.T) {
+	for _, impl := range storeImpls(t) {
+		t.Run(impl.name, func(t *testing.T) {
+			ctx := t.Context()
+			s := impl.open(t)
+			ts, ok := s.(Tasks)
+			if !ok {
+				t.Fatalf("%T does not keep task records", s)
+			}
+			if recs := ts.TaskRecords(); len(recs) != 0 {
+				t.Fatalf("a new store has task records: %+v", recs)
+			}
+			on := false
+			created := TaskRecord{Spec: &task.Spec{Name: "api", Module: "./m", Enabled: true, Variables: map[string]string{"n": "1"}}}
+			recs := map[string]TaskRecord{
+				"api":    created,
+				"file":   {Enabled: &on},
+				"gone":   {Deleted: true},
+				"doomed": {Deleted: true, Destroy: true, Spec: &task.Spec{Name: "doomed", Module: "./d"}},
+			}
+			for name, rec := range recs {
+				if err := ts.SaveTask(ctx, name, rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := ts.RemoveTaskRecord(ctx, "doomed"); err != nil {
+				t.Fatal(err)
+			}
+			delete(recs, "doomed")
+			if err := s.DeleteTask(ctx, "api"); err != nil { // the run state only
+				t.Fatal(err)
+			}
+			check := func(s Store, when string) {
+				t.Helper()
+				got := s.(Tasks).TaskRecords()
+				if len(got) != len(recs) {
+					t.Errorf("%s: records %+v, want %+v", when, got, recs)
+				}
+				for name, want := range recs {
+					g, ok := got[name]
+					if !ok {
+						t.Errorf("%s: no record of %q", when, name)
+						continue
+					}
+					gb, _ := json.Marshal(g)
+					wb, _ := json.Marshal(want)
+					if string(gb) != string(wb) {
+						t.Errorf("%s: record of %q is %s, want %s", when, name, gb, wb)
+					}
+				}
+			}
+			check(s, "before a reopen")
+			if impl.reopen != nil {
+				check(impl.reopen(t), "after a reopen")
 			}
 		})
 	}

@@ -205,7 +205,8 @@ type Memory struct {
 	mu      sync.RWMutex
 	events  map[string][]Event
 	run     map[string]RunState
-	remote  map[string]RemoteRun // remote.go
+	remote  map[string]RemoteRun  // remote.go
+	tasks   map[string]TaskRecord // tasks.go
 }
 
 var _ Store = (*Memory)(nil)
