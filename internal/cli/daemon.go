@@ -117,6 +117,12 @@ func (a *app) runDaemon(ctx context.Context) int {
 		gr.start(p, true)
 	}
 	gr.start(part{"notify", a.obs.notifier.Run}, true)
+	// Alone, the tasks created, enabled or deleted through the API before
+	// a restart are restored from the history database before the
+	// controller runs: they start as the configured tasks do (ha.go).
+	if err := a.coord.Restore(gr.front, a.ctrl); err != nil {
+		a.log.Error("some tasks changed through the api could not be restored", "error", err)
+	}
 
 	interrupted := false
 	gr.start(part{"controller", func(ctx context.Context) error {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -54,6 +55,17 @@ type Coordinator interface {
 	// Resign hands the lead (or the owned tasks) over once the runs in
 	// progress are over; the membership part then returns.
 	Resign()
+	// Restore, alone, applies to ctrl the task records of the local
+	// store (tasks created, enabled or deleted through the API before a
+	// restart): the daemon calls it once the watches run and before the
+	// controller does. In a cluster it does nothing: each term applies
+	// the cluster's records.
+	Restore(ctx context.Context, ctrl Controller) error
+	// Reconfigure replaces the configured tasks with specs after a reload
+	// of the configuration files, and runs apply (which changes the
+	// controller's tasks) while no API change and no application of the
+	// stored records is under way.
+	Reconfigure(specs []task.Spec, apply func() error) error
 }
 
 // Controller is the task controller as the coordinator drives it: the
@@ -142,9 +154,14 @@ func NewCoordinator(o CoordinatorOptions) (Coordinator, error) {
 }
 
 // Solo is the coordinator of an instance without high availability: it
-// runs every task, with its own store.
+// runs every task, with its own store, which keeps the tasks changed
+// through the API (Persisting) so that a restart restores them (Restore).
 type Solo struct {
-	st store.Store
+	st         store.Store
+	configured *Configured
+	check      func(key string, spec task.Spec) error
+	log        *slog.Logger
+	mu         sync.Mutex // Persisting.Mu
 }
 
 func newSolo(o CoordinatorOptions) (*Solo, error) {
@@ -159,7 +176,7 @@ func newSolo(o CoordinatorOptions) (*Solo, error) {
 			return nil, err
 		}
 	}
-	return &Solo{st: st}, nil
+	return &Solo{st: st, configured: NewConfigured(o.Tasks), check: o.CheckStored, log: o.Logger.With("component", "tasks")}, nil
 }
 
 // Store implements Coordinator.
@@ -174,8 +191,52 @@ func (*Solo) Standby() bool { return false }
 // KillBound implements Coordinator: the driver's default.
 func (*Solo) KillBound() time.Duration { return 0 }
 
-// API implements Coordinator: the controller itself.
-func (*Solo) API(ctrl Controller) ctsapi.Controller { return ctrl }
+// API implements Coordinator: the controller, saving each task change
+// through the API in the local store (the history database) when it keeps
+// task records.
+func (s *Solo) API(ctrl Controller) ctsapi.Controller {
+	if p := s.persisting(ctrl); p != nil {
+		return p
+	}
+	return ctrl
+}
+
+func (s *Solo) persisting(ctrl Controller) *Persisting {
+	ts, ok := s.st.(store.Tasks)
+	if !ok {
+		return nil
+	}
+	return &Persisting{Controller: ctrl, Store: ts, Configured: s.configured, Logger: s.log, Mu: &s.mu, Where: "the history database"}
+}
+
+// Restore implements Coordinator: the records of the local store are
+// applied as a new leader applies the cluster's (ApplyStored): the tasks
+// created through the API are created again, those deleted through it
+// stay deleted, the enabled flags set through it are set. A configured
+// task wins over a record of a task of the same name, which is ignored
+// (and logged). A deletion with destroy that did not finish is finished
+// once the controller runs.
+func (s *Solo) Restore(ctx context.Context, ctrl Controller) error {
+	p := s.persisting(ctrl)
+	if p == nil {
+		return nil
+	}
+	s.mu.Lock()
+	configured, configOn := s.configured.Snapshot()
+	recs := FilterStored(p.Store.TaskRecords(), configured, s.check, s.log)
+	destroys, err := ApplyStored(ctx, ctrl, recs, configured, configOn, s.log)
+	s.mu.Unlock()
+	go ResumeDestroys(ctx, p, destroys, s.log)
+	return err
+}
+
+// Reconfigure implements Coordinator.
+func (s *Solo) Reconfigure(specs []task.Spec, apply func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.configured.Set(specs)
+	return apply()
+}
 
 // Cluster implements Coordinator: none.
 func (*Solo) Cluster() ctsapi.Cluster { return nil }

@@ -11,6 +11,7 @@ import (
 	"github.com/ctsync/ctsync/internal/consul"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 // membership is what the Leader and Spread coordinators share: the cluster's
@@ -23,8 +24,7 @@ type membership struct {
 	prefix     string       // <parent_path>/<cluster>
 	address    string       // this instance's advertised address
 	kv         *store.ConsulKV
-	configured map[string]bool // names of the configured tasks
-	configOn   map[string]bool // their enabled flags, as configured
+	configured *Configured // the configured tasks and their flags, as configured (replaced by a reload)
 	// ctrl is the controller, given by Parts before any part runs (the
 	// callbacks of the elector and the spreader only run from there).
 	ctrl Controller
@@ -40,11 +40,7 @@ type membership struct {
 
 func newMembership(o CoordinatorOptions) *membership {
 	c := &membership{o: o, h: o.HA, log: o.Logger.With("component", "ha"), prefix: o.HA.Prefix(), address: AdvertisedAddress(o.HA.InstanceAddress, o.Port),
-		configured: map[string]bool{}, configOn: map[string]bool{}, resetStorage: o.ResetStorage, synced: make(chan struct{})}
-	for _, s := range o.Tasks {
-		c.configured[s.Name] = true
-		c.configOn[s.Name] = s.Enabled
-	}
+		configured: NewConfigured(o.Tasks), resetStorage: o.ResetStorage, synced: make(chan struct{})}
 	return c
 }
 
@@ -69,6 +65,21 @@ func (c *membership) Registration(reg consul.Registration) consul.Registration {
 // persisting is the controller the API uses (Coordinator.API).
 func (c *membership) persisting(ctrl Controller) *Persisting {
 	return &Persisting{Controller: ctrl, Store: c.kv, Configured: c.configured, Logger: c.log, Mu: &c.apiMu}
+}
+
+// Restore implements Coordinator: nothing, each term applies the
+// cluster's records.
+func (c *membership) Restore(context.Context, Controller) error { return nil }
+
+// Reconfigure implements Coordinator: the configured tasks are replaced
+// and apply runs holding the lock of API changes and of the application
+// of the cluster's records (apiMu), so that a refresh never removes a
+// task the reload just added (it is configured by then).
+func (c *membership) Reconfigure(specs []task.Spec, apply func() error) error {
+	c.apiMu.Lock()
+	defer c.apiMu.Unlock()
+	c.configured.Set(specs)
+	return apply()
 }
 
 // reset carries out -reset-storage: the cluster's stored state is deleted.
@@ -109,8 +120,9 @@ func (c *membership) prepare(ctx context.Context, resetOnce bool, then func(cont
 func (c *membership) apply(ctx context.Context) ([]string, error) {
 	c.apiMu.Lock()
 	defer c.apiMu.Unlock()
-	recs := FilterStored(c.kv.TaskRecords(), c.configured, c.o.CheckStored, c.log)
-	return ApplyStored(ctx, c.ctrl, recs, c.configured, c.configOn, c.log)
+	configured, configOn := c.configured.Snapshot()
+	recs := FilterStored(c.kv.TaskRecords(), configured, c.o.CheckStored, c.log)
+	return ApplyStored(ctx, c.ctrl, recs, configured, configOn, c.log)
 }
 
 // applied logs an error of applying the records in a refresh once, until
@@ -170,7 +182,7 @@ func (c *membership) modules() []Module {
 		out = append(out, Module{Task: st.Spec.Name, Source: st.Spec.Module})
 	}
 	for name, rec := range c.kv.TaskRecords() {
-		if rec.Spec != nil && !seen[name] && !c.configured[name] {
+		if rec.Spec != nil && !seen[name] && !c.configured.Has(name) {
 			out = append(out, Module{Task: name, Source: rec.Spec.Module})
 		}
 	}

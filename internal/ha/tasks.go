@@ -21,10 +21,9 @@ import (
 type Persisting struct {
 	Controller
 	Store store.Tasks
-	// Configured holds the names of the tasks of the configuration files:
-	// for those only the enabled flag is saved, for the others the whole
-	// task.
-	Configured map[string]bool
+	// Configured holds the tasks of the configuration files: for those
+	// only the enabled flag is saved, for the others the whole task.
+	Configured *Configured
 	Logger     *slog.Logger
 	// Acquire, in spread mode, makes this instance the owner of a task
 	// created with run=now before it runs (Spreader.Acquire); Changed is
@@ -37,6 +36,17 @@ type Persisting struct {
 	// from Consul never sees a record without its change, or a change
 	// without its record.
 	Mu *sync.Mutex
+	// Where names the store in messages: "consul" (the default) or, for
+	// an instance alone, "the history database".
+	Where string
+}
+
+// where is Where, "consul" by default.
+func (p *Persisting) where() string {
+	if p.Where == "" {
+		return "consul"
+	}
+	return p.Where
 }
 
 // step saves rec as the task's record and runs do, holding Mu until the
@@ -138,7 +148,7 @@ func (p *Persisting) SetEnabled(ctx context.Context, name string, enabled bool, 
 // recordFor is the record of a task: for a configured task its enabled
 // flag only, for the others the whole task.
 func (p *Persisting) recordFor(spec task.Spec) store.TaskRecord {
-	if p.Configured[spec.Name] {
+	if p.Configured.Has(spec.Name) {
 		on := spec.Enabled
 		return store.TaskRecord{Enabled: &on}
 	}
@@ -157,7 +167,7 @@ func (p *Persisting) restore(ctx context.Context, name string, prev store.TaskRe
 		err = p.Store.RemoveTaskRecord(ctx, name)
 	}
 	if err != nil && p.Logger != nil {
-		p.Logger.Error("ha: a change that failed could not be undone in consul; the next leader may apply it", "task_name", name, "error", err)
+		p.Logger.Error("ha: a change that failed could not be undone in "+p.where()+"; the next leader (or the next start) may apply it", "task_name", name, "error", err)
 	}
 }
 
@@ -173,7 +183,7 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 	}
 	prev, had := p.Store.TaskRecords()[name]
 	rec := store.TaskRecord{Deleted: true, Destroy: destroy}
-	if destroy && !p.Configured[name] {
+	if destroy && !p.Configured.Has(name) {
 		if st, err := p.Controller.Task(name); err == nil {
 			spec := st.Spec
 			rec.Spec = &spec // a new leader needs the task to finish the destroy
@@ -185,7 +195,7 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 		return p.Controller.Delete(ctx, name, destroy)
 	})
 	if !saved {
-		return fmt.Errorf("saving the deletion of task %q in consul: %w", name, errors.Unwrap(err))
+		return fmt.Errorf("saving the deletion of task %q in %s: %w", name, p.where(), errors.Unwrap(err))
 	}
 	defer p.changed()
 	ctx = context.WithoutCancel(ctx) // what is left to record is recorded whatever became of the request
@@ -205,7 +215,7 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 			rerr = p.save(ctx, name)
 		}
 		if rerr != nil && p.Logger != nil {
-			p.Logger.Error("ha: the failed deletion could not be undone in consul", "task_name", name, "error", rerr)
+			p.Logger.Error("ha: the failed deletion could not be undone in "+p.where(), "task_name", name, "error", rerr)
 		}
 	case destroy:
 		// Destroyed: what remains to record is the deletion alone.
@@ -260,19 +270,19 @@ func (p *Persisting) save(ctx context.Context, name string) error {
 func (p *Persisting) saveRecord(ctx context.Context, name string, rec store.TaskRecord) error {
 	if err := p.Store.SaveTask(ctx, name, rec); err != nil {
 		if p.Logger != nil {
-			p.Logger.Error("ha: task record not saved in consul", "task_name", name, "error", err)
+			p.Logger.Error("ha: task record not saved in "+p.where(), "task_name", name, "error", err)
 		}
-		return fmt.Errorf("saving task %q in consul: %w", name, err)
+		return fmt.Errorf("saving task %q in %s: %w", name, p.where(), err)
 	}
 	return nil
 }
 
-func recordOf(c Controller, name string, configured map[string]bool) store.TaskRecord {
+func recordOf(c Controller, name string, configured *Configured) store.TaskRecord {
 	st, err := c.Task(name)
 	switch {
 	case err != nil || st.Deleting:
 		return store.TaskRecord{Deleted: true}
-	case configured[name]:
+	case configured.Has(name):
 		on := st.Spec.Enabled
 		return store.TaskRecord{Enabled: &on}
 	default:
@@ -351,7 +361,7 @@ func ApplyStored(ctx context.Context, c Controller, recs map[string]store.TaskRe
 				continue
 			}
 			if configured[name] {
-				log.Warn("ha: a task created through the api has the name of a configured task; keeping the configured one", "task_name", name)
+				log.Warn("ha: a task created through the api has the name of a task of the configuration files, which wins: the stored task is ignored", "task_name", name)
 				continue
 			}
 			if st.Spec.Enabled != rec.Spec.Enabled {

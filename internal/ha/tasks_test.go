@@ -121,7 +121,7 @@ func TestPersistedTaskChangesReachTheNextLeader(t *testing.T) {
 
 	old := standbyController(t, spec("a", true), spec("b", true), spec("c", false))
 	activate(t, old)
-	p := &Persisting{Controller: old, Store: recs, Configured: configured}
+	p := &Persisting{Controller: old, Store: recs, Configured: ConfiguredNames(configured)}
 	if err := p.Create(ctx, spec("api1", true), false); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestPersistingReportsSaveFailures(t *testing.T) {
 	recs := &memTasks{recs: map[string]store.TaskRecord{}, fail: true}
 	c := standbyController(t, spec("a", true))
 	activate(t, c)
-	p := &Persisting{Controller: c, Store: recs, Configured: map[string]bool{"a": true}}
+	p := &Persisting{Controller: c, Store: recs, Configured: ConfiguredNames(map[string]bool{"a": true})}
 	if err := p.Create(context.Background(), spec("x", true), false); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("create: %v", err)
 	}
@@ -234,7 +234,7 @@ func TestPersistingCreateUndoneWhenCreateFails(t *testing.T) {
 	recs := &memTasks{recs: map[string]store.TaskRecord{"y": {Deleted: true}}}
 	c := standbyController(t)
 	activate(t, c)
-	p := &Persisting{Controller: c, Store: recs, Configured: map[string]bool{}}
+	p := &Persisting{Controller: c, Store: recs, Configured: ConfiguredNames(map[string]bool{})}
 	bad := spec("x", true)
 	bad.DependsOn = []string{"missing"} // refused by the controller (task.CheckAdded)
 	if err := p.Create(context.Background(), bad, false); err == nil {
@@ -307,7 +307,7 @@ func TestUnfinishedDestroyIsResumedByTheNextLeader(t *testing.T) {
 	if got := taskSet(next); !equal(got, map[string]bool{"a": true, "api3": false}) {
 		t.Fatalf("tasks kept for their destroy: %v", got)
 	}
-	p := &Persisting{Controller: next, Store: recs, Configured: configured}
+	p := &Persisting{Controller: next, Store: recs, Configured: ConfiguredNames(configured)}
 	done := make(chan struct{})
 	go func() { ResumeDestroys(ctx, p, destroys, slog.New(slog.DiscardHandler)); close(done) }()
 	select {
@@ -336,7 +336,7 @@ func TestDeleteWithDestroyIsRecordedUntilDone(t *testing.T) {
 	c := standbyController(t)
 	activate(t, c)
 	var seen []store.TaskRecord
-	p := &Persisting{Controller: c, Store: &spyTasks{memTasks: recs, saved: &seen}, Configured: map[string]bool{}}
+	p := &Persisting{Controller: c, Store: &spyTasks{memTasks: recs, saved: &seen}, Configured: ConfiguredNames(map[string]bool{})}
 	if err := p.Create(ctx, spec("api4", true), false); err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func TestPersistingOrderedWithRefreshes(t *testing.T) {
 	c := standbyController(t)
 	activate(t, c)
 	var mu sync.Mutex
-	p := &Persisting{Controller: c, Store: recs, Configured: map[string]bool{}, Mu: &mu}
+	p := &Persisting{Controller: c, Store: recs, Configured: ConfiguredNames(map[string]bool{}), Mu: &mu}
 	stop := refreshing(t, c, recs, &mu)
 	for i := range 30 {
 		name := fmt.Sprintf("t%d", i)
@@ -428,7 +428,7 @@ func TestPersistingDeleteOrderedWithRefreshes(t *testing.T) {
 	c := standbyController(t)
 	activate(t, c)
 	var mu sync.Mutex
-	p := &Persisting{Controller: c, Store: recs, Configured: map[string]bool{}, Mu: &mu}
+	p := &Persisting{Controller: c, Store: recs, Configured: ConfiguredNames(map[string]bool{}), Mu: &mu}
 	for i := range 30 {
 		if err := p.Create(context.Background(), spec(fmt.Sprintf("t%d", i), false), false); err != nil {
 			t.Fatal(err)
@@ -472,7 +472,7 @@ func TestDeleteWithHeldDestroyStaysRecordedUntilKept(t *testing.T) {
 	recs := &memTasks{recs: map[string]store.TaskRecord{}}
 	c := standbyController(t)
 	activate(t, c)
-	p := &Persisting{Controller: heldDestroyCtrl{c}, Store: recs, Configured: map[string]bool{}}
+	p := &Persisting{Controller: heldDestroyCtrl{c}, Store: recs, Configured: ConfiguredNames(map[string]bool{})}
 	if err := p.Create(ctx, spec("api5", true), false); err != nil {
 		t.Fatal(err)
 	}

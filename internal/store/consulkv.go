@@ -62,8 +62,15 @@ type TaskRecord struct {
 // The rest of a task's rules are the API's, applied by the caller
 // (ha.FilterStored).
 func DecodeTaskRecord(b []byte) (TaskRecord, error) {
-	if len(b) > MaxTaskRecordBytes {
-		return TaskRecord{}, fmt.Errorf("the record is %d bytes, at most %d are accepted", len(b), MaxTaskRecordBytes)
+	return decodeTaskRecord(b, MaxTaskRecordBytes)
+}
+
+// decodeTaskRecord is DecodeTaskRecord with the size bound maxBytes (0:
+// none, for the local history database, which the API's request size
+// bounds).
+func decodeTaskRecord(b []byte, maxBytes int) (TaskRecord, error) {
+	if maxBytes > 0 && len(b) > maxBytes {
+		return TaskRecord{}, fmt.Errorf("the record is %d bytes, at most %d are accepted", len(b), maxBytes)
 	}
 	if err := depth.JSON(b, 0, false); err != nil {
 		return TaskRecord{}, fmt.Errorf("the record %v", err)

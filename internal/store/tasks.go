@@ -57,9 +57,6 @@ func (b *Bolt) SaveTask(ctx context.Context, name string, rec TaskRecord) error 
 	if err != nil {
 		return err
 	}
-	if len(val) > MaxTaskRecordBytes {
-		return fmt.Errorf("%w: its record is %d bytes, at most %d are accepted", ErrRecordTooLarge, len(val), MaxTaskRecordBytes)
-	}
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	if err := b.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketTasks).Put([]byte(name), val) }); err != nil {
@@ -86,7 +83,7 @@ func (b *Bolt) loadTasks(tx *bolt.Tx) error {
 		return err
 	}
 	return bk.ForEach(func(k, v []byte) error {
-		rec, err := DecodeTaskRecord(v)
+		rec, err := decodeTaskRecord(v, 0)
 		if err != nil {
 			b.log.Warn("ignoring an unreadable task record in the history database: the task it describes is not restored", "task_name", string(k), "error", err)
 			return nil

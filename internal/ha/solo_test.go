@@ -1,0 +1,114 @@
+package ha
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+)
+
+// soloOver returns the coordinator of an instance alone over the history
+// database at path, with the configured specs.
+func soloOver(t *testing.T, path string, log *slog.Logger, specs ...task.Spec) *Solo {
+	t.Helper()
+	c, err := NewCoordinator(CoordinatorOptions{Tasks: specs, Logger: log, Local: func() (store.Store, error) {
+		b, err := store.OpenBolt(path, 0, nil)
+		if err == nil {
+			t.Cleanup(func() { _ = b.Close() })
+		}
+		return b, err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.(*Solo)
+}
+
+// lockedBuf is a log buffer safe for concurrent writes.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// An instance alone keeps the tasks changed through the API in its
+// history database: after a restart the task created through the API is
+// back (with its enabled flag), the one deleted through it stays deleted,
+// a configured task disabled through it stays disabled, and a stored task
+// with the name of a configured one is ignored, with a log line saying so.
+func TestSoloRestoresTasksChangedThroughTheAPI(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), store.HistoryFile)
+	file := []task.Spec{spec("file", true), spec("other", true)}
+
+	first := soloOver(t, path, nil, file...)
+	c1 := standbyController(t, file...)
+	activate(t, c1)
+	api := first.API(c1)
+	if _, ok := api.(*Persisting); !ok {
+		t.Fatalf("the API's controller alone is %T, want a *Persisting", api)
+	}
+	for _, s := range []task.Spec{spec("kept", true), spec("gone", true), spec("off", true)} {
+		if err := api.Create(ctx, s, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := api.SetEnabled(ctx, "off", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.SetEnabled(ctx, "other", false, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Delete(ctx, "gone", false); err != nil {
+		t.Fatal(err)
+	}
+	// A record of a created task named as a task the file has now.
+	if err := first.st.(store.Tasks).SaveTask(ctx, "file", store.TaskRecord{Spec: &task.Spec{Name: "file", Module: "./elsewhere", Enabled: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.st.(*store.Bolt).Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	var logs lockedBuf
+	second := soloOver(t, path, slog.New(slog.NewTextHandler(&logs, nil)), file...)
+	c2 := reconcile.New(reconcile.Options{Watcher: nullWatcher{},
+		NewDriver: func(task.Spec) (driver.Driver, error) { return nullDriver{}, nil }}, file)
+	if err := second.Restore(ctx, c2); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"file": true, "other": false, "kept": true, "off": false}
+	got := taskSet(c2)
+	if len(got) != len(want) {
+		t.Fatalf("tasks after the restart %v, want %v", got, want)
+	}
+	for name, on := range want {
+		if g, ok := got[name]; !ok || g != on {
+			t.Errorf("task %q after the restart: present %v enabled %v, want enabled %v", name, ok, g, on)
+		}
+	}
+	if st, _ := c2.Task("file"); st.Spec.Module != "./m" {
+		t.Errorf("the configured task was replaced by the stored one: module %q", st.Spec.Module)
+	}
+	if l := logs.String(); !strings.Contains(l, "task_name=file") || !strings.Contains(l, "the stored task is ignored") {
+		t.Errorf("the conflict is not logged with the task's name:\n%s", l)
+	}
+}
