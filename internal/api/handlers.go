@@ -296,7 +296,7 @@ func (s *Server) runAndBody(w http.ResponseWriter, r *http.Request, req any) (ru
 
 // createTask serves POST /v1/tasks[?run=now|inspect].
 func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Tasks.CreateDisabled {
+	if s.apiTasks().CreateDisabled {
 		s.fail(w, r, &httpError{status: http.StatusForbidden,
 			msg: "creating tasks through the API is disabled on this server (api_tasks { create = false }); run=inspect included"})
 		return
@@ -311,7 +311,7 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if err := checkAllowed(s.opts.Tasks, spec); err != nil {
+	if err := checkAllowed(s.apiTasks(), spec); err != nil {
 		s.log.Warn("api: task outside the allowlist refused", "task_name", spec.Name, "module", spec.Module,
 			"reason", err.Error(), "run", run, "token", tokenName(r), "request_id", requestID(r))
 		s.fail(w, r, err)

@@ -281,7 +281,7 @@ func (s *Server) decodeTask(raw json.RawMessage) (task.Spec, error) {
 			}
 		}
 	}
-	spec.SetBufferPeriod(own, s.opts.BufferPeriod)
+	spec.SetBufferPeriod(own, s.bufferPeriod())
 
 	if err := validateTask(&spec); err != nil {
 		return task.Spec{}, err

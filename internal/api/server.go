@@ -115,6 +115,10 @@ type Server struct {
 	tokens *Tokens
 	certs  *certReloader // nil without TLS
 
+	// liveMu guards the settings a reload changes in opts (live.go):
+	// Tasks and BufferPeriod.
+	liveMu sync.RWMutex
+
 	mu sync.Mutex
 	ln net.Listener
 	// warning is exposureWarning of the bound address (set by Listen).

@@ -128,7 +128,7 @@ func (a *app) validateAPITask(s task.Spec) error {
 // checkStoredTask validates a task record read from Consul KV (high
 // availability) as the API validates a new task (ha.FilterStored).
 func (a *app) checkStoredTask(key string, s task.Spec) error {
-	return ctsapi.CheckStoredTask(key, s, a.cfg.APITasks, a.validateAPITask)
+	return ctsapi.CheckStoredTask(key, s, a.apiTasks(), a.validateAPITask)
 }
 
 // apiHTTP is the api_http block plus the names this instance is known by

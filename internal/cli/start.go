@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -133,7 +134,7 @@ func buildApp(ctx context.Context, f *startFlags, stderr io.Writer) (*app, int) 
 	if f.logFormat != "" {
 		cfg.LogFormat = f.logFormat
 	}
-	logger := newLogger(cfg, stderr)
+	logger, level := newLoggerLevel(cfg, stderr)
 	logger.Info(fmt.Sprintf("%s v%s (%s)", Name, Version, Commit)) // as CTS's first line
 	for _, w := range cfg.Warnings {
 		logger.Warn(w)
@@ -240,6 +241,8 @@ func buildApp(ctx context.Context, f *startFlags, stderr io.Writer) (*app, int) 
 		return nil, ExitConfig
 	}
 	app.onceWait = wait
+	app.level = level
+	app.flags = f
 	return app, ExitOK
 }
 
@@ -257,8 +260,21 @@ type app struct {
 	coord    ha.Coordinator // this instance's part in a cluster, or alone (ha.go)
 	secrets  *liveProviders // provider values, kept fresh from Vault (secrets.go)
 	memory   *terraform.MemoryBudget
-	history  *store.Bolt // the local history database (history.go); nil with HA or -inspect
-	apiAddr  string      // the address the API is bound to (startAPI)
+	history  *store.Bolt    // the local history database (history.go); nil with HA or -inspect
+	apiAddr  string         // the address the API is bound to (startAPI)
+	level    *slog.LevelVar // the log level, which a reload changes (reload.go)
+	flags    *startFlags    // the command line: the files a reload reads again
+	reloadMu sync.Mutex     // one reload at a time; guards fileTasks
+	// fileTasks are the tasks of the configuration files in force: the
+	// ones of the start, then of the last reload.
+	fileTasks []task.Spec
+	// liveMu guards liveAPITasks, the api_tasks block of the last reload
+	// (nil: the start's).
+	liveMu       sync.RWMutex
+	liveAPITasks *config.APITasks
+	// updater, when set, updates the changed tasks of a reload in place of
+	// the controller (tests).
+	updater taskUpdater
 }
 
 // needsConsulKV reports whether start-up must read Consul KV: a
@@ -306,7 +322,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 	if err := os.MkdirAll(cacheDir, 0o750); err != nil {
 		return nil, fmt.Errorf("creating plugin cache: %w", err)
 	}
-	a := &app{cfg: cfg, log: logger, client: client}
+	a := &app{cfg: cfg, log: logger, client: client, fileTasks: cfg.Tasks}
 	a.registry = watch.NewRegistry(client, logger.With("component", "watch"), func(sub, key string) {
 		a.ctrl.Notify(sub, key)
 	})
@@ -511,17 +527,30 @@ func (a *app) runOnce(ctx context.Context, only []string, inspect bool, stdout i
 const logName = "cli"
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
-	level := slog.LevelInfo
-	switch strings.ToUpper(cfg.LogLevel) {
+	log, _ := newLoggerLevel(cfg, w)
+	return log
+}
+
+// logLevel is the slog level of a log_level value (INFO when unknown).
+func logLevel(s string) slog.Level {
+	switch strings.ToUpper(s) {
 	case "TRACE":
-		level = logging.LevelTrace
+		return logging.LevelTrace
 	case "DEBUG":
-		level = slog.LevelDebug
+		return slog.LevelDebug
 	case "WARN":
-		level = slog.LevelWarn
+		return slog.LevelWarn
 	case "ERR", "ERROR":
-		level = slog.LevelError
+		return slog.LevelError
 	}
+	return slog.LevelInfo
+}
+
+// newLoggerLevel is newLogger, with the level it logs at, which a reload
+// of the configuration changes.
+func newLoggerLevel(cfg *config.Config, w io.Writer) (*slog.Logger, *slog.LevelVar) {
+	level := new(slog.LevelVar)
+	level.Set(logLevel(cfg.LogLevel))
 	opts := &slog.HandlerOptions{Level: level}
 	// The text format is hclog's, as CTS, Consul, Vault and Nomad write it;
 	// records without a component are "cli"'s, as CTS's start-up lines.
@@ -533,5 +562,5 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	// Every record passes the configuration's secrets through a redactor
 	// (set once the secrets are resolved, in setupObserve): Terraform
 	// output forwarded with log = true included.
-	return slog.New(redact.NewRedactingHandler(h))
+	return slog.New(redact.NewRedactingHandler(h)), level
 }

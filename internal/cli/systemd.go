@@ -18,7 +18,7 @@ import (
 // Type=notify, packaging/ctsync.service): READY=1 once the API listens
 // (it does before this part starts), Consul answered and the watches run,
 // and every watch has had its first answer; RELOADING=1 then READY=1 around a reload on SIGHUP
-// (the API's token files and TLS certificate); STOPPING=1 when the daemon
+// (the configuration files, the API's token files and TLS certificate: reload.go); STOPPING=1 when the daemon
 // begins to stop. Outside systemd (no NOTIFY_SOCKET) the notifications
 // are no-ops and SIGHUP still reloads.
 func (a *app) serviceManager(srv *ctsapi.Server) part {
@@ -40,25 +40,42 @@ func (a *app) serviceManager(srv *ctsapi.Server) part {
 				a.notifySystemd("STOPPING=1\nSTATUS=stopping: waiting for runs in progress")
 				return nil
 			case <-hup:
-				a.reload(srv, ready)
+				a.reload(ctx, srv, ready)
 			case <-tick.C:
 			}
 		}
 	}}
 }
 
-// reload is a SIGHUP: srv reloads its token and TLS files, all or
-// nothing. Once ready, systemd is told RELOADING=1, then READY=1 with the
-// outcome: a refused reload (a bad file) keeps the files in force, and
-// says so; the error itself is logged by Reload. Before READY=1 systemd
-// still waits for the start: a reload then is not reported.
-func (a *app) reload(srv interface{ Reload() error }, ready bool) {
+// reload is a SIGHUP: the configuration files are read again and put in
+// force (reload.go), with srv's token and TLS files, all or nothing. Once
+// ready, systemd is told RELOADING=1, then READY=1 with the outcome:
+// STATUS=reloaded, or STATUS=reload refused: <why> when a file has an
+// error (what is in force stays in force; the error, with its file and
+// line, is logged too). Before READY=1 systemd still waits for the start:
+// a reload then is not reported. An app started without configuration
+// files (tests) reloads srv's files only.
+func (a *app) reload(ctx context.Context, srv liveAPI, ready bool) {
 	if ready {
 		a.notifySystemd("RELOADING=1\nMONOTONIC_USEC=" + monotonicUsec())
 	}
 	status := "STATUS=reloaded"
-	if err := srv.Reload(); err != nil {
-		status = "STATUS=reload refused: the API's token and TLS files in force stay in force (see the log)"
+	if a.flags == nil || len(a.flags.configs) == 0 {
+		if err := srv.Reload(); err != nil {
+			status = "STATUS=reload refused: " + statusLine(err)
+		}
+	} else {
+		summary, err := a.reloadConfig(ctx, srv)
+		switch {
+		case err != nil && summary == "":
+			a.log.Error("reload refused: the configuration in force stays in force", "error", err)
+			status = "STATUS=reload refused: " + statusLine(err)
+		case err != nil:
+			a.log.Error("reloaded, with errors", "changes", summary, "error", err)
+			status = "STATUS=reloaded with errors: " + statusLine(err)
+		default:
+			a.log.Info("configuration reloaded", "changes", summary)
+		}
 	}
 	if ready {
 		a.notifySystemd("READY=1\n" + status)
