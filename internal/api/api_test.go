@@ -451,8 +451,10 @@ func TestUpdateTask(t *testing.T) {
 	}
 
 	for _, c := range []struct{ body, query, want string }{
-		{`{"enabled":true,"name":"b"}`, "", `unknown field "name"`},
-		{`{}`, "", "enabled is required"},
+		{`{"enabled":true,"name":"b"}`, "", "task.name cannot be changed"},
+		{`{"enabled":true,"nonsense":1}`, "", `unknown field "nonsense"`},
+		{`{}`, "", "sets no field"},
+		{`[]`, "", "must be a JSON object"},
 		{`{"enabled":"yes"}`, "", "enabled: expected a boolean"},
 		{`not json`, "", "malformed JSON"},
 		{``, "", "request body is empty"},

@@ -364,38 +364,6 @@ func (s *Server) createTask(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, TaskResponse{Task: TaskView(spec), RequestID: requestID(r)})
 }
 
-// updateTask serves PATCH /v1/tasks/{name}[?run=now|inspect].
-func (s *Server) updateTask(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("name")
-	var req UpdateTaskRequest
-	run, ok := s.runAndBody(w, r, &req)
-	if !ok {
-		return
-	}
-	if req.Enabled == nil {
-		s.fail(w, r, badRequest("enabled is required: it is the only field that can be updated"))
-		return
-	}
-	if _, err := s.lookup(name); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	res, err := s.opts.Controller.SetEnabled(reconcile.WithActor(r.Context(), tokenName(r)), name, *req.Enabled, reconcile.EnableMode(run))
-	if err != nil {
-		if !errors.Is(err, errNotFound) && !errors.Is(err, errActive) {
-			err = fmt.Errorf("updating task '%s': %w", name, err)
-		}
-		s.fail(w, r, err)
-		return
-	}
-	if run == "inspect" {
-		writeJSON(w, http.StatusOK, UpdateTaskResponse{Inspect: &RunResult{Plan: s.redact(name, res.Plan), ChangesPresent: res.ChangesPresent, TFCRunURL: res.TFCRunURL}})
-		return
-	}
-	s.log.Info("task updated through the api", "task_name", name, "enabled", *req.Enabled, "run", run, "token", tokenName(r), "request_id", requestID(r))
-	writeJSON(w, http.StatusOK, UpdateTaskResponse{})
-}
-
 // deleteTask serves DELETE /v1/tasks/{name}[?destroy=true]. As CTS, the
 // task is marked for deletion and removed asynchronously once it is not
 // running; with destroy (ctsync) its infrastructure is destroyed first.

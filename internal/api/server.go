@@ -99,6 +99,9 @@ type Options struct {
 	// the run-log endpoint serves: an event record read back from Consul
 	// cannot point it at another file.
 	LogDirs []string
+	// FileTask, when set, reports whether a task comes from the
+	// configuration files: PATCH changes only its enabled flag.
+	FileTask func(name string) bool
 	// ReloadOnSIGHUP makes Run reload the token files and the TLS
 	// certificate when the process receives SIGHUP (see Reload).
 	ReloadOnSIGHUP bool

@@ -166,9 +166,11 @@ type UpdateTaskRequest struct {
 }
 
 // UpdateTaskResponse is the body of PATCH /v1/tasks/{name}: empty, or with
-// run=inspect the plan.
+// run=inspect the plan; a change of other fields than enabled (ctsync)
+// answers the task as it is now.
 type UpdateTaskResponse struct {
 	Inspect *RunResult `json:"inspect,omitempty"`
+	Task    *task.Spec `json:"task,omitempty"`
 }
 
 // DeleteTaskResponse is the body of DELETE /v1/tasks/{name}. Status and

@@ -24,7 +24,7 @@ var (
 	topCommands = []command{{"start", runStart}, {"status", runStatus}, {"task", runTask}, {"version", nil}}
 
 	taskCommands = []command{{"approve", taskApprove}, {"create", taskCreate}, {"delete", taskDelete}, {"disable", taskDisable},
-		{"enable", taskEnable}, {"logs", taskLogs}, {"reject", taskReject}, {"run", taskRun}}
+		{"enable", taskEnable}, {"logs", taskLogs}, {"reject", taskReject}, {"run", taskRun}, {"update", taskUpdate}}
 )
 
 func commandNames(cmds []command) []string {

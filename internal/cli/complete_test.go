@@ -17,7 +17,7 @@ func TestCompletion(t *testing.T) {
 	}{
 		{"ctsync ", []string{"start", "status", "task", "version"}},
 		{"ctsync st", []string{"start", "status"}},
-		{"ctsync task ", []string{"approve", "create", "delete", "disable", "enable", "logs", "reject", "run"}},
+		{"ctsync task ", []string{"approve", "create", "delete", "disable", "enable", "logs", "reject", "run", "update"}},
 		{"ctsync task run -a", []string{"-auto-approve"}},
 		{"ctsync task delete -d", []string{"-destroy"}},
 		{"ctsync start -i", []string{"-inspect", "-inspect-task"}},

@@ -39,7 +39,8 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 		Tasks:          a.cfg.APITasks,
 		HTTP:           a.apiHTTP(),
 		LogDirs:        a.logDirs(),
-		ReloadOnSIGHUP: false, // the systemd part reloads on SIGHUP and tells systemd (systemd.go)
+		FileTask:       a.isFileTask, // reload.go: PATCH changes only their enabled flag
+		ReloadOnSIGHUP: false,        // the systemd part reloads on SIGHUP and tells systemd (systemd.go)
 	})
 	if err != nil {
 		return nil, err

@@ -241,7 +241,9 @@ func (a *app) reloadConfig(ctx context.Context, srv liveAPI) (string, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	a.liveMu.Lock()
 	a.fileTasks = next.Tasks
+	a.liveMu.Unlock()
 	a.cfg.LogLevel = next.LogLevel
 	summary := fmt.Sprintf("%d task(s) added, %d changed, %d removed", len(plan.add), len(plan.update), len(plan.remove))
 	if plan.empty() {
@@ -256,6 +258,14 @@ func (a *app) setAPITasks(t config.APITasks) {
 	a.liveMu.Lock()
 	defer a.liveMu.Unlock()
 	a.liveAPITasks = &t
+}
+
+// isFileTask reports whether a task comes from the configuration files
+// in force (the API changes only its enabled flag).
+func (a *app) isFileTask(name string) bool {
+	a.liveMu.RLock()
+	defer a.liveMu.RUnlock()
+	return slices.ContainsFunc(a.fileTasks, func(s task.Spec) bool { return s.Name == name })
 }
 
 // apiTasks is the api_tasks block in force.

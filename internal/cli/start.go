@@ -264,12 +264,12 @@ type app struct {
 	apiAddr  string         // the address the API is bound to (startAPI)
 	level    *slog.LevelVar // the log level, which a reload changes (reload.go)
 	flags    *startFlags    // the command line: the files a reload reads again
-	reloadMu sync.Mutex     // one reload at a time; guards fileTasks
+	reloadMu sync.Mutex     // one reload at a time
 	// fileTasks are the tasks of the configuration files in force: the
-	// ones of the start, then of the last reload.
+	// ones of the start, then of the last reload (written under liveMu).
 	fileTasks []task.Spec
-	// liveMu guards liveAPITasks, the api_tasks block of the last reload
-	// (nil: the start's).
+	// liveMu guards fileTasks and liveAPITasks, the api_tasks block of the
+	// last reload (nil: the start's).
 	liveMu       sync.RWMutex
 	liveAPITasks *config.APITasks
 	// updater, when set, updates the changed tasks of a reload in place of

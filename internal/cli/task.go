@@ -313,6 +313,7 @@ Subcommands:
     logs       Prints the Terraform output of a task's run (ctsync).
     reject     Drops the plan a safety gate holds for a task (ctsync).
     run        Shows a task's plan and applies it now (ctsync).
+    update     Changes the settings of a task created through the API (ctsync).
 
 For a subcommand's options, try '%[1]s task <subcommand> --help'.
 `, Name)
@@ -479,6 +480,56 @@ func taskCreate(args []string, stdout, stderr io.Writer) int {
 	}
 	u.info("Task '%s' created", spec.Name)
 	u.output("Request ID: '%s'", resp.RequestID)
+	return ExitOK
+}
+
+func taskUpdate(args []string, stdout, stderr io.Writer) int {
+	c := newClientCmd("task update", "[options] -task-file=<task config> [task name]", `  Task Update (ctsync) gives a task created through the API the settings
+  of a file holding one task block (HCL, or JSON for a .json file), as
+  task create reads it: every field of the task becomes the file's (the
+  variable_files of the task are read here and sent as its variables).
+  The task keeps its history; when its desired state changed, it runs as
+  any change does. The task name, when given, must be the file's. A task
+  of the daemon's configuration files cannot be changed this way (only
+  enabled, with task enable and task disable): change the file and reload.
+`, stdout, stderr)
+	taskFile := c.fs.String("task-file", "", "[Required] A file containing the hcl or json definition of a task")
+	pos, code := c.parse(args)
+	if code >= 0 {
+		return code
+	}
+	u := c.ui
+	if len(pos) > 1 {
+		return u.failCode(ExitRequiredFlags, "Error: this command takes at most one argument: [options] [task name]",
+			fmt.Sprintf("%d arguments were passed to the command: '%s'", len(pos), strings.Join(pos, ", ")),
+			"All flags are required to appear before positional arguments if set\n", moreHelp(c.name))
+	}
+	if *taskFile == "" {
+		return u.failCode(ExitRequiredFlags, "Error: unable to create request", "no task file provided", moreHelp(c.name))
+	}
+	spec, warns, err := config.LoadTaskFileWarnings(*taskFile)
+	if err != nil {
+		return u.fail("Error: unable to create request", "unable to read task file", err.Error())
+	}
+	for _, w := range warns {
+		fmt.Fprint(stderr, prefixed(infoPrefix, "Warning: "+w))
+	}
+	if len(pos) == 1 && pos[0] != spec.Name {
+		return u.failCode(ExitRequiredFlags, "Error: unable to create request",
+			fmt.Sprintf("the task file holds task '%s', not '%s': a task's name cannot be changed", spec.Name, pos[0]), moreHelp(c.name))
+	}
+	cl, err := c.client()
+	if err != nil {
+		return u.fail("Error: unable to create client", err.Error())
+	}
+	ctx, cancel := commandContext()
+	defer cancel()
+	spec = api.TaskView(spec)
+	u.info("Updating task '%s'...", spec.Name)
+	if _, err := cl.PatchTask(ctx, spec.Name, spec, client.RunDefault); err != nil {
+		return u.fail(fmt.Sprintf("Error: unable to update '%s'", spec.Name), clientError(cl, err))
+	}
+	u.info("Task '%s' updated", spec.Name)
 	return ExitOK
 }
 

@@ -2,6 +2,7 @@ package ha
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -110,5 +111,53 @@ func TestSoloRestoresTasksChangedThroughTheAPI(t *testing.T) {
 	}
 	if l := logs.String(); !strings.Contains(l, "task_name=file") || !strings.Contains(l, "the stored task is ignored") {
 		t.Errorf("the conflict is not logged with the task's name:\n%s", l)
+	}
+}
+
+// updatableCtrl is a controller with an Update that replaces the task
+// (enough for the record's test; the controller's own keeps run state).
+type updatableCtrl struct {
+	*reconcile.Controller
+	fail error
+}
+
+func (u updatableCtrl) Update(ctx context.Context, s task.Spec) error {
+	if u.fail != nil {
+		return u.fail
+	}
+	if err := u.Controller.Delete(ctx, s.Name, false); err != nil {
+		return err
+	}
+	return u.Controller.Create(ctx, s, false)
+}
+
+// A change of a task's settings through the API is saved as the task's
+// record (restored after a restart); a change the controller refuses
+// leaves the record as it was.
+func TestPersistingUpdateSavesTheTask(t *testing.T) {
+	ctx := context.Background()
+	recs := &memTasks{recs: map[string]store.TaskRecord{}}
+	c := standbyController(t)
+	activate(t, c)
+	p := &Persisting{Controller: updatableCtrl{Controller: c}, Store: recs, Configured: ConfiguredNames(nil)}
+	if err := p.Create(ctx, spec("api", true), false); err != nil {
+		t.Fatal(err)
+	}
+	changed := spec("api", true)
+	changed.Version = "2.0.0"
+	if err := p.Update(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	if rec := recs.TaskRecords()["api"]; rec.Spec == nil || rec.Spec.Version != "2.0.0" {
+		t.Fatalf("record after the update: %+v", rec)
+	}
+	p.Controller = updatableCtrl{Controller: c, fail: reconcile.ErrActive}
+	again := changed
+	again.Version = "3.0.0"
+	if err := p.Update(ctx, again); !errors.Is(err, reconcile.ErrActive) {
+		t.Fatalf("refused update: %v", err)
+	}
+	if rec := recs.TaskRecords()["api"]; rec.Spec == nil || rec.Spec.Version != "2.0.0" {
+		t.Fatalf("record after a refused update: %+v", rec)
 	}
 }

@@ -145,6 +145,35 @@ func (p *Persisting) SetEnabled(ctx context.Context, name string, enabled bool, 
 	return res, err
 }
 
+// Update implements the API's Updater as one step, as Create: the task's
+// new settings are saved first, then applied by the controller's Update;
+// a change the controller refuses puts the record back. A controller
+// without Update refuses every change but enabled.
+func (p *Persisting) Update(ctx context.Context, spec task.Spec) error {
+	up, ok := p.Controller.(interface {
+		Update(ctx context.Context, spec task.Spec) error
+	})
+	if !ok {
+		return errors.New("this controller changes only the enabled flag of a task")
+	}
+	if _, err := p.Controller.Task(spec.Name); err != nil {
+		return err
+	}
+	prev, had := p.Store.TaskRecords()[spec.Name]
+	saved := false
+	err := p.step(ctx, spec.Name, p.recordFor(spec), func(reconcile.TaskState, error) bool { return false }, func() error {
+		saved = true
+		return up.Update(ctx, spec)
+	})
+	if saved {
+		defer p.changed()
+		if err != nil {
+			p.restore(ctx, spec.Name, prev, had)
+		}
+	}
+	return err
+}
+
 // recordFor is the record of a task: for a configured task its enabled
 // flag only, for the others the whole task.
 func (p *Persisting) recordFor(spec task.Spec) store.TaskRecord {

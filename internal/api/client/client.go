@@ -373,6 +373,15 @@ func (c *Client) UpdateTask(ctx context.Context, name string, enabled bool, run 
 	return out, err
 }
 
+// PatchTask calls PATCH /v1/tasks/{name}[?run=...] with fields, an object
+// holding fields of the task (a task.Spec marshals to all of them): each
+// replaces the task's value (ctsync).
+func (c *Client) PatchTask(ctx context.Context, name string, fields any, run string) (api.UpdateTaskResponse, error) {
+	var out api.UpdateTaskResponse
+	err := c.do(ctx, http.MethodPatch, taskPath(name), runQuery(run), fields, &out)
+	return out, err
+}
+
 // DeleteTask calls DELETE /v1/tasks/{name}[?destroy=true] and returns the
 // request id.
 func (c *Client) DeleteTask(ctx context.Context, name string, destroy bool) (string, error) {
