@@ -79,6 +79,14 @@ func planTasks(old, next []task.Spec) taskPlan {
 	return p
 }
 
+func findSpec(specs []task.Spec, name string) (task.Spec, bool) {
+	i := slices.IndexFunc(specs, func(s task.Spec) bool { return s.Name == name })
+	if i < 0 {
+		return task.Spec{}, false
+	}
+	return specs[i], true
+}
+
 // loadForReload reads the files given at start again and checks them as
 // start does (the command line's -client-type and -log-format still
 // apply).
@@ -156,6 +164,15 @@ func (a *app) reloadConfig(ctx context.Context, srv liveAPI) (string, error) {
 		return "", err
 	}
 	plan := planTasks(a.fileTasks, next.Tasks)
+	// A changed task keeps the enabled flag it has now (set through the
+	// API, perhaps) unless the files changed it.
+	for i, s := range plan.update {
+		if o, ok := findSpec(a.fileTasks, s.Name); ok && o.Enabled == s.Enabled {
+			if st, err := a.ctrl.Task(s.Name); err == nil {
+				plan.update[i].Enabled = st.Spec.Enabled
+			}
+		}
+	}
 	upd, canUpdate := any(a.ctrl).(taskUpdater)
 	if a.updater != nil {
 		upd, canUpdate = a.updater, true

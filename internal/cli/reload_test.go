@@ -99,6 +99,10 @@ func TestReloadConfigTasks(t *testing.T) {
 	a, up := reloadApp(t, path, logs)
 	ctx := t.Context()
 
+	// Disabled through the API: a change in the files keeps it disabled.
+	if _, err := a.ctrl.SetEnabled(ctx, "change", false, ""); err != nil {
+		t.Fatal(err)
+	}
 	write(`log_level = "debug"` + reloadTask("keep", "web") + reloadTask("change", "db") + reloadTask("new", "web"))
 	summary, err := a.reloadConfig(ctx, nil)
 	if err != nil {
@@ -111,7 +115,7 @@ func TestReloadConfigTasks(t *testing.T) {
 	if got != "change,keep,new" {
 		t.Errorf("tasks after the reload: %s", got)
 	}
-	if len(up.specs) != 1 || up.specs[0].Name != "change" || up.specs[0].Condition.Services.Names[0] != "db" {
+	if len(up.specs) != 1 || up.specs[0].Name != "change" || up.specs[0].Condition.Services.Names[0] != "db" || up.specs[0].Enabled {
 		t.Errorf("updated: %+v", up.specs)
 	}
 	if a.level.Level() != slog.LevelDebug {

@@ -25,7 +25,7 @@ func FilterStored(recs map[string]store.TaskRecord, configured map[string]bool, 
 	for key, rec := range recs {
 		if rec.Spec != nil && !configured[key] {
 			if err := check(key, *rec.Spec); err != nil {
-				log.Error("ha: a task record in consul is not a valid task created through the api; ignored", "record", key, "error", err)
+				log.Error("ha: a stored task record (consul kv, or the history database alone) is not a valid task created through the api; ignored", "record", key, "error", err)
 				continue
 			}
 		}
