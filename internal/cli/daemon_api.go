@@ -114,6 +114,12 @@ func (a *app) validateAPITask(s task.Spec) error {
 	if err := task.CheckLocalModule(s.Module); err != nil {
 		return &task.FieldError{Field: "module", Msg: err.Error()}
 	}
+	return a.checkProviders(s)
+}
+
+// checkProviders checks that each provider alias the task names is
+// configured (a terraform_provider block with that alias).
+func (a *app) checkProviders(s task.Spec) error {
 	for i, ref := range s.Providers {
 		if !strings.Contains(ref, ".") {
 			continue

@@ -180,6 +180,13 @@ func (a *app) reloadConfig(ctx context.Context, srv liveAPI) (string, error) {
 	if len(plan.update) > 0 && !canUpdate {
 		return "", errors.New("changing a task of the configuration files needs a restart with this controller")
 	}
+	// A task added or changed may name only the providers in force: a new
+	// terraform_provider block needs a restart.
+	for _, s := range append(slices.Clone(plan.add), plan.update...) {
+		if err := a.checkProviders(s); err != nil {
+			return "", fmt.Errorf("task %q: %w (a terraform_provider block added to the files needs a restart)", s.Name, err)
+		}
+	}
 	// A task of the files added with the name of a task created through
 	// the API replaces it (the files win, as at start).
 	var replace []task.Spec

@@ -137,6 +137,28 @@ func TestReloadConfigTasks(t *testing.T) {
 		t.Errorf("a refused reload changed the log level")
 	}
 
+	// A task that names a provider block the files add: refused (the
+	// providers in force are the start's).
+	write(`log_level = "debug"
+terraform_provider "null" {
+  alias = "two"
+}` + reloadTask("keep", "web") + reloadTask("change", "db") + reloadTask("new", "web") + `
+task {
+  name      = "prov"
+  module    = "org/mod/null"
+  providers = ["null.two"]
+  condition "services" {
+    names = ["web"]
+  }
+}
+`)
+	if _, err := a.reloadConfig(ctx, nil); err == nil || !strings.Contains(err.Error(), `"null.two"`) || !strings.Contains(err.Error(), "needs a restart") {
+		t.Fatalf("a task with a new provider block: %v", err)
+	}
+	if got := strings.Join(slices.Sorted(slices.Values(names(a.ctrl))), ","); got != "change,keep,new" {
+		t.Errorf("tasks after a refused reload: %s", got)
+	}
+
 	// A setting that needs a restart is logged, and the rest applies.
 	write(`log_level = "debug"
 working_dir = "elsewhere"` + reloadTask("keep", "web"))

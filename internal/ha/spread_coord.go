@@ -8,6 +8,7 @@ import (
 
 	ctsapi "github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 // Spread is the coordinator of spread mode (spread_tasks): the members
@@ -61,6 +62,14 @@ func (s *Spread) API(ctrl Controller) ctsapi.Controller {
 	p := s.persisting(ctrl)
 	p.Acquire, p.Changed = s.sp.Acquire, s.sp.Kick
 	return p
+}
+
+// Reconfigure implements Coordinator: as a member's, then the spreader
+// hears that the task list changed (new tasks get an owner).
+func (s *Spread) Reconfigure(specs []task.Spec, apply func() error) error {
+	err := s.membership.Reconfigure(specs, apply)
+	s.sp.Kick()
+	return err
 }
 
 // Cluster implements Coordinator.
