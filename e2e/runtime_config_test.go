@@ -268,3 +268,80 @@ api_tasks {
 	must(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	p.wait(t, 90*time.Second)
 }
+
+// TestReloadUnderHAEndToEnd: under high availability each member reloads
+// its own file, rolled over the cluster one member at a time (follower
+// first): a task added to the follower's file waits there (a follower runs
+// nothing, and its refresh of the cluster's records keeps the task: it is
+// configured now), the leader's reload runs it, and after a failover the
+// new leader has it and runs nothing it already applied.
+func TestReloadUnderHAEndToEnd(t *testing.T) {
+	skipShort(t)
+	c := newHACluster(t)
+	out, varFile := newTaskDir(t)
+	addedOut, addedVars := newTaskDir(t)
+	for _, id := range []string{"cts-a", "cts-b"} {
+		c.add(&haInstance{id: id}, func(in *haInstance) string { return haConfig(in, varFile) })
+	}
+	c.register("web-1", "web", 8001)
+	c.register("db-1", "db", 9001)
+	for _, in := range c.insts {
+		in.start(t)
+	}
+	leader := c.leading(90 * time.Second)
+	waitFile(t, out, "web-1", 60*time.Second)
+	var follower *haInstance
+	for _, in := range c.insts {
+		if in != leader {
+			follower = in
+		}
+	}
+	addTask := func(in *haInstance) {
+		t.Helper()
+		writeFile(t, in.work, "config.hcl", haConfig(in, varFile)+servicesTaskHCL("added", addedVars, `"db"`))
+		must(t, in.proc().cmd.Process.Signal(syscall.SIGHUP))
+		testutil.Eventually(t, 60*time.Second, in.id+" reloaded", func() bool {
+			return in.proc().countLog("reload: task added", "added") > 0
+		})
+	}
+
+	addTask(follower)
+	// A change of the cluster's records (a task created through the API on
+	// the leader) makes the follower apply them again: the task of its
+	// file stays.
+	apiOut := t.TempDir()
+	code, body := haDo(t, "POST", leader.port, "/v1/tasks", newTaskJSON("api", module("services_file"), apiOut))
+	if code != 201 {
+		t.Fatalf("create api: %d %s", code, body)
+	}
+	testutil.Eventually(t, 60*time.Second, "the follower applying the cluster's records", func() bool {
+		return follower.proc().countLog("ha: task created through the api added", "api") > 0
+	})
+	if n := follower.proc().countLog("ha: task no longer in the cluster's records removed", "added"); n != 0 {
+		t.Fatalf("the follower's refresh removed the task of its file")
+	}
+	if readServices(t, addedOut) != nil {
+		t.Fatalf("the task added to the follower's file ran")
+	}
+
+	addTask(leader)
+	waitFile(t, addedOut, "db-1", 60*time.Second)
+	ran := leader.proc().count("executing task")
+
+	// Failover: the follower leads, with the task, and runs nothing new.
+	must(t, leader.proc().cmd.Process.Signal(syscall.SIGTERM))
+	leader.proc().wait(t, 90*time.Second)
+	next := c.leading(90 * time.Second)
+	if next != follower {
+		t.Fatalf("%s leads, want %s", next.id, follower.id)
+	}
+	if tasks := haTasks(t, next.port); !tasks["added"] {
+		t.Fatalf("the new leader's tasks: %v", tasks)
+	}
+	testutil.Eventually(t, 90*time.Second, "added considered and skipped on the new leader", func() bool {
+		return next.proc().countLog("desired state unchanged since last apply, skipping run", "added") > 0
+	})
+	if n := next.proc().countLog("executing task", "added"); n != 0 {
+		t.Errorf("the new leader ran the added task %d times (the old one ran %d tasks)", n, ran)
+	}
+}
