@@ -317,6 +317,13 @@ func TestReloadUnderHAEndToEnd(t *testing.T) {
 	testutil.Eventually(t, 60*time.Second, "the follower applying the cluster's records", func() bool {
 		return follower.proc().countLog("ha: task created through the api added", "api") > 0
 	})
+	code, body = haDo(t, "PATCH", leader.port, "/v1/tasks/api", `{"condition":{"services":{"names":["web","db"]}}}`)
+	if code != 200 {
+		t.Fatalf("patch api: %d %s", code, body)
+	}
+	testutil.Eventually(t, 60*time.Second, "the follower applying the change of the API task", func() bool {
+		return follower.proc().countLog("ha: task changed through the api updated", "api") > 0
+	})
 	if n := follower.proc().countLog("ha: task no longer in the cluster's records removed", "added"); n != 0 {
 		t.Fatalf("the follower's refresh removed the task of its file")
 	}
@@ -337,6 +344,12 @@ func TestReloadUnderHAEndToEnd(t *testing.T) {
 	}
 	if tasks := haTasks(t, next.port); !tasks["added"] {
 		t.Fatalf("the new leader's tasks: %v", tasks)
+	}
+	// The settings of the API task changed through PATCH on the old
+	// leader are the new leader's too.
+	code, body = haDo(t, "GET", next.port, "/v1/tasks/api", "")
+	if code != 200 || !strings.Contains(string(body), `"names":["web","db"]`) {
+		t.Errorf("the API task on the new leader: %d %s", code, body)
 	}
 	testutil.Eventually(t, 90*time.Second, "added considered and skipped on the new leader", func() bool {
 		return next.proc().countLog("desired state unchanged since last apply, skipping run", "added") > 0

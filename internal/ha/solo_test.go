@@ -161,3 +161,25 @@ func TestPersistingUpdateSavesTheTask(t *testing.T) {
 		t.Fatalf("record after a refused update: %+v", rec)
 	}
 }
+
+// A task whose settings were changed through the API (its record holds
+// the new ones) gets them when the records are applied again (a new
+// leader, a follower's refresh, a restart), not only its enabled flag.
+func TestApplyStoredUpdatesChangedSettings(t *testing.T) {
+	ctx := context.Background()
+	c := standbyController(t, spec("api", true))
+	changed := spec("api", false)
+	changed.Version = "2.0.0"
+	recs := map[string]store.TaskRecord{"api": {Spec: &changed}}
+	if _, err := ApplyStored(ctx, updatableCtrl{Controller: c}, recs, map[string]bool{}, map[string]bool{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Task("api")
+	if err != nil || st.Spec.Version != "2.0.0" || st.Spec.Enabled {
+		t.Fatalf("after applying the records: %+v %v", st.Spec, err)
+	}
+	// The same records again change nothing.
+	if _, err := ApplyStored(ctx, updatableCtrl{Controller: c, fail: errors.New("no update expected")}, recs, map[string]bool{}, map[string]bool{}, nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,7 +1,9 @@
 package ha
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -150,9 +152,7 @@ func (p *Persisting) SetEnabled(ctx context.Context, name string, enabled bool, 
 // a change the controller refuses puts the record back. A controller
 // without Update refuses every change but enabled.
 func (p *Persisting) Update(ctx context.Context, spec task.Spec) error {
-	up, ok := p.Controller.(interface {
-		Update(ctx context.Context, spec task.Spec) error
-	})
+	up, ok := p.Controller.(updater)
 	if !ok {
 		return errors.New("this controller changes only the enabled flag of a task")
 	}
@@ -393,6 +393,16 @@ func ApplyStored(ctx context.Context, c Controller, recs map[string]store.TaskRe
 				log.Warn("ha: a task created through the api has the name of a task of the configuration files, which wins: the stored task is ignored", "task_name", name)
 				continue
 			}
+			if up, ok := c.(updater); ok && !sameSettings(st.Spec, *rec.Spec) {
+				// Its settings were changed through the API (PATCH)
+				// since this instance created it.
+				if err := up.Update(ctx, *rec.Spec); err != nil {
+					errs = append(errs, fmt.Errorf("updating task %q: %w", name, err))
+					continue
+				}
+				log.Info("ha: task changed through the api updated", "task_name", name)
+				continue
+			}
 			if st.Spec.Enabled != rec.Spec.Enabled {
 				if err := setEnabled(ctx, c, name, rec.Spec.Enabled); err != nil {
 					errs = append(errs, err)
@@ -435,6 +445,36 @@ func ApplyStored(ctx context.Context, c Controller, recs map[string]store.TaskRe
 		log.Info("ha: task no longer in the cluster's records removed", "task_name", name)
 	}
 	return destroys, errors.Join(errs...)
+}
+
+// updater is a controller that replaces a task's settings
+// (reconcile.Controller.Update).
+type updater interface {
+	Update(ctx context.Context, spec task.Spec) error
+}
+
+// sameSettings reports whether two specs of a task differ at most in their
+// enabled flag, as their JSON says (a record holds the task as JSON).
+func sameSettings(a, b task.Spec) bool {
+	a.Enabled, b.Enabled = false, false
+	ja, erra := stableJSON(a)
+	jb, errb := stableJSON(b)
+	return erra == nil && errb == nil && bytes.Equal(ja, jb)
+}
+
+// stableJSON is the JSON of a spec as read back from its JSON (a stored
+// record): what the JSON does not keep, or keeps in another form, does
+// not count.
+func stableJSON(s task.Spec) ([]byte, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	var back task.Spec
+	if err := json.Unmarshal(b, &back); err != nil {
+		return nil, err
+	}
+	return json.Marshal(back)
 }
 
 // ResumeDestroys finishes, once this instance leads, the deletions with
