@@ -163,6 +163,12 @@ func (a *app) reloadConfig(ctx context.Context, srv liveAPI) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// cur holds the settings in force: the start's, with those that
+	// change live as the last reload set them.
+	cur := a.inForce
+	if cur == nil {
+		cur = a.cfg
+	}
 	plan := planTasks(a.fileTasks, next.Tasks)
 	// A changed task keeps the enabled flag it has now (set through the
 	// API, perhaps) unless the files changed it.
@@ -215,14 +221,14 @@ func (a *app) reloadConfig(ctx context.Context, srv liveAPI) (string, error) {
 	if restart := restartOnly(a.cfg, next); len(restart) > 0 {
 		a.log.Warn("reload: these settings changed and need a restart; the values in force stay until then", "settings", strings.Join(restart, ", "))
 	}
-	if a.level != nil && logLevel(a.cfg.LogLevel) != logLevel(next.LogLevel) {
+	if a.level != nil && logLevel(cur.LogLevel) != logLevel(next.LogLevel) {
 		a.level.Set(logLevel(next.LogLevel))
 		a.log.Info("reload: log level changed", "log_level", next.LogLevel)
 	}
 	if srv != nil {
 		live := ctsapi.Live{Tasks: next.APITasks, BufferPeriod: next.BufferPeriod}
 		if !hasSecretField(a.cfg, config.FieldAPIToken) && !hasSecretField(next, config.FieldAPIToken) &&
-			!reflect.DeepEqual(a.cfg.APIAuth, next.APIAuth) {
+			!reflect.DeepEqual(cur.APIAuth, next.APIAuth) {
 			live.Tokens, live.SetTokens = next.APIAuth.Tokens, true
 			a.log.Info("reload: api_auth tokens changed", "tokens", len(next.APIAuth.Tokens))
 		}
@@ -268,7 +274,7 @@ func (a *app) reloadConfig(ctx context.Context, srv liveAPI) (string, error) {
 	a.liveMu.Lock()
 	a.fileTasks = next.Tasks
 	a.liveMu.Unlock()
-	a.cfg.LogLevel = next.LogLevel
+	a.inForce = next
 	summary := fmt.Sprintf("%d task(s) added, %d changed, %d removed", len(plan.add), len(plan.update), len(plan.remove))
 	if plan.empty() {
 		summary = "no task changed"

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	ctsapi "github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/ha"
@@ -170,5 +171,79 @@ working_dir = "elsewhere"` + reloadTask("keep", "web"))
 	}
 	if got := strings.Join(names(a.ctrl), ","); got != "keep" {
 		t.Errorf("tasks: %s", got)
+	}
+}
+
+// fakeLiveAPI records what a reload puts in force in the API server.
+type fakeLiveAPI struct {
+	reloadErr error
+	lives     []ctsapi.Live
+}
+
+func (f *fakeLiveAPI) Reload() error         { return f.reloadErr }
+func (f *fakeLiveAPI) SetLive(l ctsapi.Live) { f.lives = append(f.lives, l) }
+
+// A reload puts api_tasks, the global buffer period and the api_auth
+// tokens in force in the API; a token or TLS file the API cannot read
+// again refuses the whole reload (no task changes).
+func TestReloadConfigAPISettings(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "ctsync.hcl")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(reloadTask("keep", "web"))
+	a, _ := reloadApp(t, path, &lockedBuffer{})
+	srv := &fakeLiveAPI{}
+	write(`
+api_auth {
+  token {
+    name   = "ops"
+    secret = "ops-secret-0123456789"
+    access = "write"
+  }
+}
+api_tasks {
+  allowed_modules = ["org/*"]
+}
+buffer_period {
+  min = "7s"
+  max = "30s"
+}
+` + reloadTask("keep", "web"))
+	if _, err := a.reloadConfig(t.Context(), srv); err != nil {
+		t.Fatal(err)
+	}
+	if len(srv.lives) != 1 {
+		t.Fatalf("SetLive calls: %d", len(srv.lives))
+	}
+	l := srv.lives[0]
+	if !l.SetTokens || len(l.Tokens) != 1 || l.Tokens[0].Name != "ops" {
+		t.Errorf("tokens in force: %+v", l)
+	}
+	if !slices.Equal(l.Tasks.AllowedModules, []string{"org/*"}) || a.apiTasks().AllowedModules[0] != "org/*" {
+		t.Errorf("api_tasks in force: %+v / %+v", l.Tasks, a.apiTasks())
+	}
+	if l.BufferPeriod.Min.D().Seconds() != 7 {
+		t.Errorf("buffer period in force: %+v", l.BufferPeriod)
+	}
+	// The same files again: the tokens are not replaced.
+	if _, err := a.reloadConfig(t.Context(), srv); err != nil {
+		t.Fatal(err)
+	}
+	if srv.lives[1].SetTokens {
+		t.Errorf("unchanged tokens replaced")
+	}
+
+	srv.reloadErr = fmt.Errorf(`api tokens: token "ops": unreadable`)
+	write(reloadTask("keep", "web") + reloadTask("other", "web"))
+	if _, err := a.reloadConfig(t.Context(), srv); err == nil || !strings.Contains(err.Error(), `token "ops"`) {
+		t.Fatalf("a bad token file: %v", err)
+	}
+	if got := strings.Join(names(a.ctrl), ","); got != "keep" || len(srv.lives) != 2 {
+		t.Errorf("a refused reload changed something: tasks %s, SetLive calls %d", got, len(srv.lives))
 	}
 }

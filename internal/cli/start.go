@@ -272,6 +272,9 @@ type app struct {
 	// last reload (nil: the start's).
 	liveMu       sync.RWMutex
 	liveAPITasks *config.APITasks
+	// inForce is the configuration of the last reload (nil: none yet),
+	// whose live settings are in force (reloadMu).
+	inForce *config.Config
 	// updater, when set, updates the changed tasks of a reload in place of
 	// the controller (tests).
 	updater taskUpdater
