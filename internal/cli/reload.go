@@ -139,8 +139,8 @@ func restartOnly(old, next *config.Config) []string {
 	diff("terraform_provider", old.Providers, next.Providers)
 	diff("vault", old.Vault, next.Vault)
 	diff("syslog", old.Syslog, next.Syslog)
-	if !hasSecretField(old, config.FieldHeader) && !hasSecretField(next, config.FieldHeader) {
-		diff("notification", old.Notifications, next.Notifications)
+	if hasSecretField(old, config.FieldHeader) || hasSecretField(next, config.FieldHeader) {
+		diff("notification (headers from Vault)", old.Notifications, next.Notifications)
 	}
 	diff("tls", old.TLS, next.TLS)
 	diff("api_http", old.APIHTTP, next.APIHTTP)
@@ -235,6 +235,14 @@ func (a *app) reloadConfig(ctx context.Context, srv liveAPI) (string, error) {
 		srv.SetLive(live)
 	}
 	a.setAPITasks(next.APITasks)
+	if a.obs.redactor != nil {
+		a.obs.redactor.Add(next.Secrets()...) // new secrets (tokens, webhook URLs and headers) are redacted too
+	}
+	if a.obs.notifier != nil && !hasSecretField(a.cfg, config.FieldHeader) && !hasSecretField(next, config.FieldHeader) &&
+		!reflect.DeepEqual(cur.Notifications, next.Notifications) {
+		a.obs.notifier.SetNotifications(next.Notifications)
+		a.log.Info("reload: notifications changed", "notifications", len(next.Notifications))
+	}
 
 	var errs []error
 	err = a.coord.Reconfigure(next.Tasks, func() error {

@@ -15,6 +15,7 @@ import (
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/ha"
+	"github.com/ctsync/ctsync/internal/notify"
 	"github.com/ctsync/ctsync/internal/reconcile"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/watch"
@@ -196,9 +197,14 @@ func TestReloadConfigAPISettings(t *testing.T) {
 		}
 	}
 	write(reloadTask("keep", "web"))
-	a, _ := reloadApp(t, path, &lockedBuffer{})
+	logs := &lockedBuffer{}
+	a, _ := reloadApp(t, path, logs)
+	a.obs.notifier = notify.New(notify.Options{})
 	srv := &fakeLiveAPI{}
 	write(`
+notification "webhook" {
+  url = "https://hooks.example.com/ctsync-0123456789"
+}
 api_auth {
   token {
     name   = "ops"
@@ -229,6 +235,9 @@ buffer_period {
 	}
 	if l.BufferPeriod.Min.D().Seconds() != 7 {
 		t.Errorf("buffer period in force: %+v", l.BufferPeriod)
+	}
+	if !strings.Contains(logs.String(), "reload: notifications changed") {
+		t.Errorf("the notification block added is not put in force:\n%s", logs)
 	}
 	// The same files again: the tokens are not replaced.
 	if _, err := a.reloadConfig(t.Context(), srv); err != nil {

@@ -51,7 +51,7 @@ func (d *Dispatcher) OnGate(g gate.Event) {
 	if g.Time.IsZero() {
 		g.Time = time.Now().UTC()
 	}
-	for _, s := range d.senders {
+	for _, s := range d.list() {
 		if s.n.Wants(g.Kind) {
 			s.push(item{gate: &g})
 		}

@@ -16,7 +16,7 @@ func (s *sender) headers() map[string]string {
 // it. It reports whether the notifier has that header.
 func (d *Dispatcher) SetHeader(name, header, value string) bool {
 	found := false
-	for _, s := range d.senders {
+	for _, s := range d.list() {
 		if s.n.Name != name {
 			continue
 		}

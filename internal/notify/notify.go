@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -90,8 +91,14 @@ type Payload struct {
 
 // Dispatcher routes events to the notifiers that want them.
 type Dispatcher struct {
-	opts    Options
+	opts Options
+
+	mu      sync.RWMutex
 	senders []*sender
+	// runCtx and wg are Run's: SetNotifications starts the notifiers it
+	// adds there (nil before Run).
+	runCtx context.Context
+	wg     sync.WaitGroup
 }
 
 // New builds a Dispatcher; Run delivers.
@@ -110,23 +117,80 @@ func New(opts Options) *Dispatcher {
 	}
 	d := &Dispatcher{opts: opts}
 	for _, n := range opts.Notifications {
-		host := ""
-		if u, err := url.Parse(n.URL); err == nil {
-			host = u.Host
-		}
-		d.senders = append(d.senders, &sender{
-			d: d, n: n, q: newQueue(opts.QueueSize),
-			log:    opts.Logger.With("notifier", n.Name, "host", host),
-			client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
-		})
+		d.senders = append(d.senders, d.newSender(n))
 	}
 	return d
+}
+
+// newSender builds the sender of a notification block (not running).
+func (d *Dispatcher) newSender(n config.Notification) *sender {
+	host := ""
+	if u, err := url.Parse(n.URL); err == nil {
+		host = u.Host
+	}
+	return &sender{
+		d: d, n: n, q: newQueue(d.opts.QueueSize),
+		log:    d.opts.Logger.With("notifier", n.Name, "host", host),
+		client: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()},
+	}
+}
+
+// list returns the notifiers in force.
+func (d *Dispatcher) list() []*sender {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.senders
+}
+
+// start runs s until Run's context ends or s is stopped. d.mu is held.
+func (d *Dispatcher) startLocked(s *sender) {
+	ctx, stop := context.WithCancel(d.runCtx)
+	s.stop = stop
+	d.wg.Go(func() {
+		defer stop()
+		s.run(ctx)
+	})
+}
+
+// SetNotifications puts the notification blocks ns in force (a reload of
+// the configuration): a notifier whose block is unchanged keeps its queue;
+// one removed or changed stops, and the notifications still queued for it
+// are dropped (logged); a new or changed one starts.
+func (d *Dispatcher) SetNotifications(ns []config.Notification) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := map[string]*sender{}
+	for _, s := range d.senders {
+		old[s.n.Name] = s
+	}
+	next := make([]*sender, 0, len(ns))
+	for _, n := range ns {
+		if s, ok := old[n.Name]; ok && reflect.DeepEqual(s.n, n) {
+			next = append(next, s)
+			delete(old, n.Name)
+			continue
+		}
+		s := d.newSender(n)
+		if d.runCtx != nil {
+			d.startLocked(s)
+		}
+		next = append(next, s)
+	}
+	for _, s := range old {
+		if s.stop != nil {
+			s.stop()
+		}
+		if n := s.q.size(); n > 0 {
+			s.log.Warn("notifier removed or changed by a reload: its queued notifications are dropped", "dropped", n)
+		}
+	}
+	d.senders = next
 }
 
 // OnEvent takes a stored event (the controller's event hook). It never
 // blocks: the event is queued for every notifier that may want it.
 func (d *Dispatcher) OnEvent(ev store.Event) {
-	for _, s := range d.senders {
+	for _, s := range d.list() {
 		if !s.mayWant(ev) {
 			continue
 		}
@@ -152,11 +216,14 @@ func (s *sender) push(it item) {
 // Run delivers notifications until ctx is done; notifications still
 // queued then are not sent.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
+	d.mu.Lock()
+	d.runCtx = ctx
 	for _, s := range d.senders {
-		wg.Go(func() { s.run(ctx) })
+		d.startLocked(s)
 	}
-	wg.Wait()
+	d.mu.Unlock()
+	<-ctx.Done()
+	d.wg.Wait()
 	return nil
 }
 
@@ -191,6 +258,8 @@ type sender struct {
 	// hdr, when set, replaces n.Headers (SetHeader, headers.go).
 	hdr   atomic.Pointer[map[string]string]
 	hdrMu sync.Mutex
+	// stop ends its goroutine (SetNotifications); nil before Run.
+	stop context.CancelFunc
 }
 
 // candidate is what an event may be notified as, before the task's
@@ -416,10 +485,17 @@ func (q *queue) pop(ctx context.Context, busy *atomic.Bool) (item, bool) {
 	}
 }
 
+// size is how many items wait.
+func (q *queue) size() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
 // Len returns how many notifications wait, for all notifiers together.
 func (d *Dispatcher) Len() int {
 	n := 0
-	for _, s := range d.senders {
+	for _, s := range d.list() {
 		s.q.mu.Lock()
 		n += len(s.q.items)
 		s.q.mu.Unlock()
@@ -434,7 +510,7 @@ func (d *Dispatcher) Flush(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		idle := true
-		for _, s := range d.senders {
+		for _, s := range d.list() {
 			s.q.mu.Lock()
 			idle = idle && len(s.q.items) == 0 && !s.busy.Load()
 			s.q.mu.Unlock()
