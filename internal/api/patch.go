@@ -169,8 +169,12 @@ func (s *Server) patchTask(w http.ResponseWriter, r *http.Request, name string, 
 			msg: "changing tasks through the API is disabled on this server (api_tasks { create = false }): only enabled can be changed"})
 		return
 	}
-	if run == "inspect" {
+	switch run {
+	case "inspect":
 		s.fail(w, r, badRequest("run=inspect plans a change of enabled alone; to plan new settings, create a task with them with run=inspect"))
+		return
+	case "now":
+		s.fail(w, r, badRequest("run=now applies a change of enabled alone; new settings run as any change does (when the task's desired state changed): to apply the task now whatever it is, use POST /v1/tasks/%s/run after the change", name))
 		return
 	}
 	spec, err := s.patchedSpec(st.Spec, fields)
@@ -194,13 +198,7 @@ func (s *Server) patchTask(w http.ResponseWriter, r *http.Request, name string, 
 		s.fail(w, r, err)
 		return
 	}
-	s.log.Info("task updated through the api", "task_name", name, "fields", strings.Join(slices.Sorted(maps.Keys(fields)), ","), "run", run, "token", tokenName(r), "request_id", requestID(r))
-	if run == "now" {
-		if err := s.opts.Controller.RunNow(ctx, name); err != nil {
-			s.fail(w, r, fmt.Errorf("task '%s' was updated, its run failed: %w", name, err))
-			return
-		}
-	}
+	s.log.Info("task updated through the api", "task_name", name, "fields", strings.Join(slices.Sorted(maps.Keys(fields)), ","), "token", tokenName(r), "request_id", requestID(r))
 	view := TaskView(spec)
 	writeJSON(w, http.StatusOK, UpdateTaskResponse{Task: &view})
 }

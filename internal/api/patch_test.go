@@ -90,11 +90,12 @@ func TestPatchTaskFields(t *testing.T) {
 		{"rename", `{"name":"other"}`, 400, "task.name cannot be changed"},
 		{"working_dir", `{"working_dir":"/tmp"}`, 400, "working_dir cannot be set"},
 		{"inspect", `{"version":"2"}`, 400, "run=inspect"},
+		{"now", `{"version":"2"}`, 400, "run=now applies a change of enabled alone"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			path := "/v1/tasks/api"
-			if c.name == "inspect" {
-				path += "?run=inspect"
+			if c.name == "inspect" || c.name == "now" {
+				path += "?run=" + c.name
 			}
 			if msg := h.do("PATCH", path, c.body).expect(t, c.status).errMsg(t); !strings.Contains(msg, c.want) {
 				t.Errorf("%q, want %q", msg, c.want)
