@@ -206,7 +206,7 @@ func (s *Solo) persisting(ctrl Controller) *Persisting {
 	if !ok {
 		return nil
 	}
-	return &Persisting{Controller: ctrl, Store: ts, Configured: s.configured, Logger: s.log, Mu: &s.mu, Where: "the history database"}
+	return &Persisting{Controller: ctrl, Store: ts, Configured: s.configured, Logger: s.log, Mu: &s.mu, Where: "the history database", Forget: true}
 }
 
 // Restore implements Coordinator: the records of the local store are

@@ -52,8 +52,9 @@ func (l *lockedBuf) String() string {
 
 // An instance alone keeps the tasks changed through the API in its
 // history database: after a restart the task created through the API is
-// back (with its enabled flag), the one deleted through it stays deleted,
-// a configured task disabled through it stays disabled, and a stored task
+// back (with its enabled flag), the one deleted through it stays deleted
+// and leaves no record (a task of the files with its name is kept), a
+// configured task disabled through it stays disabled, and a stored task
 // with the name of a configured one is ignored, with a log line saying so.
 func TestSoloRestoresTasksChangedThroughTheAPI(t *testing.T) {
 	ctx := context.Background()
@@ -81,6 +82,9 @@ func TestSoloRestoresTasksChangedThroughTheAPI(t *testing.T) {
 	if err := api.Delete(ctx, "gone", false); err != nil {
 		t.Fatal(err)
 	}
+	if rec, ok := first.st.(store.Tasks).TaskRecords()["gone"]; ok {
+		t.Errorf("a deleted task created through the API left a record: %+v", rec)
+	}
 	// A record of a created task named as a task the file has now.
 	if err := first.st.(store.Tasks).SaveTask(ctx, "file", store.TaskRecord{Spec: &task.Spec{Name: "file", Module: "./elsewhere", Enabled: true}}); err != nil {
 		t.Fatal(err)
@@ -89,14 +93,17 @@ func TestSoloRestoresTasksChangedThroughTheAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Restarted with a task named as the deleted one in the files: it is
+	// kept.
 	var logs lockedBuf
-	second := soloOver(t, path, slog.New(slog.NewTextHandler(&logs, nil)), file...)
+	file2 := append(file, spec("gone", true))
+	second := soloOver(t, path, slog.New(slog.NewTextHandler(&logs, nil)), file2...)
 	c2 := reconcile.New(reconcile.Options{Watcher: nullWatcher{},
-		NewDriver: func(task.Spec) (driver.Driver, error) { return nullDriver{}, nil }}, file)
+		NewDriver: func(task.Spec) (driver.Driver, error) { return nullDriver{}, nil }}, file2)
 	if err := second.Restore(ctx, c2); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"file": true, "other": false, "kept": true, "off": false}
+	want := map[string]bool{"file": true, "other": false, "kept": true, "off": false, "gone": true}
 	got := taskSet(c2)
 	if len(got) != len(want) {
 		t.Fatalf("tasks after the restart %v, want %v", got, want)

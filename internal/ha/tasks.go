@@ -41,6 +41,12 @@ type Persisting struct {
 	// Where names the store in messages: "consul" (the default) or, for
 	// an instance alone, "the history database".
 	Where string
+	// Forget, for an instance alone, removes the record of a task created
+	// through the API once it is deleted, instead of keeping the deletion
+	// (which tells a cluster's other members to remove it): a task of that
+	// name added to the configuration files later is not deleted at the
+	// next start.
+	Forget bool
 }
 
 // where is Where, "consul" by default.
@@ -246,6 +252,8 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 		if rerr != nil && p.Logger != nil {
 			p.Logger.Error("ha: the failed deletion could not be undone in "+p.where(), "task_name", name, "error", rerr)
 		}
+	case p.forget(ctx, name):
+		// Alone: a deleted task created through the API leaves no record.
 	case destroy:
 		// Destroyed: what remains to record is the deletion alone.
 		if serr := p.Store.SaveTask(ctx, name, store.TaskRecord{Deleted: true}); serr != nil && p.Logger != nil {
@@ -253,6 +261,21 @@ func (p *Persisting) Delete(ctx context.Context, name string, destroy bool) erro
 		}
 	}
 	return err
+}
+
+// forget removes the record of a deleted task created through the API
+// when Forget is set, and reports whether it did.
+func (p *Persisting) forget(ctx context.Context, name string) bool {
+	if !p.Forget || p.Configured.Has(name) {
+		return false
+	}
+	if err := p.Store.RemoveTaskRecord(ctx, name); err != nil {
+		if p.Logger != nil {
+			p.Logger.Warn("the record of a deleted task could not be removed; the deletion stays recorded", "task_name", name, "error", err)
+		}
+		return false
+	}
+	return true
 }
 
 // Kept records a task whose deletion with destroy was not carried out: its
@@ -283,6 +306,9 @@ func (p *Persisting) Destroyed(ctx context.Context, name string) {
 	}
 	if _, err := p.Controller.Task(name); err == nil {
 		return // a task of that name again
+	}
+	if p.forget(context.WithoutCancel(ctx), name) {
+		return
 	}
 	if err := p.saveRecord(context.WithoutCancel(ctx), name, store.TaskRecord{Deleted: true}); err == nil {
 		p.changed()
