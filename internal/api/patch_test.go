@@ -5,24 +5,29 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
 // updatingCtrl is the harness's controller with an Update that records
-// the spec it is given.
+// the spec it is given and replaces the task with it (enough for the
+// API's test; the controller's own Update keeps its run state).
 type updatingCtrl struct {
 	Controller
 	mu    sync.Mutex
 	specs []task.Spec
 }
 
-func (u *updatingCtrl) Update(_ context.Context, s task.Spec) error {
+func (u *updatingCtrl) Update(ctx context.Context, s task.Spec) error {
 	u.mu.Lock()
-	defer u.mu.Unlock()
 	u.specs = append(u.specs, s)
-	return nil
+	u.mu.Unlock()
+	if err := u.Controller.Delete(ctx, s.Name, false); err != nil {
+		return err
+	}
+	return u.Controller.Create(ctx, s, false)
 }
 
 func (u *updatingCtrl) last(t *testing.T) task.Spec {
@@ -73,6 +78,14 @@ func TestPatchTaskFields(t *testing.T) {
 	h.do("PATCH", "/v1/tasks/api", `{"version":null,"buffer_period":{"enabled":true,"min":"1s","max":"4s"},"approval":{"required":true}}`).expect(t, 200)
 	if s := upd.last(t); s.Version != "" || s.BufferPeriod == nil || s.BufferPeriod.Min.D().Seconds() != 1 || s.Approval == nil || !s.Approval.Required {
 		t.Errorf("after null and buffer period: %+v", s)
+	}
+
+	// Settings that round-trip through the task's JSON (an approval
+	// expiry, a buffer period) pass a later change of another field.
+	h.do("PATCH", "/v1/tasks/api", `{"approval":{"required":true,"expire":"2h"}}`).expect(t, 200)
+	h.do("PATCH", "/v1/tasks/api", `{"description":"later"}`).expect(t, 200)
+	if s := upd.last(t); s.Description != "later" || s.Approval == nil || s.Approval.Expire.D() != 2*time.Hour {
+		t.Errorf("after a change of another field: %+v", s)
 	}
 
 	n := upd.count()
