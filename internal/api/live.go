@@ -16,6 +16,9 @@ type Live struct {
 	Tasks     config.APITasks
 	// BufferPeriod is the global buffer period.
 	BufferPeriod task.BufferPeriod
+	// LogDirs, when not nil, replace Options.LogDirs (the tasks of the
+	// files may have working directories of their own).
+	LogDirs []string
 }
 
 // SetLive puts l in force for the requests that start from now on.
@@ -23,6 +26,9 @@ func (s *Server) SetLive(l Live) {
 	s.liveMu.Lock()
 	s.opts.Tasks = l.Tasks
 	s.opts.BufferPeriod = l.BufferPeriod
+	if l.LogDirs != nil {
+		s.opts.LogDirs = l.LogDirs
+	}
 	s.liveMu.Unlock()
 	if l.SetTokens {
 		s.tokens.set(l.Tokens)
@@ -34,6 +40,13 @@ func (s *Server) apiTasks() config.APITasks {
 	s.liveMu.RLock()
 	defer s.liveMu.RUnlock()
 	return s.opts.Tasks
+}
+
+// logDirs are the directories whose run logs are served.
+func (s *Server) logDirs() []string {
+	s.liveMu.RLock()
+	defer s.liveMu.RUnlock()
+	return s.opts.LogDirs
 }
 
 // bufferPeriod is the global buffer period in force.

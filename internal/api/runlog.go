@@ -40,7 +40,7 @@ func (s *Server) getEventLog(w http.ResponseWriter, r *http.Request) {
 	case ev.LogPath == "":
 		s.fail(w, r, &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no log was kept for event '%s' of task '%s'", id, name)})
 		return
-	case !logAllowed(ev.LogPath, s.opts.LogDirs):
+	case !logAllowed(ev.LogPath, s.logDirs()):
 		s.log.Warn("api: an event's log path is outside the working directories; not served (was the event record in consul changed?)",
 			"task_name", name, "event", id, "request_id", requestID(r))
 		s.fail(w, r, &httpError{status: http.StatusNotFound, msg: fmt.Sprintf("no log was kept for event '%s' of task '%s'", id, name)})

@@ -119,7 +119,7 @@ type Server struct {
 	certs  *certReloader // nil without TLS
 
 	// liveMu guards the settings a reload changes in opts (live.go):
-	// Tasks and BufferPeriod.
+	// Tasks, BufferPeriod and LogDirs.
 	liveMu sync.RWMutex
 
 	mu sync.Mutex

@@ -169,10 +169,15 @@ func (a *app) apiHTTP() config.APIHTTP {
 }
 
 // logDirs are the directories whose run logs the API serves: working_dir
-// and the tasks' own working directories.
-func (a *app) logDirs() []string {
+// and the tasks' own working directories (of the start's files, and of
+// more: the tasks of a reload).
+func (a *app) logDirs(more ...[]task.Spec) []string {
 	var dirs []string
-	for _, d := range append([]string{a.cfg.WorkingDir}, taskDirs(a.cfg.Tasks)...) {
+	all := append([]string{a.cfg.WorkingDir}, taskDirs(a.cfg.Tasks)...)
+	for _, specs := range more {
+		all = append(all, taskDirs(specs)...)
+	}
+	for _, d := range all {
 		if abs, err := filepath.Abs(d); err == nil && !slices.Contains(dirs, abs) {
 			dirs = append(dirs, abs)
 		}

@@ -226,7 +226,7 @@ func (a *app) reloadConfig(ctx context.Context, srv liveAPI) (string, error) {
 		a.log.Info("reload: log level changed", "log_level", next.LogLevel)
 	}
 	if srv != nil {
-		live := ctsapi.Live{Tasks: next.APITasks, BufferPeriod: next.BufferPeriod}
+		live := ctsapi.Live{Tasks: next.APITasks, BufferPeriod: next.BufferPeriod, LogDirs: a.logDirs(a.fileTasks, next.Tasks)}
 		if !hasSecretField(a.cfg, config.FieldAPIToken) && !hasSecretField(next, config.FieldAPIToken) &&
 			!reflect.DeepEqual(cur.APIAuth, next.APIAuth) {
 			live.Tokens, live.SetTokens = next.APIAuth.Tokens, true

@@ -219,6 +219,14 @@ buffer_period {
   min = "7s"
   max = "30s"
 }
+task {
+  name        = "own_dir"
+  module      = "org/mod/null"
+  working_dir = "` + filepath.Join(dir, "own") + `"
+  condition "services" {
+    names = ["web"]
+  }
+}
 ` + reloadTask("keep", "web"))
 	if _, err := a.reloadConfig(t.Context(), srv); err != nil {
 		t.Fatal(err)
@@ -236,6 +244,9 @@ buffer_period {
 	if l.BufferPeriod.Min.D().Seconds() != 7 {
 		t.Errorf("buffer period in force: %+v", l.BufferPeriod)
 	}
+	if !slices.Contains(l.LogDirs, filepath.Join(dir, "own")) {
+		t.Errorf("the run logs of a task added with its own working_dir are not served: %v", l.LogDirs)
+	}
 	if !strings.Contains(logs.String(), "reload: notifications changed") {
 		t.Errorf("the notification block added is not put in force:\n%s", logs)
 	}
@@ -252,7 +263,7 @@ buffer_period {
 	if _, err := a.reloadConfig(t.Context(), srv); err == nil || !strings.Contains(err.Error(), `token "ops"`) {
 		t.Fatalf("a bad token file: %v", err)
 	}
-	if got := strings.Join(names(a.ctrl), ","); got != "keep" || len(srv.lives) != 2 {
+	if got := strings.Join(slices.Sorted(slices.Values(names(a.ctrl))), ","); got != "keep,own_dir" || len(srv.lives) != 2 {
 		t.Errorf("a refused reload changed something: tasks %s, SetLive calls %d", got, len(srv.lives))
 	}
 }
