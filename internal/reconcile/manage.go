@@ -141,6 +141,7 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 		return err
 	}
 	e := &entry{spec: spec, changed: make(chan struct{}, 1)}
+	started := c.started // before Run (tasks restored at start), nothing waits for data: Run reads it
 	if runNow {
 		c.stepLocked(e, evReserve, wake{}) // nothing else runs it meanwhile
 	}
@@ -157,7 +158,7 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 		// the task useless: refuse it now, with Consul's answer, rather
 		// than keep a task that can never run. A Consul that is merely
 		// slow does not hold the request up for long.
-		if _, ok := c.opts.Watcher.(Refusals); ok {
+		if _, ok := c.opts.Watcher.(Refusals); ok && started {
 			if err := c.obs.waitReady(ctx, e.changed, &spec, createProbe); err != nil && errors.Is(err, ErrRefused) {
 				c.remove(ctx, spec.Name)
 				return err
