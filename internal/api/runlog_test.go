@@ -154,3 +154,20 @@ func TestCreateTaskWithDriftDetection(t *testing.T) {
 		}
 	}
 }
+
+// refresh is accepted in a task created through the API and shown back; a
+// value that is not a policy is refused, naming the field.
+func TestCreateTaskWithRefresh(t *testing.T) {
+	h := newHarness(t, nil)
+	body := `{"task":{"name":"r","module":"org/m/x","condition":{"services":{"names":["web"]}},"refresh":"always"}}`
+	h.do("POST", "/v1/tasks", body).expect(t, 201)
+	var got TaskResponse
+	h.do("GET", "/v1/tasks/r", "").expect(t, 200).json(t, &got)
+	if got.Task.Refresh != task.RefreshAlways {
+		t.Errorf("refresh = %q, want always", got.Task.Refresh)
+	}
+	bad := `{"task":{"name":"s","module":"m","condition":{"services":{"names":["web"]}},"refresh":"never"}}`
+	if msg := h.do("POST", "/v1/tasks", bad).expect(t, 400).errMsg(t); !strings.Contains(msg, `refresh: "never" is not a refresh policy`) {
+		t.Errorf("%q lacks the refresh error", msg)
+	}
+}

@@ -303,7 +303,7 @@ task {
 		MaxIdleConnsPerHost: 100, TLSHandshakeTimeout: 10 * time.Second}); cfg.Consul.Transport != want {
 		t.Errorf("transport defaults = %+v", cfg.Consul.Transport)
 	}
-	if !reflect.DeepEqual(cfg.Driver, TerraformDriver{}) || cfg.Providers != nil {
+	if !reflect.DeepEqual(cfg.Driver, TerraformDriver{Refresh: task.RefreshAuto}) || cfg.Providers != nil {
 		t.Errorf("driver/providers defaults: %+v %+v", cfg.Driver, cfg.Providers)
 	}
 	s := cfg.Tasks[0]

@@ -63,7 +63,7 @@ type rawConsul struct {
 }
 
 type rawDriver struct {
-	path            opt[string]
+	path, refresh   opt[string]
 	log, persistLog opt[bool]
 	maxMemory       opt[int64]
 	backend         *Backend
@@ -276,6 +276,7 @@ func (d *decoder) consul(b *hcl.Block, r *rawConsul) {
 
 var driverKeys = []key{
 	{name: "path"}, {name: "log"}, {name: "persist_log"}, {name: "version"}, {name: "max_memory"},
+	{name: "refresh"},
 	{name: "backend", kind: kBlock, labels: 1, label: "type"},
 	{name: "required_providers", kind: kMap},
 }
@@ -294,6 +295,13 @@ func (d *decoder) driver(b *hcl.Block, r *rawDriver) {
 	r.log.merge(d.boolean(c, "log", path))
 	r.persistLog.merge(d.boolean(c, "persist_log", path))
 	r.maxMemory.merge(d.memorySize(c, "max_memory", path))
+	if v := d.str(c, "refresh", path); v.Set {
+		if err := task.CheckRefresh(v.V); err != nil {
+			d.errf(v.Rng, join(path, "refresh"), "%v", err)
+		} else {
+			r.refresh.merge(v)
+		}
+	}
 	if v := d.str(c, "version", path); v.Set {
 		d.warnf(v.Rng, join(path, "version"), "is ignored: ctsync uses the terraform (or tofu) binary it finds on path or PATH and installs none")
 	}

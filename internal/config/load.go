@@ -303,6 +303,7 @@ func (d *decoder) finish(r *rawConfig) *Config {
 		Log:               r.driver.log.V,
 		PersistLog:        r.driver.persistLog.V,
 		MaxMemory:         r.driver.maxMemory.V,
+		Refresh:           r.driver.refresh.or(task.RefreshAuto),
 		Backend:           r.driver.backend,
 		RequiredProviders: r.driver.required,
 	}

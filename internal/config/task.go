@@ -41,7 +41,7 @@ var taskKeys = []key{
 	{name: "name"}, {name: "description"}, {name: "module"}, {name: "source"}, {name: "version"},
 	{name: "providers"}, {name: "variable_files"}, {name: "enabled"}, {name: "working_dir"},
 	{name: "services"},
-	{name: "parallelism"},
+	{name: "parallelism"}, {name: "refresh"},
 	{name: "depends_on"}, // chaining: task.Spec.DependsOn
 	{name: "variables", kind: kMap},
 	{name: "buffer_period", kind: kBlock},
@@ -174,6 +174,7 @@ func (d *decoder) task(b *hcl.Block) *rawTask {
 	s.WorkingDir = d.str(c, "working_dir", p).V
 	s.Enabled = d.boolean(c, "enabled", p).or(true)
 	s.Parallelism = d.integer(c, "parallelism", p).V
+	s.Refresh = d.str(c, "refresh", p).V // checked by Validate
 
 	providers, elems := d.strList(c, "providers", p)
 	s.Providers = providers.V

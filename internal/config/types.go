@@ -151,6 +151,10 @@ type TerraformDriver struct {
 	// running at once (max_memory, ctsync extension); 0: not set, the
 	// bound is derived from the machine's memory.
 	MaxMemory int64
+	// Refresh is the refresh policy of the tasks that set none
+	// (task.RefreshAuto, the default, or task.RefreshAlways; ctsync
+	// extension).
+	Refresh string
 }
 
 // Backend is a Terraform state backend passed through to the generated

@@ -40,6 +40,10 @@ type Spec struct {
 	ModuleInput  ModuleInputs  `json:"module_input,omitempty"`
 	// Parallelism is passed to terraform apply -parallelism when > 0.
 	Parallelism int `json:"parallelism,omitempty"`
+	// Refresh is the task's refresh policy (RefreshAuto or RefreshAlways;
+	// a ctsync extension); "" takes the driver's default (driver
+	// "terraform" refresh, itself "auto" when not set).
+	Refresh string `json:"refresh,omitempty"`
 	// DriftDetection plans the task periodically to find changes made
 	// outside Terraform (ctsync extension); nil means off.
 	DriftDetection *DriftDetection `json:"drift_detection,omitempty"`
@@ -57,6 +61,26 @@ type Spec struct {
 	// another task receives this one's outputs: the driver then exposes
 	// the module's outputs and reports them after each apply.
 	ExportOutputs bool `json:"-"`
+}
+
+// The refresh policies of a task (Spec.Refresh). Under RefreshAuto a run
+// that a change of the task's Consul data triggers may apply without
+// Terraform's refresh (-refresh=false) while the last full refresh is
+// recent and nothing has failed since; drift checks and every other run
+// refresh. RefreshAlways refreshes every run, as CTS does.
+const (
+	RefreshAuto   = "auto"
+	RefreshAlways = "always"
+)
+
+// CheckRefresh refuses a refresh policy other than "" (the default),
+// RefreshAuto and RefreshAlways.
+func CheckRefresh(v string) error {
+	switch v {
+	case "", RefreshAuto, RefreshAlways:
+		return nil
+	}
+	return fmt.Errorf("%q is not a refresh policy (use %q or %q)", v, RefreshAuto, RefreshAlways)
 }
 
 // DriftDetection configures periodic drift checks: a plan that has changes
@@ -358,6 +382,9 @@ func (s *Spec) Validate() error {
 	}
 	if s.Parallelism < 0 {
 		return fieldErr("parallelism", "cannot be negative")
+	}
+	if err := CheckRefresh(s.Refresh); err != nil {
+		return fieldErr("refresh", "%v", err)
 	}
 	if err := s.validateChain(); err != nil {
 		return err
