@@ -112,6 +112,22 @@ func (d *device) write(ctx context.Context, name, value string) error {
 	return nil
 }
 
+// update replaces the value of an existing object. Like a device's API, it
+// refuses an object that is not there (deleted outside Terraform): errGone.
+func (d *device) update(ctx context.Context, name, value string) error {
+	p, err := d.path(name)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+		if err := wait(ctx, d.writeDelay); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %q was deleted outside Terraform", errGone, name)
+	}
+	return d.write(ctx, name, value)
+}
+
 // remove deletes the object's file; an object already gone is not an error.
 func (d *device) remove(ctx context.Context, name string) error {
 	p, err := d.path(name)

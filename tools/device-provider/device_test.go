@@ -33,8 +33,18 @@ func TestDeviceObjectLifecycle(t *testing.T) {
 	if v, err := d.read(ctx, "web-1"); err != nil || v != "changed" {
 		t.Fatalf("read after an out-of-band edit: %q, %v", v, err)
 	}
+	if err := d.update(ctx, "web-1", "updated"); err != nil {
+		t.Fatalf("update: %v", err)
+	}
+	if v, err := d.read(ctx, "web-1"); err != nil || v != "updated" {
+		t.Fatalf("read after update: %q, %v", v, err)
+	}
 	if err := d.remove(ctx, "web-1"); err != nil {
 		t.Fatal(err)
+	}
+	// An update of an object deleted meanwhile fails, as on a device.
+	if err := d.update(ctx, "web-1", "again"); !errors.Is(err, errGone) {
+		t.Fatalf("update of a deleted object: got %v, want errGone", err)
 	}
 	if err := d.remove(ctx, "web-1"); err != nil {
 		t.Fatalf("removing an object already gone: %v", err)

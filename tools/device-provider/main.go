@@ -213,7 +213,7 @@ func (r *objectResource) Update(ctx context.Context, req resource.UpdateRequest,
 		resp.Diagnostics.AddError("Cannot update the object", err.Error())
 		return
 	}
-	if err := r.dev.write(ctx, m.Name.ValueString(), m.Value.ValueString()); err != nil {
+	if err := r.dev.update(ctx, m.Name.ValueString(), m.Value.ValueString()); err != nil {
 		resp.Diagnostics.AddError("Cannot update the object", err.Error())
 		return
 	}
