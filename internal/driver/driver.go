@@ -141,6 +141,13 @@ type Run struct {
 	// goes through the safety gates. A driver that cannot plan a destroy
 	// refuses it (never plans anything else in its place).
 	Destroy bool
+	// DataChange says that the run applies a change of the task's Consul
+	// data (its condition's or module inputs' catalog or KV data) and
+	// nothing else: no change of the task, its module or its
+	// configuration, no retry, start, drift or API run. Under the refresh
+	// policy "auto" such an Apply may skip Terraform's refresh (see the
+	// terraform driver's MaxRefreshAge); every other run refreshes.
+	DataChange bool
 }
 
 // Result is what a Plan, Apply or Destroy produced.
@@ -166,6 +173,11 @@ type Result struct {
 	// Phases are the parts of the run with their timings ("plan" and
 	// "apply" of an apply), when the driver can tell them apart.
 	Phases []Phase
+	// Refreshed reports that the run read every object the task manages
+	// (Terraform's refresh) before planning; false for an apply made with
+	// -refresh=false under the refresh policy "auto", or a run that failed
+	// before Terraform started.
+	Refreshed bool
 }
 
 // Phase is one timed part of a run: "init", "plan", "apply", "destroy".

@@ -60,6 +60,7 @@ func (d *Driver) ApplyPlan(ctx context.Context, run driver.Run, p driver.HeldPla
 		return driver.Result{}, &driver.Error{Op: "apply", Summary: err.Error(), Err: err}
 	}
 	defer d.dropHeld(path) // applied or refused, a saved plan is used once
+	defer delete(d.refresh.held, path)
 	inputs, err := os.ReadFile(strings.TrimSuffix(path, heldSuffix) + heldInputs)
 	if err != nil || !fileExists(path) {
 		err := fmt.Errorf("%w: plan %s is no longer held (its files in %s are gone)", driver.ErrPlanStale, p.ID, filepath.Dir(path))
@@ -77,6 +78,7 @@ func (d *Driver) DiscardPlan(_ context.Context, p driver.HeldPlan) error {
 	if err != nil {
 		return err
 	}
+	delete(d.refresh.held, path)
 	if err := d.dropHeld(path); err != nil {
 		return fmt.Errorf("discarding plan %s: %w", p.ID, err)
 	}
@@ -139,16 +141,34 @@ func (d *Driver) plan(ctx context.Context, run driver.Run, in *task.Inputs, keep
 		if !keep {
 			os.Remove(planPath)
 		} else if err != nil {
+			delete(d.refresh.held, planPath)
 			d.dropHeld(planPath)
 		}
 	}()
+	began := time.Now()
 	changes, err := d.runPlan(ctx, planPath, run.Destroy)
 	planText, _ := d.sink.output()
+	res.Refreshed = true // a plan always refreshes (drift checks rely on it)
 	if err != nil {
 		res.Output = planText
+		d.refreshFailed()
 		return held, d.fail("plan", err)
 	}
 	res.Changes = changes
+	switch {
+	case keep:
+		// Applying it is a refresh made now (run.go).
+		if d.refresh.held == nil {
+			d.refresh.held = map[string]time.Time{}
+		}
+		d.refresh.held[planPath] = began
+	case changes:
+		// Drift, or data not applied yet: the state is not what the
+		// objects are, the next apply refreshes.
+		d.refreshFailed()
+	default:
+		d.refreshed(began)
+	}
 	if keep {
 		// Terraform creates it with the process's umask: a held plan is
 		// the daemon's user's alone, like its folder.

@@ -168,9 +168,28 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 	}
 	defer release()
 	began := time.Now()
-	err = d.runChange(ctx, op, planPath)
+	noRefresh := false
+	if op == "apply" && planPath == "" {
+		var why string
+		noRefresh, why = d.skipRefresh(run, began)
+		d.sink.note("%s", why)
+	}
+	err = d.runChange(ctx, op, planPath, noRefresh)
+	if err != nil && noRefresh && d.retryRefreshed(err) {
+		// The state the apply planned from was stale (an object changed
+		// or deleted outside Terraform): once more, now, reading every
+		// object first.
+		d.sink.note("apply without refresh failed (%s): applying again now with a full refresh", d.failSummary(err))
+		d.log.Info("apply without refresh failed; applying again with a full refresh", "run_id", run.ID)
+		if _, perr := d.pushErrored(ctx, pushBound); perr != nil {
+			d.sink.note("%v", perr)
+		} else {
+			noRefresh = false
+			err = d.runChange(ctx, op, planPath, false)
+		}
+	}
 	out, _ := d.sink.output()
-	res := driver.Result{LogPath: logPath, Output: out}
+	res := driver.Result{LogPath: logPath, Output: out, Refreshed: !noRefresh}
 	res.Add, res.Change, res.Destroy = d.counts(op, err != nil)
 	if op == "apply" {
 		res.Phases = applyPhases(began, d.sink.plannedAt(), time.Now())
@@ -201,6 +220,20 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 			err = nil
 		}
 	}
+	switch {
+	case err != nil:
+		d.refreshFailed()
+	case planPath != "":
+		// A held plan refreshed when it was made.
+		if at, ok := d.refresh.held[planPath]; ok {
+			d.refreshed(at)
+		}
+	case !noRefresh:
+		d.refreshed(began)
+	}
+	if planPath != "" {
+		delete(d.refresh.held, planPath)
+	}
 	if err == nil && op == "apply" && d.opts.Spec.ExportOutputs {
 		res.Outputs, err = d.readOutputs(ctx)
 	}
@@ -208,15 +241,18 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 	return res, err
 }
 
-// runChange runs the command of an apply (of planPath when set) or a
-// destroy.
-func (d *Driver) runChange(ctx context.Context, op, planPath string) error {
+// runChange runs the command of an apply (of planPath when set; with
+// -refresh=false when noRefresh) or a destroy.
+func (d *Driver) runChange(ctx context.Context, op, planPath string, noRefresh bool) error {
 	stdout := d.sink.writer("stdout")
 	defer d.tf.SetStdout(stdout) // the -json commands of terraform-exec replace it
 	p := d.opts.Spec.Parallelism
 	applyOpts := parallelism[tfexec.ApplyOption](p)
 	if planPath != "" {
 		applyOpts = append(applyOpts, tfexec.DirOrPlan(planPath))
+	}
+	if noRefresh {
+		applyOpts = append(applyOpts, tfexec.Refresh(false))
 	}
 	switch {
 	case op == "destroy" && d.ui:
@@ -232,6 +268,32 @@ func (d *Driver) runChange(ctx context.Context, op, planPath string) error {
 		d.sink.begin(op, false)
 		return d.tf.Apply(ctx, applyOpts...)
 	}
+}
+
+// retryRefreshed reports whether an apply without refresh that failed
+// with err is worth applying again at once with a refresh: not when it
+// was interrupted, nor when the state is locked (a refresh does not
+// unlock it).
+func (d *Driver) retryRefreshed(err error) bool {
+	if ctxErr(usableErr(err)) != nil {
+		return false
+	}
+	_, text, _ := d.diagnostics()
+	_, locked := stateLockHolder(text)
+	return !locked
+}
+
+// failSummary is the one-line summary of the current command's failure,
+// for a note in the run log.
+func (d *Driver) failSummary(err error) string {
+	diags, _, stderr := d.diagnostics()
+	if sum := diags.Summary(); sum != "" {
+		return sum
+	}
+	if sum := tftext.Summarize(stderr); sum != "" {
+		return sum
+	}
+	return tftext.Summarize(usableErr(err).Error())
 }
 
 // parallelism is the task's -parallelism as the options of a command (none

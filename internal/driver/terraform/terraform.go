@@ -113,6 +113,9 @@ type Driver struct {
 	inVerb   bool  // running has set up the current verb
 
 	initDone bool
+	// refresh is what the driver knows of the task's last full refresh
+	// (refresh.go).
+	refresh refreshState
 	// ui: the binary has the machine-readable UI (-json) for plan, apply
 	// and destroy (Terraform >= 0.15.3, OpenTofu); known after Init.
 	ui bool

@@ -59,6 +59,7 @@ func (d *Driver) Init(ctx context.Context) error {
 	d.sink.attach(f)
 	defer d.sink.detach()
 
+	d.reinitialised() // a new module, provider or backend: the next run refreshes
 	if err := d.terraformInit(ctx); err != nil {
 		return err
 	}
