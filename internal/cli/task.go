@@ -797,6 +797,9 @@ func runLines(name string, ev store.Event) []string {
 	case ev.Error != nil:
 		lines = append(lines, ev.Error.Message)
 	}
+	if ev.Refreshed != nil && !*ev.Refreshed {
+		lines = append(lines, `Refresh: skipped (-refresh=false; refresh policy "auto")`)
+	}
 	if ev.TFCRunURL != "" {
 		lines = append(lines, "Terraform Cloud Run URL: "+ev.TFCRunURL)
 	}

@@ -770,3 +770,19 @@ func TestTaskClientErrorAfterFirstLines(t *testing.T) {
 		}
 	}
 }
+
+// A run applied without refresh says so; one that refreshed, or an event
+// recorded before runs reported it, says nothing of it.
+func TestRunLinesRefresh(t *testing.T) {
+	no, yes := false, true
+	ev := store.Event{ID: "r1", Kind: "apply", Success: true, Refreshed: &no}
+	if got := strings.Join(runLines("web", ev), "\n"); !strings.Contains(got, "Refresh: skipped (-refresh=false") {
+		t.Errorf("a run without refresh:\n%s", got)
+	}
+	for _, r := range []*bool{&yes, nil} {
+		ev.Refreshed = r
+		if got := strings.Join(runLines("web", ev), "\n"); strings.Contains(got, "Refresh") {
+			t.Errorf("refreshed %v:\n%s", r, got)
+		}
+	}
+}
