@@ -36,8 +36,8 @@ demo: build
 	@$(TOOLS_ENV) && bash scripts/demo.sh
 
 # Scale benchmarks against a real Consul and Terraform (about 15 minutes,
-# plus the floor scenario): writes docs/bench/results.md, results.csv and
-# reaction.png, and floor.csv and floor.png.
+# plus the refresh and floor scenarios): writes docs/bench/results.md,
+# results.csv and reaction.png, refresh.csv, and floor.csv and floor.png.
 bench: tools
 	$(TOOLS_ENV) && CTSYNC_BENCH=1 go test -count=1 -timeout 90m -run '^(TestScale|TestHAStandbyCPU)$$' -v ./e2e/ | grep -v '^ *time='
 	$(TOOLS_ENV) && go test -run XXX -bench . -benchtime 1x -timeout 30m ./e2e/ ./internal/watch/
