@@ -272,15 +272,16 @@ func (d *Driver) runChange(ctx context.Context, op, planPath string, noRefresh b
 
 // retryRefreshed reports whether an apply without refresh that failed
 // with err is worth applying again at once with a refresh: not when it
-// was interrupted, nor when the state is locked (a refresh does not
-// unlock it).
+// was interrupted, when the state is locked (a refresh does not unlock
+// it), nor when the configuration itself is wrong (terminal: it fails the
+// same way).
 func (d *Driver) retryRefreshed(err error) bool {
 	if ctxErr(usableErr(err)) != nil {
 		return false
 	}
-	_, text, _ := d.diagnostics()
+	diags, text, _ := d.diagnostics()
 	_, locked := stateLockHolder(text)
-	return !locked
+	return !locked && !diags.Terminal()
 }
 
 // failSummary is the one-line summary of the current command's failure,
