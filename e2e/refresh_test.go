@@ -145,7 +145,7 @@ func TestRefreshAlwaysEveryRun(t *testing.T) {
 		if reads(log) != objects || strings.Contains(log, "refresh skipped") || !strings.Contains(log, `refresh policy "always"`) {
 			t.Fatalf("change %d (run %s): %d objects read, want %d; log:\n%s", i, ev.ID, reads(log), objects, log)
 		}
-		if ev.Refreshed != nil && !*ev.Refreshed {
+		if ev.Refresh == "skipped" {
 			t.Fatalf("change %d: event says the run did not refresh", i)
 		}
 	}
@@ -189,8 +189,8 @@ func TestRefreshAutoCatalogChange(t *testing.T) {
 	if reads(log) != 0 || !strings.Contains(log, "refresh skipped (-refresh=false)") {
 		t.Fatalf("catalog change (run %s): %d objects read, want none; log:\n%s", ev.ID, reads(log), log)
 	}
-	if ev.Refreshed == nil || *ev.Refreshed {
-		t.Errorf("catalog change (run %s): event refreshed = %v, want false", ev.ID, ev.Refreshed)
+	if ev.Refresh != "skipped" {
+		t.Errorf("catalog change (run %s): event refresh = %q, want skipped", ev.ID, ev.Refresh)
 	}
 
 	// Fallback: web-2 deleted on the device, then changed in the catalog.
@@ -210,8 +210,8 @@ func TestRefreshAutoCatalogChange(t *testing.T) {
 	if reads(log) != 3 {
 		t.Errorf("fallback run %s: %d objects read, want 3", ev.ID, reads(log))
 	}
-	if ev.Refreshed == nil || !*ev.Refreshed {
-		t.Errorf("fallback run %s: event refreshed = %v, want true", ev.ID, ev.Refreshed)
+	if ev.Refresh != "full" {
+		t.Errorf("fallback run %s: event refresh = %q, want full", ev.ID, ev.Refresh)
 	}
 	if t.Failed() {
 		t.Fatalf("log:\n%s", log)

@@ -797,7 +797,7 @@ func runLines(name string, ev store.Event) []string {
 	case ev.Error != nil:
 		lines = append(lines, ev.Error.Message)
 	}
-	if ev.Refreshed != nil && !*ev.Refreshed {
+	if ev.Refresh == "skipped" {
 		lines = append(lines, `Refresh: skipped (-refresh=false; refresh policy "auto")`)
 	}
 	if ev.TFCRunURL != "" {

@@ -774,15 +774,14 @@ func TestTaskClientErrorAfterFirstLines(t *testing.T) {
 // A run applied without refresh says so; one that refreshed, or an event
 // recorded before runs reported it, says nothing of it.
 func TestRunLinesRefresh(t *testing.T) {
-	no, yes := false, true
-	ev := store.Event{ID: "r1", Kind: "apply", Success: true, Refreshed: &no}
+	ev := store.Event{ID: "r1", Kind: "apply", Success: true, Refresh: "skipped"}
 	if got := strings.Join(runLines("web", ev), "\n"); !strings.Contains(got, "Refresh: skipped (-refresh=false") {
 		t.Errorf("a run without refresh:\n%s", got)
 	}
-	for _, r := range []*bool{&yes, nil} {
-		ev.Refreshed = r
+	for _, r := range []string{"full", ""} {
+		ev.Refresh = r
 		if got := strings.Join(runLines("web", ev), "\n"); strings.Contains(got, "Refresh") {
-			t.Errorf("refreshed %v:\n%s", r, got)
+			t.Errorf("refresh %q:\n%s", r, got)
 		}
 	}
 }

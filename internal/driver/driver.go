@@ -173,12 +173,19 @@ type Result struct {
 	// Phases are the parts of the run with their timings ("plan" and
 	// "apply" of an apply), when the driver can tell them apart.
 	Phases []Phase
-	// Refreshed reports that the run read every object the task manages
-	// (Terraform's refresh) before planning; false for an apply made with
-	// -refresh=false under the refresh policy "auto", or a run that failed
-	// before Terraform started.
-	Refreshed bool
+	// Refresh says whether the run read every object the task manages
+	// (Terraform's refresh) before planning: RefreshFull, RefreshSkipped
+	// (an apply with -refresh=false under the refresh policy "auto"), or
+	// "" when the driver ran no plan (a failure before Terraform started,
+	// the development driver).
+	Refresh string
 }
+
+// The values of Result.Refresh.
+const (
+	RefreshFull    = "full"
+	RefreshSkipped = "skipped"
+)
 
 // Phase is one timed part of a run: "init", "plan", "apply", "destroy".
 type Phase struct {

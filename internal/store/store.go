@@ -52,10 +52,10 @@ type Event struct {
 	LogPath string `json:"-"`
 	// TFCRunURL is the remote run's page (terraform-cloud driver).
 	TFCRunURL string `json:"tfc_run_url,omitempty"`
-	// Refreshed says whether the run read every object the task manages
-	// before planning (driver.Result.Refreshed); nil in events recorded
-	// before it was reported.
-	Refreshed *bool `json:"refreshed,omitempty"`
+	// Refresh says whether the run read every object the task manages
+	// before planning: "full" or "skipped" (driver.Result.Refresh); empty
+	// when no plan ran, or in events recorded before it was reported.
+	Refresh string `json:"refresh,omitempty"`
 
 	// ErrorSummary is the failure in one line: Terraform's diagnostics
 	// with the first paragraph of their detail (driver.ErrorSummary).

@@ -148,7 +148,7 @@ func (d *Driver) plan(ctx context.Context, run driver.Run, in *task.Inputs, keep
 	began := time.Now()
 	changes, err := d.runPlan(ctx, planPath, run.Destroy)
 	planText, _ := d.sink.output()
-	res.Refreshed = true // a plan always refreshes (drift checks rely on it)
+	res.Refresh = driver.RefreshFull // a plan always refreshes (drift checks rely on it)
 	if err != nil {
 		res.Output = planText
 		d.refreshFailed()

@@ -155,16 +155,16 @@ func TestRefreshAutoSkipsDataChange(t *testing.T) {
 	d := newDeviceDriver(t, o)
 
 	res, log := apply(t, ctx, d, "first", true, instances(1, 2))
-	if !res.Refreshed || !strings.Contains(log, "full refresh: first run") {
-		t.Fatalf("first run: refreshed %v, log:\n%s", res.Refreshed, log)
+	if res.Refresh != driver.RefreshFull || !strings.Contains(log, "full refresh: first run") {
+		t.Fatalf("first run: refresh %q, log:\n%s", res.Refresh, log)
 	}
 	res, log = apply(t, ctx, d, "second", false, instances(1, 2))
-	if !res.Refreshed || reads(log) != 2 {
-		t.Fatalf("a run that is not a data change: refreshed %v, %d reads, log:\n%s", res.Refreshed, reads(log), log)
+	if res.Refresh != driver.RefreshFull || reads(log) != 2 {
+		t.Fatalf("a run that is not a data change: refresh %q, %d reads, log:\n%s", res.Refresh, reads(log), log)
 	}
 	res, log = apply(t, ctx, d, "change", true, instances(1, 2, 3))
-	if res.Refreshed || reads(log) != 0 || !strings.Contains(log, "refresh skipped (-refresh=false)") {
-		t.Fatalf("data change: refreshed %v, %d reads, log:\n%s", res.Refreshed, reads(log), log)
+	if res.Refresh != driver.RefreshSkipped || reads(log) != 0 || !strings.Contains(log, "refresh skipped (-refresh=false)") {
+		t.Fatalf("data change: refresh %q, %d reads, log:\n%s", res.Refresh, reads(log), log)
 	}
 	wantObjects(t, "after the data change", dev, map[string]string{"web-1": "10.0.0.1:1", "web-2": "10.0.0.1:2", "web-3": "10.0.0.1:3"})
 
@@ -177,12 +177,12 @@ func TestRefreshAutoSkipsDataChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if log := runLog(t, pres); !pres.Refreshed || reads(log) != 3 || pres.Add != 1 {
-		t.Fatalf("drift check: refreshed %v, %d reads, add %d, log:\n%s", pres.Refreshed, reads(log), pres.Add, log)
+	if log := runLog(t, pres); pres.Refresh != driver.RefreshFull || reads(log) != 3 || pres.Add != 1 {
+		t.Fatalf("drift check: refresh %q, %d reads, add %d, log:\n%s", pres.Refresh, reads(log), pres.Add, log)
 	}
 	res, log = apply(t, ctx, d, "after-drift", true, instances(1, 2, 3, 4))
-	if !res.Refreshed || reads(log) != 3 || !strings.Contains(log, "a plan found changes") {
-		t.Fatalf("data change after drift was found: refreshed %v, %d reads, log:\n%s", res.Refreshed, reads(log), log)
+	if res.Refresh != driver.RefreshFull || reads(log) != 3 || !strings.Contains(log, "a plan found changes") {
+		t.Fatalf("data change after drift was found: refresh %q, %d reads, log:\n%s", res.Refresh, reads(log), log)
 	}
 	wantObjects(t, "drift restored", dev, map[string]string{"web-1": "10.0.0.1:1", "web-2": "10.0.0.1:2", "web-3": "10.0.0.1:3", "web-4": "10.0.0.1:4"})
 
@@ -190,15 +190,15 @@ func TestRefreshAutoSkipsDataChange(t *testing.T) {
 	if pres, err = d.Plan(ctx, driver.Run{ID: "clean"}, instances(1, 2, 3, 4)); err != nil || pres.Changes {
 		t.Fatalf("clean drift check: %v, changes %v", err, pres.Changes)
 	}
-	if res, log = apply(t, ctx, d, "again", true, instances(1, 3, 4)); res.Refreshed || reads(log) != 0 {
-		t.Fatalf("data change after a clean drift check: refreshed %v, %d reads, log:\n%s", res.Refreshed, reads(log), log)
+	if res, log = apply(t, ctx, d, "again", true, instances(1, 3, 4)); res.Refresh != driver.RefreshSkipped || reads(log) != 0 {
+		t.Fatalf("data change after a clean drift check: refresh %q, %d reads, log:\n%s", res.Refresh, reads(log), log)
 	}
 	wantObjects(t, "web-2 deregistered", dev, map[string]string{"web-1": "10.0.0.1:1", "web-3": "10.0.0.1:3", "web-4": "10.0.0.1:4"})
 
 	// The last full refresh too old: refresh.
 	d.refresh.at = time.Now().Add(-MaxRefreshAge - time.Minute)
-	if res, log = apply(t, ctx, d, "old", true, instances(1, 3)); !res.Refreshed || reads(log) != 3 || !strings.Contains(log, "old (at most 1h0m0s)") {
-		t.Fatalf("last refresh too old: refreshed %v, %d reads, log:\n%s", res.Refreshed, reads(log), log)
+	if res, log = apply(t, ctx, d, "old", true, instances(1, 3)); res.Refresh != driver.RefreshFull || reads(log) != 3 || !strings.Contains(log, "old (at most 1h0m0s)") {
+		t.Fatalf("last refresh too old: refresh %q, %d reads, log:\n%s", res.Refresh, reads(log), log)
 	}
 }
 
@@ -221,8 +221,8 @@ func TestRefreshAutoFallback(t *testing.T) {
 	s.Address = "10.0.0.9"
 	in.Services["web-1"] = s
 	res, log := apply(t, ctx, d, "update", true, in)
-	if !res.Refreshed || plans(log) != 2 || reads(log) != 2 {
-		t.Fatalf("fallback: refreshed %v, %d plans, %d reads, log:\n%s", res.Refreshed, plans(log), reads(log), log)
+	if res.Refresh != driver.RefreshFull || plans(log) != 2 || reads(log) != 2 {
+		t.Fatalf("fallback: refresh %q, %d plans, %d reads, log:\n%s", res.Refresh, plans(log), reads(log), log)
 	}
 	for _, want := range []string{"refresh skipped (-refresh=false)", "Cannot update the object", "apply without refresh failed", "applying again now with a full refresh"} {
 		if !strings.Contains(log, want) {
@@ -234,8 +234,8 @@ func TestRefreshAutoFallback(t *testing.T) {
 	}
 	wantObjects(t, "after the fallback", dev, map[string]string{"web-1": "10.0.0.9:1", "web-2": "10.0.0.1:2"})
 	// The retry refreshed: the next data change skips again.
-	if res, log = apply(t, ctx, d, "next", true, instances(2)); res.Refreshed || reads(log) != 0 {
-		t.Fatalf("after the fallback: refreshed %v, %d reads, log:\n%s", res.Refreshed, reads(log), log)
+	if res, log = apply(t, ctx, d, "next", true, instances(2)); res.Refresh != driver.RefreshSkipped || reads(log) != 0 {
+		t.Fatalf("after the fallback: refresh %q, %d reads, log:\n%s", res.Refresh, reads(log), log)
 	}
 }
 
@@ -255,19 +255,19 @@ func TestRefreshAfterFailureAndModuleChange(t *testing.T) {
 		t.Fatal("an apply of an invalid object name succeeded")
 	}
 	res, log := apply(t, ctx, d, "after-failure", true, instances(1, 2))
-	if !res.Refreshed || !strings.Contains(log, "a run failed") {
-		t.Fatalf("after a failure: refreshed %v, log:\n%s", res.Refreshed, log)
+	if res.Refresh != driver.RefreshFull || !strings.Contains(log, "a run failed") {
+		t.Fatalf("after a failure: refresh %q, log:\n%s", res.Refresh, log)
 	}
-	if res, _ = apply(t, ctx, d, "skips", true, instances(1, 2, 3)); res.Refreshed {
+	if res, _ = apply(t, ctx, d, "skips", true, instances(1, 2, 3)); res.Refresh != driver.RefreshSkipped {
 		t.Fatal("a data change after a successful refresh refreshed")
 	}
 
 	writeModule(t, dir, "mod-mod", map[string]string{"main.tf": deviceModule + "\noutput \"count\" {\n  value = length(var.services)\n}\n"})
 	res, log = apply(t, ctx, d, "module", true, instances(1, 2, 3))
-	if !res.Refreshed || reads(log) != 3 || !strings.Contains(log, "the module changed") {
-		t.Fatalf("after a module change: refreshed %v, %d reads, log:\n%s", res.Refreshed, reads(log), log)
+	if res.Refresh != driver.RefreshFull || reads(log) != 3 || !strings.Contains(log, "the module changed") {
+		t.Fatalf("after a module change: refresh %q, %d reads, log:\n%s", res.Refresh, reads(log), log)
 	}
-	if res, _ = apply(t, ctx, d, "skips-again", true, instances(1, 2)); res.Refreshed {
+	if res, _ = apply(t, ctx, d, "skips-again", true, instances(1, 2)); res.Refresh != driver.RefreshSkipped {
 		t.Fatal("a data change after the module's refresh refreshed")
 	}
 	// A working directory initialised anew (a new driver after a module
@@ -279,8 +279,8 @@ func TestRefreshAfterFailureAndModuleChange(t *testing.T) {
 	if err := d.Init(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if res, log = apply(t, ctx, d, "reinit", true, instances(1)); !res.Refreshed || !strings.Contains(log, "re-initialised") {
-		t.Fatalf("after re-init: refreshed %v, log:\n%s", res.Refreshed, log)
+	if res, log = apply(t, ctx, d, "reinit", true, instances(1)); res.Refresh != driver.RefreshFull || !strings.Contains(log, "re-initialised") {
+		t.Fatalf("after re-init: refresh %q, log:\n%s", res.Refresh, log)
 	}
 }
 
@@ -306,8 +306,8 @@ func TestRefreshAlways(t *testing.T) {
 		apply(t, ctx, d, "first", true, instances(1, 2))
 		for i, in := range []*task.Inputs{instances(1, 2, 3), instances(2, 3)} {
 			res, log := apply(t, ctx, d, "change-"+strconv.Itoa(i), true, in)
-			if res.Refreshed != tc.wantRefreshed || (reads(log) > 0) != tc.wantRefreshed {
-				t.Fatalf("%s: data change %d: refreshed %v (%d reads), want %v; log:\n%s", tc.name, i, res.Refreshed, reads(log), tc.wantRefreshed, log)
+			if (res.Refresh == driver.RefreshFull) != tc.wantRefreshed || (reads(log) > 0) != tc.wantRefreshed {
+				t.Fatalf("%s: data change %d: refresh %q (%d reads), want %v; log:\n%s", tc.name, i, res.Refresh, reads(log), tc.wantRefreshed, log)
 			}
 		}
 	}
@@ -337,7 +337,7 @@ func TestPlanOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !hp.Result.Refreshed {
+	if hp.Result.Refresh != driver.RefreshFull {
 		t.Error("a held plan did not refresh")
 	}
 	res, err = d.ApplyPlan(ctx, driver.Run{ID: "gated"}, hp)

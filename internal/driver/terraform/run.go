@@ -189,7 +189,10 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 		}
 	}
 	out, _ := d.sink.output()
-	res := driver.Result{LogPath: logPath, Output: out, Refreshed: !noRefresh}
+	res := driver.Result{LogPath: logPath, Output: out, Refresh: driver.RefreshFull}
+	if noRefresh {
+		res.Refresh = driver.RefreshSkipped
+	}
 	res.Add, res.Change, res.Destroy = d.counts(op, err != nil)
 	if op == "apply" {
 		res.Phases = applyPhases(began, d.sink.plannedAt(), time.Now())

@@ -106,7 +106,9 @@ func (d *Driver) logged(ctx context.Context, op string, run driver.Run, fn func(
 		res.Duration = time.Since(start)
 		// A remote run always refreshes (refresh policies are the
 		// terraform driver's): the driver queues none without it.
-		res.Refreshed = res.RunURL != ""
+		if res.RunURL != "" {
+			res.Refresh = driver.RefreshFull
+		}
 		n := d.calls.Load() - calls
 		fmt.Fprintf(lg, "\n# %s: %s, %d API requests\n", op, outcome(err), n)
 		_ = lg.Flush()

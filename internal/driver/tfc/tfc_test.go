@@ -129,7 +129,7 @@ func TestFakeApplyUploadsAndPollsUntilApplied(t *testing.T) {
 			t.Errorf("run %s after %d reads", st, reads)
 		}
 		if !res.Changes || res.Add != 1 || !strings.HasSuffix(res.RunURL, "/app/acme/workspaces/cts-web/runs/"+ids[0]) ||
-			!strings.Contains(res.Output, "Apply complete!") || !res.Refreshed {
+			!strings.Contains(res.Output, "Apply complete!") || res.Refresh != driver.RefreshFull {
 			t.Errorf("result = %+v", res)
 		}
 	}

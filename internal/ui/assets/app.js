@@ -777,8 +777,8 @@ async function renderRun(name, id, seq) {
     detail('Duration', fmtDuration(ev.start_time, ev.end_time)),
     detail('Reaction latency', latency !== null ? el('span', { id: 'run-latency', title: 'from the change seen to the end of the run' }, fmtSeconds(latency)) : ''),
     detail('Plan', el('span', { id: 'run-plan' }, planCell(ev.plan))),
-    typeof ev.refreshed === 'boolean' ? detail('Refresh', el('span', { id: 'run-refresh' }, ev.refreshed
-      ? 'every object read before planning' : 'skipped (-refresh=false: a data change while the last full refresh is recent)')) : null,
+    ev.refresh ? detail('Refresh', el('span', { id: 'run-refresh' }, ev.refresh === 'skipped'
+      ? 'skipped (-refresh=false: a data change while the last full refresh is recent)' : 'every object read before planning')) : null,
     detail('Error', ev.error_summary || ev.error ? el('span', { id: 'run-error-summary', class: 'err-summary' }, ev.error_summary || ev.error.message.split('\n')[0]) : ''),
     detail('Inputs', ev.inputs_hash ? el('code', null, ev.inputs_hash) : ''),
     ev.tfc_run_url ? detail('Remote run', el('a', { href: ev.tfc_run_url, rel: 'noopener noreferrer' }, ev.tfc_run_url)) : null,
