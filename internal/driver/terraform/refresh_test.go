@@ -353,3 +353,38 @@ func TestPlanOnce(t *testing.T) {
 	}
 	wantObjects(t, "gated run applied", dev, map[string]string{"web-1": "10.0.0.1:1", "web-3": "10.0.0.1:3"})
 }
+
+// The decision alone, without Terraform: what makes a run refresh, in the
+// order the run log gives the reason.
+func TestSkipRefreshDecision(t *testing.T) {
+	dir := t.TempDir()
+	src := writeModule(t, dir, "mod", map[string]string{"main.tf": deviceModule})
+	d := &Driver{opts: Options{Spec: task.Spec{Name: "t", Module: src}, WorkDir: filepath.Join(dir, "t")}}
+	now := time.Now()
+	data := driver.Run{ID: "r", DataChange: true}
+	check := func(what string, run driver.Run, wantSkip bool, wantWhy string) {
+		t.Helper()
+		skip, why := d.skipRefresh(run, now)
+		if skip != wantSkip || !strings.Contains(why, wantWhy) {
+			t.Errorf("%s: skip %v (%s), want %v (%s)", what, skip, why, wantSkip, wantWhy)
+		}
+	}
+	check("first run", data, false, "first run")
+	d.refreshed(now.Add(-time.Minute))
+	check("data change", data, true, "refresh skipped (-refresh=false)")
+	check("not a data change", driver.Run{ID: "r"}, false, "not a change of the task's Consul data alone")
+	d.opts.Driver.Refresh = task.RefreshAlways
+	check("driver block always", data, false, `refresh policy "always"`)
+	d.opts.Spec.Refresh = task.RefreshAuto
+	check("task auto over driver always", data, true, "refresh skipped")
+	d.refreshFailed()
+	check("after a failure", data, false, "a run failed")
+	d.refreshed(now.Add(-MaxRefreshAge))
+	check("an hour old", data, false, "old (at most 1h0m0s)")
+	d.refreshed(now.Add(-time.Second))
+	writeModule(t, dir, "mod", map[string]string{"main.tf": deviceModule + "\n# changed\n"})
+	check("module changed", data, false, "the module changed")
+	d.refreshed(now)
+	d.reinitialised()
+	check("re-initialised", data, false, "first run since the driver started or re-initialised")
+}
