@@ -86,6 +86,7 @@ task {
 	r.register(t, "web-2", 8002)
 	r.p = startCtsyncEnv(t, work, []string{"TF_CLI_CONFIG_FILE=" + rc}, "start", "-config-file", cfg)
 	r.wait(t, "web-1 and web-2 registered")
+	r.lastApply(t, "") // the first run recorded
 	return r
 }
 
@@ -109,12 +110,12 @@ func (r *refreshRig) wait(t *testing.T, what string) {
 	waitObjects(t, r.p, r.dev, what, r.want)
 }
 
-// lastApply waits for the task's latest successful apply after the n
-// first events, and returns it with its run log.
-func (r *refreshRig) lastApply(t *testing.T, after int) (store.Event, string) {
+// lastApply waits for a successful apply newer than the event prev (""
+// for any) to be the task's latest event, and returns it with its run log.
+func (r *refreshRig) lastApply(t *testing.T, prev string) (store.Event, string) {
 	t.Helper()
 	evs := waitEvents(t, r.base, "dev", 2*time.Minute, func(evs []store.Event) bool {
-		return len(evs) > after && evs[0].Kind == "apply" && evs[0].Success
+		return len(evs) > 0 && evs[0].ID != prev && evs[0].Kind == "apply" && evs[0].Success
 	})
 	b, err := os.ReadFile(filepath.Join(r.logs, evs[0].ID+".log"))
 	if err != nil {
@@ -123,8 +124,13 @@ func (r *refreshRig) lastApply(t *testing.T, after int) (store.Event, string) {
 	return evs[0], string(b)
 }
 
-// events is the number of the task's events now.
-func (r *refreshRig) events(t *testing.T) int { return len(taskEvents(t, r.base, "dev")) }
+// newest is the id of the task's latest event ("" for none).
+func (r *refreshRig) newest(t *testing.T) string {
+	if evs := taskEvents(t, r.base, "dev"); len(evs) > 0 {
+		return evs[0].ID
+	}
+	return ""
+}
 
 // reads counts the objects Terraform read (refreshed) in a run log.
 func reads(log string) int { return strings.Count(log, "Refreshing state...") }
@@ -138,7 +144,7 @@ func TestRefreshAlwaysEveryRun(t *testing.T) {
 		func() { r.deregister(t, "web-1") },
 		func() { r.register(t, "web-2", 9002) },
 	} {
-		before, objects := r.events(t), len(r.want)
+		before, objects := r.newest(t), len(r.want)
 		step()
 		r.wait(t, fmt.Sprintf("change %d", i))
 		ev, log := r.lastApply(t, before)
@@ -152,10 +158,8 @@ func TestRefreshAlwaysEveryRun(t *testing.T) {
 }
 
 // Refresh policy "auto" with drift detection: an object deleted out of
-// band is restored by the next drift check (whose plan reads every
-// object), and a change of the module's code makes the next run read every
-// object.
-func TestRefreshAutoDriftAndModuleChange(t *testing.T) {
+// band is restored by the next drift check, whose plan reads every object.
+func TestRefreshAutoDrift(t *testing.T) {
 	r := startRefreshRig(t, "auto", "2s")
 	if err := os.Remove(filepath.Join(r.dev, "web-1")); err != nil {
 		t.Fatal(err)
@@ -164,12 +168,26 @@ func TestRefreshAutoDriftAndModuleChange(t *testing.T) {
 	testutil.Eventually(t, 30*time.Second, "the drift logged", func() bool {
 		return len(r.p.lines("drift detected", "task_name=dev", "add=1")) > 0
 	})
+}
 
-	before := r.events(t)
+// Refresh policy "auto": a run that applies a change of the module's code
+// (with a catalog change) reads every object, whatever the age of the last
+// full refresh.
+func TestRefreshAutoModuleChange(t *testing.T) {
+	r := startRefreshRig(t, "auto", "")
+	before := r.newest(t)
+	r.register(t, "web-3", 8003)
+	r.wait(t, "web-3 registered")
+	r.lastApply(t, before)
+
+	before = r.newest(t)
 	writeFile(t, r.mod, "main.tf", deviceModule+"\noutput \"objects\" {\n  value = length(device_object.instance)\n}\n")
+	objects := len(r.want)
+	r.register(t, "web-4", 8004)
+	r.wait(t, "web-4 registered with the module changed")
 	ev, log := r.lastApply(t, before)
-	if !strings.Contains(ev.Trigger, "module changed") || reads(log) != len(r.want) || strings.Contains(log, "refresh skipped") {
-		t.Fatalf("run %s (trigger %q) after the module changed: %d objects read, want %d; log:\n%s", ev.ID, ev.Trigger, reads(log), len(r.want), log)
+	if !strings.Contains(ev.Trigger, "module changed") || reads(log) != objects || strings.Contains(log, "refresh skipped") {
+		t.Fatalf("run %s (trigger %q) after the module changed: %d objects read, want %d; log:\n%s", ev.ID, ev.Trigger, reads(log), objects, log)
 	}
 }
 
@@ -182,7 +200,7 @@ func TestRefreshAutoCatalogChange(t *testing.T) {
 	t.Skip("the reconciler does not mark catalog-triggered runs yet (driver.Run.DataChange at internal/reconcile/reconciler.go:205)")
 	r := startRefreshRig(t, "auto", "")
 
-	before := r.events(t)
+	before := r.newest(t)
 	r.register(t, "web-3", 8003)
 	r.wait(t, "web-3 registered")
 	ev, log := r.lastApply(t, before)
@@ -197,7 +215,7 @@ func TestRefreshAutoCatalogChange(t *testing.T) {
 	if err := os.Remove(filepath.Join(r.dev, "web-2")); err != nil {
 		t.Fatal(err)
 	}
-	before = r.events(t)
+	before = r.newest(t)
 	r.register(t, "web-2", 9002)
 	r.wait(t, "web-2 changed after its object was deleted out of band")
 	ev, log = r.lastApply(t, before)
