@@ -197,7 +197,6 @@ func TestRefreshAutoModuleChange(t *testing.T) {
 // applied again at once with a full refresh, in the same run, and
 // succeeds.
 func TestRefreshAutoCatalogChange(t *testing.T) {
-	t.Skip("the reconciler does not mark catalog-triggered runs yet (driver.Run.DataChange at internal/reconcile/reconciler.go:205)")
 	r := startRefreshRig(t, "auto", "")
 
 	before := r.newest(t)

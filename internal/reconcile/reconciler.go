@@ -237,7 +237,18 @@ func (r *reconciler) decideReadable(ctx context.Context, log *slog.Logger, j job
 		id = uuid.NewString()
 	}
 	return outcome{next: &runPlan{in: in, rec: &runRecord{id: id, trigger: trigger, once: req.Trigger.Kind == TriggerOnce,
-		kind: store.KindApply, want: want, before: st, actor: actorFrom(ctx), inputs: digest(&in), seen: req.Seen, prev: j.prev}}}
+		kind: store.KindApply, want: want, before: st, actor: actorFrom(ctx), inputs: digest(&in), seen: req.Seen, prev: j.prev,
+		dataChange: dataChange(req, trigger)}}}
+}
+
+// dataChange reports whether a run the task was due for applies a change
+// of its Consul data and nothing else (driver.Run.DataChange): a catalog or
+// KV change triggered it, nothing forces it, and the change of its desired
+// state that mustRun found is the data's alone (trigger is the change's,
+// not "module changed" or the like). Retries, start, drift, API and
+// upstream runs are not.
+func dataChange(req Request, trigger string) bool {
+	return req.Trigger.Kind == TriggerChange && !req.Force && trigger == req.Trigger.String()
 }
 
 // runPlan is a run Decide decided on: its inputs and its record.
@@ -275,7 +286,7 @@ func (r *reconciler) run(ctx context.Context, log *slog.Logger, j job, in *task.
 	}
 	log.Info("executing task", "run_id", rec.id, "trigger", rec.trigger, "mode", rec.kind, "instances", len(in.Services))
 	rec.start = time.Now()
-	rec.res, rec.err = r.drive(ctx, e, s, j.exports, driver.Run{ID: rec.id}, in, req.Mode)
+	rec.res, rec.err = r.drive(ctx, e, s, j.exports, driver.Run{ID: rec.id, DataChange: rec.dataChange}, in, req.Mode)
 	rec.end = time.Now()
 	rec.phases = eventPhases(e.initStart, e.initEnd, rec.res.Phases, rec.kind, rec.start, rec.end)
 	e.initStart, e.initEnd = time.Time{}, time.Time{}
@@ -321,6 +332,7 @@ func (r *reconciler) mustRun(log *slog.Logger, name string, st store.RunState, w
 type runRecord struct {
 	id, trigger string
 	once        bool // a run of -once, which logs its tasks in order itself
+	dataChange  bool // it applies a change of the Consul data alone (driver.Run.DataChange)
 	kind        string
 	want        Desired
 	before      store.RunState // the run state when it started
@@ -341,7 +353,7 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverS
 	terminal := driver.IsTerminal(err)
 	ev := store.Event{ID: rec.id, TaskName: s.Name, Success: err == nil, StartTime: rec.start, EndTime: rec.end,
 		Kind: rec.kind, Trigger: rec.trigger, InputsHash: rec.want.Used, Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: r.opts.redact(s.Name, tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL,
+		LogTail: r.opts.redact(s.Name, tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL, Refresh: res.Refresh,
 		ErrorSummary: r.opts.redact(s.Name, driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs)}
 	if !rec.seen.IsZero() {
 		ev.DetectedAt = &rec.seen
