@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/testutil"
 )
@@ -118,5 +119,33 @@ func TestCreateBeforeRunWaitsForNothing(t *testing.T) {
 	}
 	if _, err := c.Task("restored"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A plan held for approval was made from the old settings: Update keeps it
+// held until the next plan, which the new settings' desired state makes,
+// supersedes it; the task is not applied meanwhile.
+func TestUpdateSupersedesTheHeldPlanWithTheNextPlan(t *testing.T) {
+	g := startGates(t, &task.Approval{Required: true})
+	g.set(2)
+	first := g.waitHeld(t, "")
+	changed := servicesTask("fw", "web")
+	changed.Approval = &task.Approval{Required: true}
+	changed.Variables = map[string]string{"size": "2"}
+	if err := g.ctrl.Update(t.Context(), changed); err != nil {
+		t.Fatal(err)
+	}
+	second := g.waitHeld(t, first.ID)
+	var se *gate.SupersededError
+	if err := g.ctrl.Approve(context.Background(), "fw", first.ID, "ops"); !errors.As(err, &se) || se.Newer != second.ID {
+		t.Fatalf("approve of the plan of the old settings: %v, want SupersededError naming %s", err, second.ID)
+	}
+	g.noApply(t)
+	if err := g.ctrl.Approve(context.Background(), "fw", second.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	g.waitApplied(t, "fw")
+	if st, _ := g.ctrl.Task("fw"); st.Spec.Variables["size"] != "2" {
+		t.Errorf("settings after the update: %+v", st.Spec)
 	}
 }
