@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ctsync/ctsync/internal/depth"
 	"github.com/ctsync/ctsync/internal/task"
@@ -170,8 +171,10 @@ type taskPresence struct {
 	WorkingDir    json.RawMessage `json:"working_dir"`
 	VariableFiles json.RawMessage `json:"variable_files"`
 	Policy        json.RawMessage `json:"policy"`
+	RemovalDelay  json.RawMessage `json:"removal_delay"`
 	Approval      *struct {
 		Expire json.RawMessage `json:"expire"`
+		Window json.RawMessage `json:"window"`
 	} `json:"approval"`
 	BufferPeriod *struct {
 		Enabled *bool           `json:"enabled"`
@@ -229,6 +232,21 @@ func (s *Server) decodeTask(raw json.RawMessage) (task.Spec, error) {
 			return task.Spec{}, badRequest("invalid value for task.approval.expire: %v", err)
 		}
 	}
+	// approval.window and removal_delay: strings too, with the same rules
+	// as in a configuration file.
+	if a := p.Approval; a != nil && a.Window != nil && string(a.Window) != "null" {
+		if _, err := durationString(a.Window, "task.approval.window", "2h", task.CheckWindow); err != nil {
+			return task.Spec{}, err
+		}
+	}
+	var ownDelay *time.Duration
+	if p.RemovalDelay != nil && string(p.RemovalDelay) != "null" {
+		v, err := durationString(p.RemovalDelay, "task.removal_delay", "30s", task.CheckRemovalDelay)
+		if err != nil {
+			return task.Spec{}, err
+		}
+		ownDelay = &v
+	}
 	var minSet, maxSet bool
 	if bp := p.BufferPeriod; bp != nil {
 		for _, f := range []struct {
@@ -282,11 +300,30 @@ func (s *Server) decodeTask(raw json.RawMessage) (task.Spec, error) {
 		}
 	}
 	spec.SetBufferPeriod(own, s.bufferPeriod())
+	spec.SetRemovalDelay(ownDelay, s.opts.RemovalDelay)
 
 	if err := validateTask(&spec); err != nil {
 		return task.Spec{}, err
 	}
 	return spec, nil
+}
+
+// durationString reads a duration field of a request as a configuration
+// file writes it: a string holding a Go duration, then check (a number
+// would be nanoseconds in Go's JSON, which nobody means).
+func durationString(raw json.RawMessage, field, example string, check func(time.Duration) error) (time.Duration, error) {
+	var str string
+	if err := json.Unmarshal(raw, &str); err != nil {
+		return 0, badRequest("invalid value for %s: must be a string holding a duration such as %q, as in a configuration file", field, example)
+	}
+	v, err := task.ParseDuration(str)
+	if err == nil {
+		err = check(v)
+	}
+	if err != nil {
+		return 0, badRequest("invalid value for %s: %v", field, err)
+	}
+	return v, nil
 }
 
 func useDefault(u *useInput) bool {

@@ -68,6 +68,10 @@ type Options struct {
 	// BufferPeriod is the global buffer period that tasks created through
 	// the API inherit when they do not set their own.
 	BufferPeriod task.BufferPeriod
+	// RemovalDelay is the global removal_delay that tasks created through
+	// the API with a services, catalog-services or nodes condition
+	// inherit when they do not set their own.
+	RemovalDelay time.Duration
 	// Validate, when set, runs after the built-in checks on a task created
 	// through the API (e.g. that its providers are configured). A
 	// *task.FieldError names the field in the 400 response.

@@ -30,6 +30,7 @@ func (a *app) startAPI() (*ctsapi.Server, error) {
 		Cluster:      a.coord.Cluster(),
 		Logger:       a.log.With("component", "api"),
 		BufferPeriod: a.cfg.BufferPeriod,
+		RemovalDelay: a.cfg.RemovalDelay,
 		Redactor:     a.obs.redactor,
 		Validate:     a.validateAPITask,
 		Approvals:    approvalsOf(a.ctrl), // approval.go

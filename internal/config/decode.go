@@ -25,6 +25,7 @@ type rawConfig struct {
 	address                             opt[string] // the API's listen address (listen.go)
 	port, maxParallel                   opt[int]
 	buffer                              rawBuffer
+	removalDelay                        opt[time.Duration] // the tasks' default removal_delay
 	consul                              rawConsul
 	driver                              rawDriver
 	providers                           []Provider
@@ -75,6 +76,7 @@ var topKeys = []key{
 	{name: "log_level"}, {name: "log_format"}, {name: "port"}, {name: "address"}, {name: "working_dir"},
 	{name: "id"}, {name: "max_parallel_runs"}, {name: "client_type"}, // client.go
 	{name: "buffer_period", kind: kBlock},
+	{name: "removal_delay"},
 	{name: "consul", kind: kBlock},
 	{name: "driver", kind: kBlock, labels: 1, label: "name"},
 	{name: "terraform_provider", kind: kBlock, labels: 1, label: "name"},
@@ -141,6 +143,9 @@ func (d *decoder) decodeFile(body hcl.Body, r *rawConfig) {
 	}
 	if b := d.onlyOne(c, "buffer_period", ""); b != nil {
 		d.bufferBlock(b, "buffer_period", &r.buffer)
+	}
+	if v := d.removalDelay(c, ""); v.Set {
+		r.removalDelay.merge(v)
 	}
 	if b := d.onlyOne(c, "consul", ""); b != nil {
 		d.consul(b, &r.consul)

@@ -14,7 +14,7 @@ import (
 
 // This file decodes a task's safety gates (ctsync extensions, docs/safety.md):
 //
-//	approval { required, max_destroy, max_destroy_percent, expire }
+//	approval { required, max_destroy, max_destroy_percent, max_replace, window, expire }
 //	policy   { files = [...], timeout }
 //
 // The value rules (ranges) are task.Spec.Validate's, so that a task created
@@ -33,7 +33,7 @@ func (d *decoder) gates(c *content, p string, t *rawTask) {
 }
 
 func (d *decoder) approval(b *hcl.Block, path string, t *rawTask) {
-	c := d.content(b.Body, path, attrs("required", "max_destroy", "max_destroy_percent", "expire"), nil)
+	c := d.content(b.Body, path, attrs("required", "max_destroy", "max_destroy_percent", "max_replace", "window", "expire"), nil)
 	t.recordAll("approval", c)
 	a := &task.Approval{Required: d.boolean(c, "required", path).V}
 	if n := d.integer(c, "max_destroy", path); n.Set {
@@ -41,6 +41,18 @@ func (d *decoder) approval(b *hcl.Block, path string, t *rawTask) {
 	}
 	if n := d.integer(c, "max_destroy_percent", path); n.Set {
 		a.MaxDestroyPercent = &n.V
+	}
+	if n := d.integer(c, "max_replace", path); n.Set {
+		a.MaxReplace = &n.V
+	}
+	if w := d.duration(c, "window", path); w.Set {
+		// The API's rule too (task.CheckWindow).
+		if err := task.CheckWindow(w.V); err != nil {
+			d.errf(w.Rng, join(path, "window"), "%v", err)
+		} else {
+			v := task.Duration(w.V)
+			a.Window = &v
+		}
 	}
 	if e := d.duration(c, "expire", path); e.Set {
 		// The API's rule too (task.ParseExpire).

@@ -120,7 +120,7 @@ func LoadTaskFileWarnings(path string) (task.Spec, []string, error) {
 	if len(tasks) > 0 && len(d.errs) == 0 {
 		t := d.task(tasks[0])
 		d.resolveServices(t, nil)
-		d.finishTask(t, task.DefaultBufferPeriod)
+		d.finishTask(t, task.DefaultBufferPeriod, 0)
 		spec = t.spec
 	}
 	if len(d.errs) > 0 {
@@ -312,9 +312,10 @@ func (d *decoder) finish(r *rawConfig) *Config {
 	refs := d.checkProviders(r.providers)
 
 	serviceBlocks := d.serviceBlocks(r.services)
+	cfg.RemovalDelay = r.removalDelay.V
 	for _, t := range r.tasks {
 		d.resolveServices(t, serviceBlocks)
-		d.finishTask(t, cfg.BufferPeriod)
+		d.finishTask(t, cfg.BufferPeriod, cfg.RemovalDelay)
 	}
 	d.checkTaskRefs(r.tasks, refs)
 	cfg.Notifications = d.checkNotifications(r.notifications)

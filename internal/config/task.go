@@ -25,6 +25,8 @@ type rawTask struct {
 	rng    hcl.Range // the task block
 	disp   string    // `task "name"`, the prefix of its field paths
 	buffer rawBuffer
+	// removalDelay is the task's own removal_delay (removal.go).
+	removalDelay opt[time.Duration]
 	// ranges maps a task.FieldError path ("condition.services.names[1]")
 	// to where that field was written.
 	ranges map[string]hcl.Range
@@ -45,6 +47,7 @@ var taskKeys = []key{
 	{name: "depends_on"}, // chaining: task.Spec.DependsOn
 	{name: "variables", kind: kMap},
 	{name: "buffer_period", kind: kBlock},
+	{name: "removal_delay"}, // removal.go
 	{name: "condition", kind: kBlock, labels: 1, label: "type"},
 	{name: "module_input", kind: kBlock, labels: 1, label: "type"},
 	{name: "source_input", kind: kBlock, labels: 1, label: "type"},
@@ -243,6 +246,7 @@ func (d *decoder) task(b *hcl.Block) *rawTask {
 	d.driftDetection(c, p, t)
 	d.tfcWorkspace(c, p, t) // tfc.go
 	d.gates(c, p, t)        // gates.go
+	t.removalDelay = d.removalDelay(c, p)
 
 	t.failed = len(d.errs) > errsBefore
 	return t
@@ -588,11 +592,17 @@ func (b *rawBuffer) setting() task.BufferSetting {
 	return out
 }
 
-// finishTask applies inheritance and runs task validation.
-func (d *decoder) finishTask(t *rawTask, global task.BufferPeriod) {
+// finishTask applies inheritance (the global buffer_period and
+// removal_delay) and runs task validation.
+func (d *decoder) finishTask(t *rawTask, global task.BufferPeriod, removalDelay time.Duration) {
 	if ignored := t.spec.SetBufferPeriod(t.buffer.setting(), global); ignored {
 		d.warnf(t.buffer.rng, join(t.disp, "buffer_period"), "is ignored for schedule tasks")
 	}
+	var own *time.Duration
+	if t.removalDelay.Set {
+		own = &t.removalDelay.V
+	}
+	t.spec.SetRemovalDelay(own, removalDelay)
 	if t.failed {
 		return
 	}

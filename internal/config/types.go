@@ -30,6 +30,9 @@ type Config struct {
 	// ClientType is "terraform" (default) or "development" (client.go).
 	ClientType   string
 	BufferPeriod task.BufferPeriod
+	// RemovalDelay is the removal_delay of the tasks that do not set
+	// their own (removal.go; a ctsync extension); 0: off.
+	RemovalDelay time.Duration
 	// TLS secures ctsync's own API (the top-level tls block).
 	TLS APITLS
 	// APIAuth, APITasks and APIHTTP control access to the API

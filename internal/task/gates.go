@@ -20,6 +20,53 @@ type Approval struct {
 	// Expire drops a held plan not approved within it (the task stays
 	// held until the next change); 0 means never.
 	Expire Duration `json:"expire,omitempty"`
+	// Window makes MaxDestroy and MaxDestroyPercent judge the destroys
+	// applied within it plus the plan's, against the most resources the
+	// task managed within it; nil means DefaultWindow, 0 judges each plan
+	// alone (EffectiveWindow).
+	Window *Duration `json:"window,omitempty"`
+	// MaxReplace holds a plan that replaces more resources than this (a
+	// replacement, delete-then-create or create-then-delete of one
+	// address, is not a destroy for MaxDestroy and MaxDestroyPercent);
+	// nil means no limit.
+	MaxReplace *int `json:"max_replace,omitempty"`
+}
+
+// DefaultWindow is approval.window when the block does not set it. An hour
+// covers the drains seen in incidents (a sync tool or a restarted agent
+// deregistering instances one by one, each change applied within seconds
+// to minutes of the previous one) many times over, and is short enough
+// that ordinary scaling down spread over a day is judged in small parts.
+const DefaultWindow = time.Hour
+
+// MaxWindow is the longest approval.window accepted: the store keeps one
+// entry per apply within the window.
+const MaxWindow = 7 * 24 * time.Hour
+
+// EffectiveWindow is the window the destroy rules judge over: Window, or
+// DefaultWindow when it is not set; 0: each plan alone.
+func (a *Approval) EffectiveWindow() time.Duration {
+	if a == nil {
+		return 0
+	}
+	if a.Window == nil {
+		return DefaultWindow
+	}
+	return a.Window.D()
+}
+
+// CheckWindow is approval.window's rule for a value that is set, the same
+// for a configuration file and a request to the API.
+func CheckWindow(v time.Duration) error {
+	switch {
+	case v < 0:
+		return fmt.Errorf("(%s) cannot be negative (\"0s\" judges each plan alone)", v)
+	case v > 0 && v < time.Second:
+		return fmt.Errorf("(%s) must be at least 1s, or \"0s\" to judge each plan alone", v)
+	case v > MaxWindow:
+		return fmt.Errorf("(%s) must be at most %s", v, MaxWindow)
+	}
+	return nil
 }
 
 // Policy is a task's policy block (a ctsync extension): Open Policy Agent
@@ -105,6 +152,14 @@ func (s *Spec) validateGates() error {
 		}
 		if p := a.MaxDestroyPercent; p != nil && (*p < 0 || *p > 100) {
 			return fieldErr("approval.max_destroy_percent", "(%d) must be between 0 and 100", *p)
+		}
+		if a.MaxReplace != nil && *a.MaxReplace < 0 {
+			return fieldErr("approval.max_replace", "(%d) cannot be negative (0 holds any plan that replaces a resource)", *a.MaxReplace)
+		}
+		if a.Window != nil {
+			if err := CheckWindow(a.Window.D()); err != nil {
+				return fieldErr("approval.window", "%v", err)
+			}
 		}
 		if a.Expire != 0 {
 			if err := CheckExpire(a.Expire.D()); err != nil {

@@ -36,8 +36,13 @@ type Spec struct {
 	// WorkingDir is the task's directory; empty means <global working_dir>/<name>.
 	WorkingDir   string        `json:"-"`
 	BufferPeriod *BufferPeriod `json:"buffer_period,omitempty"`
-	Condition    Condition     `json:"condition"`
-	ModuleInput  ModuleInputs  `json:"module_input,omitempty"`
+	// RemovalDelay keeps a service instance, catalog service or node
+	// that left the condition's result in the module's input until it has
+	// been gone this long (removal.go; a ctsync extension); 0: off.
+	// Decoding resolves the global default (SetRemovalDelay).
+	RemovalDelay Duration     `json:"removal_delay,omitempty"`
+	Condition    Condition    `json:"condition"`
+	ModuleInput  ModuleInputs `json:"module_input,omitempty"`
 	// Parallelism is passed to terraform apply -parallelism when > 0.
 	Parallelism int `json:"parallelism,omitempty"`
 	// Refresh is the task's refresh policy (RefreshAuto or RefreshAlways;
@@ -390,6 +395,9 @@ func (s *Spec) Validate() error {
 		return err
 	}
 	if err := s.validateGates(); err != nil { // gates.go
+		return err
+	}
+	if err := s.validateRemovalDelay(); err != nil { // removal.go
 		return err
 	}
 	if d := s.DriftDetection; d != nil && d.Interval.D() < MinDriftInterval {
