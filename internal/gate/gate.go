@@ -13,31 +13,70 @@ import (
 // Counts are a plan's resource changes and the size of the state it
 // starts from.
 type Counts struct {
+	// Add, Change and Destroy are counted as Terraform's summary counts
+	// them: a replacement is one add and one destroy.
 	Add, Change, Destroy int
+	// Replace is how many of the plan's changes are replacements
+	// (["delete","create"] or ["create","delete"] of one address); they
+	// are in Add and Destroy too. 0 when the driver cannot tell them
+	// apart: every destroy is then judged as one.
+	Replace int
 	// InState is the number of resources in the task's state before the
 	// plan (managed resources; data sources not counted).
 	InState int
 }
 
+// PureDestroy is how many resources the plan destroys without creating
+// them again: what max_destroy and max_destroy_percent judge.
+func (c Counts) PureDestroy() int { return max(0, c.Destroy-c.Replace) }
+
 // Hold returns why the approval rules hold a plan with these counts, or
-// "" when they let it apply. A plan without changes is never held.
+// "" when they let it apply. It judges the plan alone; Judge adds the
+// destroys applied within approval.window. A plan without changes is
+// never held.
 func Hold(a *task.Approval, c Counts) string {
+	return judgePlan(a, c).Reason
+}
+
+// judgePlan applies the rules to the plan alone, in their order:
+// max_destroy, max_destroy_percent, max_replace, required.
+func judgePlan(a *task.Approval, c Counts) Verdict {
 	if a == nil || c.Add+c.Change+c.Destroy == 0 {
-		return ""
+		return Verdict{}
 	}
-	if a.MaxDestroy != nil && c.Destroy > *a.MaxDestroy {
-		return fmt.Sprintf("plan destroys %d of %d resources (max_destroy %d)", c.Destroy, c.InState, *a.MaxDestroy)
+	d := c.PureDestroy()
+	if a.MaxDestroy != nil && d > *a.MaxDestroy {
+		return Verdict{Rule: RuleMaxDestroy,
+			Reason: fmt.Sprintf("plan %s of %d resources (max_destroy %d)", what(d, c.Replace), c.InState, *a.MaxDestroy)}
 	}
-	if a.MaxDestroyPercent != nil && c.Destroy > 0 {
-		total := max(c.InState, c.Destroy)
-		if c.Destroy*100 > *a.MaxDestroyPercent*total {
-			return fmt.Sprintf("plan destroys %d of %d resources (max_destroy_percent %d)", c.Destroy, total, *a.MaxDestroyPercent)
+	if a.MaxDestroyPercent != nil && d > 0 {
+		total := max(c.InState, d)
+		if d*100 > *a.MaxDestroyPercent*total {
+			return Verdict{Rule: RuleMaxDestroyPercent,
+				Reason: fmt.Sprintf("plan %s of %d resources (max_destroy_percent %d)", what(d, c.Replace), total, *a.MaxDestroyPercent)}
 		}
 	}
-	if a.Required {
-		return "approval required"
+	if a.MaxReplace != nil && c.Replace > *a.MaxReplace {
+		return Verdict{Rule: RuleMaxReplace,
+			Reason: fmt.Sprintf("plan %s of %d resources (max_replace %d)", what(d, c.Replace), c.InState, *a.MaxReplace)}
 	}
-	return ""
+	if a.Required {
+		return Verdict{Rule: RuleRequired, Reason: "approval required"}
+	}
+	return Verdict{}
+}
+
+// what says what a plan destroys and replaces: "destroys 3", "replaces 2",
+// "destroys 3 and replaces 1" (a plan without replacements reads as it
+// always has).
+func what(destroy, replace int) string {
+	switch {
+	case replace == 0:
+		return fmt.Sprintf("destroys %d", destroy)
+	case destroy == 0:
+		return fmt.Sprintf("replaces %d", replace)
+	}
+	return fmt.Sprintf("destroys %d and replaces %d", destroy, replace)
 }
 
 // State is where a held plan stands.
@@ -65,7 +104,10 @@ type Plan struct {
 	Add     int    `json:"add"`
 	Change  int    `json:"change"`
 	Destroy int    `json:"destroy"`
-	InState int    `json:"in_state"`
+	// Replace is how many of the plan's adds and destroys are
+	// replacements (Counts.Replace).
+	Replace int `json:"replace,omitempty"`
+	InState int `json:"in_state"`
 	// Text is the plan as terraform show prints it.
 	Text string `json:"plan"`
 	// DeletesTask marks the plan of a deletion with destroy (DELETE

@@ -31,6 +31,7 @@ const HistoryFile = "ctsync-history.db"
 //	remote/<task>        a RemoteRun as JSON (terraform-cloud driver)
 //	tasks/<task>         a TaskRecord as JSON: a task created, enabled or
 //	                     deleted through the API (tasks.go)
+//	window/<task>        a DestroyWindow as JSON (approval.window)
 //
 // with the raw task name as the key of a task. A restarted daemon so knows
 // what each task last applied: a task whose desired state is unchanged
@@ -57,6 +58,7 @@ var (
 	bucketEvents = []byte("events")
 	bucketRun    = []byte("run")
 	bucketRemote = []byte("remote")
+	bucketWindow = []byte("window")
 )
 
 // boltOpenTimeout bounds the wait for the file lock held by another process.
@@ -115,7 +117,7 @@ func seqKey(n uint64) []byte {
 // each task's events to the history length.
 func (b *Bolt) load() error {
 	return b.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketRun, bucketRemote} {
+		for _, name := range [][]byte{bucketRun, bucketRemote, bucketWindow} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -143,6 +145,17 @@ func (b *Bolt) load() error {
 			return err
 		}
 		if err := b.loadTasks(tx); err != nil { // tasks.go
+			return err
+		}
+		if err := tx.Bucket(bucketWindow).ForEach(func(k, v []byte) error {
+			if b.window == nil {
+				b.window = map[string]DestroyWindow{}
+			}
+			if err := loadWindow(b.window, string(k), v); err != nil {
+				b.log.Warn("ignoring an unreadable destroy window in the history database", "task_name", string(k), "error", err)
+			}
+			return nil
+		}); err != nil {
 			return err
 		}
 		top, err := tx.CreateBucketIfNotExists(bucketEvents)
@@ -331,7 +344,10 @@ func (b *Bolt) DeleteTask(ctx context.Context, taskName string) error {
 		if err := tx.Bucket(bucketRun).Delete([]byte(taskName)); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketRemote).Delete([]byte(taskName))
+		if err := tx.Bucket(bucketRemote).Delete([]byte(taskName)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketWindow).Delete([]byte(taskName))
 	})
 	if err != nil {
 		b.log.Warn("a deleted task's run history and state could not be removed from disk", "task", taskName, "error", err)

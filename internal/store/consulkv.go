@@ -111,6 +111,7 @@ type Tasks interface {
 //	                             `history` are kept)
 //	<prefix>/tasks/<task>        a TaskRecord
 //	<prefix>/remote/<task>       a RemoteRun (terraform-cloud driver, remote.go)
+//	<prefix>/window/<task>       a DestroyWindow (approval.window, window.go)
 //
 // Task names are path-escaped. Reads are served from memory: Load fills the
 // cache when the instance becomes leader (one consistent recursive read),
@@ -141,7 +142,8 @@ type ConsulKV struct {
 	next   map[string]uint64     // next event sequence number per task
 	run    map[string]RunState
 	tasks  map[string]TaskRecord
-	remote map[string]RemoteRun // remote.go
+	remote map[string]RemoteRun     // remote.go
+	window map[string]DestroyWindow // window.go
 	// claimed holds the tasks this instance owns in spread mode: their
 	// cached state is the one this instance writes, and Load keeps it.
 	claimed map[string]bool
@@ -215,6 +217,7 @@ func NewConsulKV(client *api.Client, o ConsulKVOptions) *ConsulKV {
 		run:      map[string]RunState{},
 		tasks:    map[string]TaskRecord{},
 		remote:   map[string]RemoteRun{},
+		window:   map[string]DestroyWindow{},
 		claimed:  map[string]bool{},
 	}
 }
@@ -238,6 +241,10 @@ func (s *ConsulKV) Claim(ctx context.Context, taskName string) error {
 	if err != nil {
 		return fmt.Errorf("reading the remote run of task %q from consul: %w", taskName, err)
 	}
+	windowPair, _, err := s.kv.Get(s.key("window", esc(taskName)), q)
+	if err != nil {
+		return fmt.Errorf("reading the destroy window of task %q from consul: %w", taskName, err)
+	}
 	pairs, _, err := s.kv.List(s.key("events", esc(taskName))+"/", q)
 	if err != nil {
 		return fmt.Errorf("reading the events of task %q from consul: %w", taskName, err)
@@ -253,6 +260,12 @@ func (s *ConsulKV) Claim(ctx context.Context, taskName string) error {
 	if remotePair != nil {
 		if err := loadRemote(remote, taskName, remotePair.Value); err != nil {
 			s.log.Warn("ignoring unreadable state entry in consul", "key", remotePair.Key, "error", err)
+		}
+	}
+	window := map[string]DestroyWindow{}
+	if windowPair != nil {
+		if err := loadWindow(window, taskName, windowPair.Value); err != nil {
+			s.log.Warn("ignoring unreadable state entry in consul", "key", windowPair.Key, "error", err)
 		}
 	}
 	evs, next := s.parseEvents(pairs)
@@ -271,6 +284,11 @@ func (s *ConsulKV) Claim(ctx context.Context, taskName string) error {
 		s.remote[taskName] = r
 	} else {
 		delete(s.remote, taskName)
+	}
+	if w, ok := window[taskName]; ok {
+		s.window[taskName] = w
+	} else {
+		delete(s.window, taskName)
 	}
 	return nil
 }
@@ -340,6 +358,7 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 	run := map[string]RunState{}
 	tasks := map[string]TaskRecord{}
 	remote := map[string]RemoteRun{}
+	window := map[string]DestroyWindow{}
 	for _, p := range pairs {
 		rest := strings.TrimPrefix(p.Key, s.prefix+"/")
 		parts := strings.Split(rest, "/")
@@ -373,6 +392,14 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 			name, err := url.PathUnescape(parts[1])
 			if err == nil {
 				err = loadRemote(remote, name, p.Value)
+			}
+			if err != nil {
+				bad(err)
+			}
+		case len(parts) == 2 && parts[0] == "window":
+			name, err := url.PathUnescape(parts[1])
+			if err == nil {
+				err = loadWindow(window, name, p.Value)
 			}
 			if err != nil {
 				bad(err)
@@ -414,8 +441,9 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 		keepOwn(events, s.events, name)
 		keepOwn(next, s.next, name)
 		keepOwn(remote, s.remote, name)
+		keepOwn(window, s.window, name)
 	}
-	s.events, s.next, s.run, s.tasks, s.remote = events, next, run, tasks, remote
+	s.events, s.next, s.run, s.tasks, s.remote, s.window = events, next, run, tasks, remote, window
 	s.mu.Unlock()
 	return nil
 }
@@ -449,6 +477,7 @@ func (s *ConsulKV) Reset(ctx context.Context) error {
 	s.mu.Lock()
 	s.events, s.next, s.run, s.tasks = map[string][]seqEvent{}, map[string]uint64{}, map[string]RunState{}, map[string]TaskRecord{}
 	s.remote = map[string]RemoteRun{}
+	s.window = map[string]DestroyWindow{}
 	s.mu.Unlock()
 	return nil
 }
@@ -685,11 +714,13 @@ func (s *ConsulKV) DeleteTask(ctx context.Context, taskName string) error {
 	delete(s.events, taskName)
 	delete(s.run, taskName)
 	delete(s.remote, taskName)
+	delete(s.window, taskName)
 	s.mu.Unlock()
 	ops := api.KVTxnOps{
 		{Verb: api.KVDeleteTree, Key: s.key("events", esc(taskName)) + "/"},
 		{Verb: api.KVDelete, Key: s.key("run", esc(taskName))},
 		{Verb: api.KVDelete, Key: s.key("remote", esc(taskName))},
+		{Verb: api.KVDelete, Key: s.key("window", esc(taskName))},
 	}
 	return s.logFailure("task deletion", taskName, s.writeTask(ctx, taskName, ops))
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func storeImpls(t *testing.T) []storeImpl {
 // TestStoreContract: the three stores hold the same things the same way:
 // the run state (applied fingerprint and its parts, failure, terminal
 // flag, in-flight marker, outputs), the run history, the remote-run
-// records; the persistent ones (bbolt for a single daemon, Consul KV for
+// records, the destroy windows; the persistent ones (bbolt for a single daemon, Consul KV for
 // high availability) keep them across a reopen, which is what makes a
 // restarted daemon with nothing changed run nothing.
 func TestStoreContract(t *testing.T) {
@@ -103,6 +104,35 @@ func TestStoreContract(t *testing.T) {
 			if got, ok := rr.RemoteRun("db"); !ok || got != remote {
 				t.Fatalf("remote run %+v %v", got, ok)
 			}
+			// The destroy windows (approval.window): two applies of db,
+			// one of web, the oldest of db dropped by a third past the
+			// window.
+			dw, ok := s.(DestroyWindows)
+			if !ok {
+				t.Fatalf("%T does not keep destroy windows", s)
+			}
+			if w := dw.DestroyWindow("db"); len(w.Entries) != 0 {
+				t.Fatalf("a new store has a destroy window: %+v", w)
+			}
+			t0 := time.Unix(1000, 0).UTC()
+			for _, r := range []struct {
+				task string
+				e    WindowEntry
+			}{
+				{"db", WindowEntry{At: t0, Destroyed: 1, Before: 10, After: 9}},
+				{"db", WindowEntry{At: t0.Add(30 * time.Minute), Destroyed: 2, Before: 9, After: 7}},
+				{"web", WindowEntry{At: t0, Destroyed: 0, Before: 3, After: 5, Approved: true}},
+				{"db", WindowEntry{At: t0.Add(70 * time.Minute), Destroyed: 1, Before: 7, After: 6}},
+			} {
+				if err := dw.RecordApply(ctx, r.task, r.e, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantDB := DestroyWindow{Entries: []WindowEntry{
+				{At: t0.Add(30 * time.Minute), Destroyed: 2, Before: 9, After: 7},
+				{At: t0.Add(70 * time.Minute), Destroyed: 1, Before: 7, After: 6},
+			}}
+			wantWeb := DestroyWindow{Entries: []WindowEntry{{At: t0, Before: 3, After: 5, Approved: true}}}
 			check := func(s Store, when string) {
 				t.Helper()
 				if got := s.Run("web"); !got.equal(want) {
@@ -116,6 +146,12 @@ func TestStoreContract(t *testing.T) {
 				}
 				if got, ok := s.(RemoteRuns).RemoteRun("db"); !ok || got != remote {
 					t.Errorf("%s: remote run of db %+v %v", when, got, ok)
+				}
+				if got := s.(DestroyWindows).DestroyWindow("db"); !reflect.DeepEqual(got, wantDB) {
+					t.Errorf("%s: destroy window of db %+v, want %+v", when, got, wantDB)
+				}
+				if got := s.(DestroyWindows).DestroyWindow("web"); !reflect.DeepEqual(got, wantWeb) {
+					t.Errorf("%s: destroy window of web %+v, want %+v", when, got, wantWeb)
 				}
 			}
 			check(s, "before a reopen")
@@ -143,6 +179,12 @@ func TestStoreContract(t *testing.T) {
 				}
 				if _, ok := s.(RemoteRuns).RemoteRun("db"); ok {
 					t.Errorf("%s: a deleted task kept its remote run", when)
+				}
+				if w := s.(DestroyWindows).DestroyWindow("db"); len(w.Entries) != 0 {
+					t.Errorf("%s: a deleted task kept its destroy window %+v", when, w)
+				}
+				if got := s.(DestroyWindows).DestroyWindow("web"); !reflect.DeepEqual(got, wantWeb) {
+					t.Errorf("%s: destroy window of web %+v, want %+v", when, got, wantWeb)
 				}
 			}
 			gone(s, "after the deletion")

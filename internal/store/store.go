@@ -209,8 +209,9 @@ type Memory struct {
 	mu      sync.RWMutex
 	events  map[string][]Event
 	run     map[string]RunState
-	remote  map[string]RemoteRun  // remote.go
-	tasks   map[string]TaskRecord // tasks.go
+	remote  map[string]RemoteRun     // remote.go
+	tasks   map[string]TaskRecord    // tasks.go
+	window  map[string]DestroyWindow // window.go
 }
 
 var _ Store = (*Memory)(nil)
@@ -291,6 +292,7 @@ func (m *Memory) DeleteTask(_ context.Context, taskName string) error {
 	delete(m.events, taskName)
 	delete(m.run, taskName)
 	delete(m.remote, taskName)
+	delete(m.window, taskName)
 	return nil
 }
 

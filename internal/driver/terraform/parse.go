@@ -7,6 +7,7 @@ import (
 	tfjson "github.com/hashicorp/terraform-json"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/gate"
 )
 
 // --- output parsing ---------------------------------------------------------
@@ -21,28 +22,10 @@ func applyPhases(start, planned, end time.Time) []driver.Phase {
 	return []driver.Phase{{Name: "plan", Start: start, End: planned}, {Name: "apply", Start: planned, End: end}}
 }
 
-// countPlan counts resource changes the way Terraform's plan summary does:
-// a replacement is one add and one destroy.
-func countPlan(p *tfjson.Plan) (add, change, destroy int) {
-	for _, rc := range p.ResourceChanges {
-		if rc == nil || rc.Change == nil {
-			continue
-		}
-		a := rc.Change.Actions
-		switch {
-		case a.Replace():
-			add++
-			destroy++
-		case a.Create():
-			add++
-		case a.Update():
-			change++
-		case a.Delete():
-			destroy++
-		}
-	}
-	return add, change, destroy
-}
+// countPlan counts resource changes the way Terraform's plan summary does
+// (a replacement is one add and one destroy), with the replacements apart
+// (gate.CountPlan, the one count the approval rules read).
+func countPlan(p *tfjson.Plan) gate.Counts { return gate.CountPlan(p) }
 
 // stateLockHolder reports whether a command failed because the state is
 // locked ("Error acquiring the state lock", or the consul backend's "failed

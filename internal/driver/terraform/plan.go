@@ -199,9 +199,11 @@ func (d *Driver) plan(ctx context.Context, run driver.Run, in *task.Inputs, keep
 
 	d.sink.begin("show -json (plan summary)", true)
 	plan, err := d.tf.ShowPlanFile(ctx, planPath)
+	var counts gate.Counts
 	switch {
 	case err == nil:
-		res.Add, res.Change, res.Destroy = countPlan(plan)
+		counts = countPlan(plan)
+		res.Add, res.Change, res.Destroy = counts.Add, counts.Change, counts.Destroy
 	case keep: // a held plan must have its JSON (policies read it)
 		return held, d.fail("plan", err)
 	default:
@@ -214,7 +216,7 @@ func (d *Driver) plan(ctx context.Context, run driver.Run, in *task.Inputs, keep
 	raw, _ := d.sink.output() // show -json's stdout, kept out of the log
 	held.ID, held.Ref, held.Changes, held.Text = run.ID, planPath, changes, text
 	held.JSON = json.RawMessage(strings.TrimSpace(raw))
-	held.Counts = gate.Counts{Add: res.Add, Change: res.Change, Destroy: res.Destroy, InState: managedInstances(plan.PriorState)}
+	held.Counts = gate.Counts{Add: res.Add, Change: res.Change, Destroy: res.Destroy, Replace: counts.Replace, InState: managedInstances(plan.PriorState)}
 	return held, nil
 }
 

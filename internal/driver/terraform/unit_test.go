@@ -128,8 +128,8 @@ func TestParseCounts(t *testing.T) {
 		{Change: &tfjson.Change{Actions: tfjson.Actions{tfjson.ActionRead}}},
 		{Change: nil},
 	}}
-	if a, c, d := countPlan(plan); a != 2 || c != 1 || d != 2 {
-		t.Fatal(a, c, d)
+	if n := countPlan(plan); n.Add != 2 || n.Change != 1 || n.Destroy != 2 || n.Replace != 1 {
+		t.Fatalf("%+v", n)
 	}
 }
 
