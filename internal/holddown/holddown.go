@@ -58,11 +58,52 @@ type Removal struct {
 	At    time.Time `json:"applies_at"`
 }
 
+// Actions of a Change.
+const (
+	// ActionPending: it left; it is kept until its removal applies.
+	ActionPending = "pending"
+	// ActionCancelled: it came back within the delay; nothing changed.
+	ActionCancelled = "cancelled"
+	// ActionApplied: it has been gone for the delay (or the delay was
+	// turned off); it left the effective result.
+	ActionApplied = "applied"
+)
+
+// Change is one step of a removal, for the webhook (notify) and the
+// metrics.
+type Change struct {
+	Action  string  `json:"action"`
+	Removal Removal `json:"removal"`
+}
+
+// MaxChanges bounds the changes a Tracker keeps until Drain: past it the
+// oldest are dropped.
+const MaxChanges = 1000
+
 // Tracker is the hold-down of one task. It is safe for concurrent use.
 type Tracker struct {
-	mu    sync.Mutex
-	delay time.Duration
-	keys  map[string]*keyState
+	mu      sync.Mutex
+	delay   time.Duration
+	keys    map[string]*keyState
+	changes []Change
+}
+
+// Drain returns the changes since the last Drain, oldest first.
+func (t *Tracker) Drain() []Change {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := t.changes
+	t.changes = nil
+	return out
+}
+
+// note records a change of the removal of id from the query key.
+func (t *Tracker) note(action, key, kind, id string, since time.Time) {
+	if len(t.changes) >= MaxChanges {
+		t.changes = slices.Delete(t.changes, 0, len(t.changes)-MaxChanges+1)
+	}
+	t.changes = append(t.changes, Change{Action: action,
+		Removal: Removal{Query: key, Kind: kind, ID: id, Since: since, At: since.Add(t.delay)}})
 }
 
 // keyState is what a Tracker keeps of one query: the effective value it
@@ -89,6 +130,11 @@ func (t *Tracker) SetDelay(d time.Duration) {
 	defer t.mu.Unlock()
 	t.delay = max(0, d)
 	if t.delay == 0 {
+		for key, st := range t.keys {
+			for id, since := range st.gone {
+				t.note(ActionApplied, key, st.kind, id, since)
+			}
+		}
 		clear(t.keys)
 	}
 }
@@ -136,21 +182,22 @@ func (t *Tracker) observeLocked(now time.Time, key string, v any, ok bool) (any,
 		return st.seen, true, st // unchanged, nothing pending
 	}
 	var kept int
+	note := func(action, id string, since time.Time) { t.note(action, key, st.kind, id, since) }
 	switch cur := v.(type) {
 	case []task.Service:
 		prev, _ := st.seen.([]task.Service)
 		var eff []task.Service
-		eff, kept = merge(now, t.delay, st.gone, cur, prev, serviceID, compareServices)
+		eff, kept = merge(now, t.delay, st.gone, cur, prev, serviceID, compareServices, note)
 		st.seen = eff
 	case []task.Node:
 		prev, _ := st.seen.([]task.Node)
 		var eff []task.Node
-		eff, kept = merge(now, t.delay, st.gone, cur, prev, nodeID, compareNodes)
+		eff, kept = merge(now, t.delay, st.gone, cur, prev, nodeID, compareNodes, note)
 		st.seen = eff
 	case map[string][]string:
 		prev, _ := st.seen.(map[string][]string)
 		var eff map[string][]string
-		eff, kept = mergeCatalog(now, t.delay, st.gone, cur, prev)
+		eff, kept = mergeCatalog(now, t.delay, st.gone, cur, prev, note)
 		st.seen = eff
 	}
 	st.last = nil
@@ -257,28 +304,23 @@ func (t *Tracker) Retain(track func(key string) bool) {
 // of prev (the last effective value) that are not in cur and were first
 // seen gone (recorded in gone, from now on for a new one) less than delay
 // ago, sorted as the watch sorts. An item back in cur is no longer gone;
-// one gone for the delay is dropped. It returns how many items are kept.
+// one gone for the delay is dropped. It returns how many items are kept,
+// and tells note of each step (Action*).
 func merge[T any](now time.Time, delay time.Duration, gone map[string]time.Time, cur, prev []T,
-	id func(*T) string, compare func(a, b *T) int) ([]T, int) {
+	id func(*T) string, compare func(a, b *T) int, note func(action, id string, since time.Time)) ([]T, int) {
 	in := make(map[string]bool, len(cur))
 	for i := range cur {
 		in[id(&cur[i])] = true
 	}
-	maps.DeleteFunc(gone, func(k string, _ time.Time) bool { return in[k] })
+	returned(gone, func(k string) bool { return in[k] }, note)
 	var kept []T
 	for i := range prev {
 		k := id(&prev[i])
 		if in[k] {
 			continue
 		}
-		since, was := gone[k]
-		if !was {
-			since = now
-			gone[k] = now
-		}
-		if now.Sub(since) >= delay {
-			delete(gone, k) // gone for the delay: its removal applies
-			continue
+		if _, ok := leaving(now, delay, gone, k, note); !ok {
+			continue // gone for the delay: its removal applies
 		}
 		kept = append(kept, prev[i])
 	}
@@ -294,21 +336,17 @@ func merge[T any](now time.Time, delay time.Duration, gone map[string]time.Time,
 }
 
 // mergeCatalog is merge for the catalog's services (name -> tags).
-func mergeCatalog(now time.Time, delay time.Duration, gone map[string]time.Time, cur, prev map[string][]string) (map[string][]string, int) {
-	maps.DeleteFunc(gone, func(k string, _ time.Time) bool { _, in := cur[k]; return in })
+func mergeCatalog(now time.Time, delay time.Duration, gone map[string]time.Time, cur, prev map[string][]string,
+	note func(action, id string, since time.Time)) (map[string][]string, int) {
+	returned(gone, func(k string) bool { _, in := cur[k]; return in }, note)
 	var eff map[string][]string
 	kept := 0
-	for name, tags := range prev {
+	for _, name := range slices.Sorted(maps.Keys(prev)) {
+		tags := prev[name]
 		if _, in := cur[name]; in {
 			continue
 		}
-		since, was := gone[name]
-		if !was {
-			since = now
-			gone[name] = now
-		}
-		if now.Sub(since) >= delay {
-			delete(gone, name)
+		if _, ok := leaving(now, delay, gone, name, note); !ok {
 			continue
 		}
 		if eff == nil {
@@ -325,6 +363,35 @@ func mergeCatalog(now time.Time, delay time.Duration, gone map[string]time.Time,
 		return cur, 0
 	}
 	return eff, kept
+}
+
+// returned drops from gone what is back (in), telling note.
+func returned(gone map[string]time.Time, in func(string) bool, note func(action, id string, since time.Time)) {
+	for _, k := range slices.Sorted(maps.Keys(gone)) {
+		if in(k) {
+			note(ActionCancelled, k, gone[k])
+			delete(gone, k)
+		}
+	}
+}
+
+// leaving records that k is not in the current value (from now on when it
+// was not known gone) and reports whether it is still kept: false once it
+// has been gone for the delay, when its removal applies and it leaves
+// gone.
+func leaving(now time.Time, delay time.Duration, gone map[string]time.Time, k string, note func(action, id string, since time.Time)) (time.Time, bool) {
+	since, was := gone[k]
+	if !was {
+		since = now
+		gone[k] = now
+		note(ActionPending, k, since)
+	}
+	if now.Sub(since) >= delay {
+		delete(gone, k)
+		note(ActionApplied, k, since)
+		return since, false
+	}
+	return since, true
 }
 
 func kindOf(v any) string {

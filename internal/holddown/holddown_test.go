@@ -81,6 +81,20 @@ func TestFlap(t *testing.T) {
 	if _, ok := tr.Next(); ok {
 		t.Fatal("a deadline after all came back")
 	}
+	// What the webhook and the metrics are fed: three removals pending,
+	// then each cancelled.
+	var steps []string
+	for _, c := range tr.Drain() {
+		steps = append(steps, c.Action+" "+c.Removal.ID)
+	}
+	want := []string{"pending web-1.a.dc1", "pending web-2.b.dc1", "pending web-3.c.dc1",
+		"cancelled web-1.a.dc1", "cancelled web-3.c.dc1", "cancelled web-2.b.dc1"}
+	if !reflect.DeepEqual(steps, want) {
+		t.Fatalf("changes %q, want %q", steps, want)
+	}
+	if c := tr.Drain(); len(c) != 0 {
+		t.Fatalf("changes after a drain: %+v", c)
+	}
 	// Long after: nothing applies (their removals were cancelled).
 	if eff, _ := tr.Observe(at(100), key, back, true); !reflect.DeepEqual(eff, all) {
 		t.Fatalf("later: %v", eff)
@@ -116,6 +130,11 @@ func TestRemovalAfterDelayAndChangesAtOnce(t *testing.T) {
 	}
 	if p := tr.Pending(); len(p) != 0 {
 		t.Fatalf("pending after the removal applied: %+v", p)
+	}
+	ch := tr.Drain()
+	if len(ch) != 2 || ch[0].Action != holddown.ActionPending || ch[1].Action != holddown.ActionApplied ||
+		ch[1].Removal.ID != "web-3.c.dc1" || !ch[1].Removal.At.Equal(at(40)) {
+		t.Fatalf("changes %+v", ch)
 	}
 	// It comes back later: an addition, at once.
 	back := []task.Service{changed, inst("b", "web-2"), inst("c", "web-3"), added}
