@@ -32,11 +32,14 @@ const (
 	NotifyApproval = "approval"
 	// NotifyPolicy is a run denied by the task's policy.
 	NotifyPolicy = "policy"
+	// NotifyRemoval is a step of a removal that removal_delay holds
+	// down: pending, cancelled (it came back) or applied.
+	NotifyRemoval = "removal"
 )
 
 // NotificationEvents are the kinds a notification block may list; a block
 // without events gets them all.
-var NotificationEvents = []string{NotifyFailed, NotifyRecovered, NotifyDrift, NotifyApproval, NotifyPolicy}
+var NotificationEvents = []string{NotifyFailed, NotifyRecovered, NotifyDrift, NotifyApproval, NotifyPolicy, NotifyRemoval}
 
 // Notification defaults and bounds.
 const (

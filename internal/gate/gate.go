@@ -100,10 +100,16 @@ type Plan struct {
 	Expires time.Time `json:"expires,omitzero"`
 	State   State     `json:"state"`
 	// Reason is why it is held, e.g. "approval required".
-	Reason  string `json:"reason"`
-	Add     int    `json:"add"`
-	Change  int    `json:"change"`
-	Destroy int    `json:"destroy"`
+	Reason string `json:"reason"`
+	// Rule is the approval rule that held it (Rule*: "max_destroy",
+	// "max_destroy_percent", "max_replace", "required"); Window is set
+	// when the destroys applied within approval.window held it
+	// (Verdict.Hold).
+	Rule    string      `json:"rule,omitempty"`
+	Window  *WindowNote `json:"window,omitempty"`
+	Add     int         `json:"add"`
+	Change  int         `json:"change"`
+	Destroy int         `json:"destroy"`
 	// Replace is how many of the plan's adds and destroys are
 	// replacements (Counts.Replace).
 	Replace int `json:"replace,omitempty"`

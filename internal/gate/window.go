@@ -34,6 +34,28 @@ type Verdict struct {
 	// HighWater is the most resources the task managed within it, the
 	// plan's state included. Both are set when the window was looked at.
 	Prior, HighWater int
+	// Span is the task's approval.window when the window was looked at.
+	Span time.Duration
+}
+
+// WindowNote is, on a plan the window held, what the window held it with.
+type WindowNote struct {
+	// Window is the task's approval.window ("1h").
+	Window string `json:"window"`
+	// Destroyed is how many resources the applies within it destroyed
+	// before this plan; HighWater the most resources the task managed
+	// within it.
+	Destroyed int `json:"destroyed"`
+	HighWater int `json:"high_water"`
+}
+
+// Hold records the verdict on a plan the rules hold: its reason, the rule
+// and, for a hold by the window, the window's counts.
+func (v Verdict) Hold(p *Plan) {
+	p.Reason, p.Rule, p.Window = v.Reason, v.Rule, nil
+	if v.Window {
+		p.Window = &WindowNote{Window: fmtWindow(v.Span), Destroyed: v.Prior, HighWater: v.HighWater}
+	}
 }
 
 // Held reports whether the plan waits for an operator.
@@ -68,19 +90,19 @@ func Judge(a *task.Approval, c Counts, w store.DestroyWindow, now time.Time) Ver
 	total := d + prior
 	span := fmtWindow(win)
 	if a.MaxDestroy != nil && total > *a.MaxDestroy {
-		return Verdict{Rule: RuleMaxDestroy, Window: true, Prior: prior, HighWater: high,
+		return Verdict{Rule: RuleMaxDestroy, Window: true, Prior: prior, HighWater: high, Span: win,
 			Reason: fmt.Sprintf("plan %s of %d resources; with the %d destroyed within the window (%s): %d (max_destroy %d)",
 				what(d, c.Replace), c.InState, prior, span, total, *a.MaxDestroy)}
 	}
 	if a.MaxDestroyPercent != nil {
 		of := max(high, total)
 		if total*100 > *a.MaxDestroyPercent*of {
-			return Verdict{Rule: RuleMaxDestroyPercent, Window: true, Prior: prior, HighWater: high,
+			return Verdict{Rule: RuleMaxDestroyPercent, Window: true, Prior: prior, HighWater: high, Span: win,
 				Reason: fmt.Sprintf("plan %s of %d resources; with the %d destroyed within the window (%s): %d of %d (max_destroy_percent %d)",
 					what(d, c.Replace), c.InState, prior, span, total, of, *a.MaxDestroyPercent)}
 		}
 	}
-	v.Prior, v.HighWater = prior, high
+	v.Prior, v.HighWater, v.Span = prior, high, win
 	return v
 }
 

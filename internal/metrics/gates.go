@@ -18,8 +18,15 @@ var gateHelp = map[string]string{
 	gate.ActionDenied:   "Runs of a task whose plan the task's policy denied (nothing applied).",
 }
 
-// registerGates adds ctsync_task_runs_{held,approved,rejected,expired,denied}_total.
+// registerGates adds ctsync_task_runs_{held,approved,rejected,expired,denied}_total
+// and ctsync_task_runs_held_window_total.
 func (m *Metrics) registerGates() {
+	m.heldWindow = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ctsync_task_runs_held_window_total",
+		Help: "Runs of a task held by the destroys applied within approval.window (the plan alone would have applied); also counted in ctsync_task_runs_held_total.",
+	}, []string{"task"})
+	m.perTask = append(m.perTask, m.heldWindow)
+	m.reg.MustRegister(m.heldWindow)
 	m.gates = map[string]*prometheus.CounterVec{}
 	for action, help := range gateHelp {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -43,6 +50,9 @@ func (m *Metrics) OnGate(e gate.Event) {
 	}
 	m.touch(e.Task)
 	c.WithLabelValues(e.Task).Inc()
+	if e.Action == gate.ActionHeld && e.Plan.Window != nil {
+		m.heldWindow.WithLabelValues(e.Task).Inc()
+	}
 }
 
 // gateZeros makes the counters of the gates a task has exist at zero, so
@@ -52,6 +62,9 @@ func (m *Metrics) gateZeros(s task.Spec) {
 	if s.Approval != nil {
 		for _, a := range []string{gate.ActionHeld, gate.ActionApproved, gate.ActionRejected, gate.ActionExpired} {
 			m.gates[a].WithLabelValues(s.Name)
+		}
+		if s.Approval.EffectiveWindow() > 0 && (s.Approval.MaxDestroy != nil || s.Approval.MaxDestroyPercent != nil) {
+			m.heldWindow.WithLabelValues(s.Name)
 		}
 	}
 	if s.Policy != nil {

@@ -75,6 +75,9 @@ type Metrics struct {
 	notifyDrops *prometheus.CounterVec
 	tfPeakRSS   *prometheus.GaugeVec              // terraform.go
 	gates       map[string]*prometheus.CounterVec // gates.go, by gate.Action*
+	heldWindow  *prometheus.CounterVec            // gates.go
+	removals    *prometheus.CounterVec            // removal.go, by holddown.Action*
+	pendingRm   *prometheus.GaugeVec              // removal.go
 	perTask     []deleter                         // every vector with a "task" label
 
 	mu   sync.Mutex
@@ -194,6 +197,7 @@ func New(opts Options) *Metrics {
 	)
 	m.registerTerraform(opts) // terraform.go
 	m.registerGates()         // gates.go
+	m.registerRemovals()      // removal.go
 	if opts.Views != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ctsync_watch_views",
@@ -252,7 +256,8 @@ func (m *Metrics) syncTasks(tasks []reconcile.TaskState) {
 		m.drifted.WithLabelValues(name).Set(b2f(t.Drifted))
 		m.dirty.WithLabelValues(name).Set(b2f(t.Dirty))
 		m.terminal.WithLabelValues(name).Set(b2f(t.Terminal))
-		m.gateZeros(t.Spec) // gates.go
+		m.gateZeros(t.Spec)    // gates.go
+		m.removalZeros(t.Spec) // removal.go
 	}
 	for name := range m.seen {
 		if !known[name] {

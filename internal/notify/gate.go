@@ -27,7 +27,13 @@ type PlanNote struct {
 	Add     int       `json:"add"`
 	Change  int       `json:"change"`
 	Destroy int       `json:"destroy"`
-	InState int       `json:"in_state"`
+	// Replace is how many of Add and Destroy are replacements.
+	Replace int `json:"replace,omitempty"`
+	InState int `json:"in_state"`
+	// Rule is the approval rule that held it; Window is set when the
+	// destroys applied within approval.window held it.
+	Rule   string           `json:"rule,omitempty"`
+	Window *gate.WindowNote `json:"window,omitempty"`
 	// Changes say what changed in Consul since the task's last apply.
 	Changes   []string  `json:"consul_changes,omitempty"`
 	DecidedBy string    `json:"decided_by,omitempty"`
@@ -76,7 +82,8 @@ func (s *sender) gatePayload(g gate.Event) Payload {
 	default:
 		pl := g.Plan
 		n := PlanNote{ID: pl.ID, Created: pl.Created, Expires: pl.Expires, State: string(pl.State), Reason: red(pl.Reason),
-			Add: pl.Add, Change: pl.Change, Destroy: pl.Destroy, InState: pl.InState, DecidedBy: pl.DecidedBy, DecidedAt: pl.DecidedAt}
+			Add: pl.Add, Change: pl.Change, Destroy: pl.Destroy, Replace: pl.Replace, InState: pl.InState,
+			Rule: pl.Rule, Window: pl.Window, DecidedBy: pl.DecidedBy, DecidedAt: pl.DecidedAt}
 		for _, c := range pl.Changes {
 			n.Changes = append(n.Changes, red(c))
 		}

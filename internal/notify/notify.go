@@ -87,6 +87,8 @@ type Payload struct {
 	Approval *ApprovalNote `json:"approval,omitempty"`
 	// Policy is set for type policy (gate.go).
 	Policy *PolicyNote `json:"policy,omitempty"`
+	// Removal is set for type removal (removal.go).
+	Removal *RemovalNote `json:"removal,omitempty"`
 }
 
 // Dispatcher routes events to the notifiers that want them.
@@ -205,6 +207,9 @@ func (s *sender) push(it item) {
 		if g := dropped.gate; g != nil {
 			task, id = g.Task, g.Plan.ID
 		}
+		if p := dropped.payload; p != nil {
+			task, id = p.Task, p.Type
+		}
 		s.log.Warn("notification queue full: dropped the oldest notification",
 			"task_name", task, "event_id", id, "queue_size", s.d.opts.QueueSize)
 		if s.d.opts.Metrics != nil {
@@ -283,9 +288,12 @@ func (s *sender) run(ctx context.Context) {
 		if !ok {
 			return
 		}
-		if it.gate != nil {
+		switch {
+		case it.gate != nil:
 			s.deliver(ctx, s.gatePayload(*it.gate)) // gate.go
-		} else {
+		case it.payload != nil:
+			s.deliver(ctx, *it.payload) // removal.go
+		default:
 			s.handle(ctx, it.ev)
 		}
 		s.busy.Store(false)
@@ -429,10 +437,12 @@ func backoff(base time.Duration, attempt int) time.Duration {
 	return expbackoff.Policy{Base: base, Max: maxBackoff, Jitter: expbackoff.Around20}.Delay(attempt)
 }
 
-// item is one queued notification: a stored event, or what a gate did.
+// item is one queued notification: a stored event, what a gate did, or a
+// payload made when it was queued (removal.go).
 type item struct {
-	ev   store.Event
-	gate *gate.Event
+	ev      store.Event
+	gate    *gate.Event
+	payload *Payload
 }
 
 // queue is a bounded FIFO that drops its oldest item when full.
