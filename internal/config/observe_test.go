@@ -53,7 +53,7 @@ func TestNotifications(t *testing.T) {
 			Headers: map[string]string{"Authorization": "Bearer hdr-secret", "X-Team": "infra"},
 			Timeout: 3 * time.Second, Retries: 5},
 		{Type: "webhook", Name: "webhook-2", URL: "http://127.0.0.1:9000/hook",
-			Events: []string{"failed", "recovered", "drift", "approval", "policy"}, Timeout: 10 * time.Second, Retries: 3},
+			Events: []string{"failed", "recovered", "drift", "approval", "policy", "removal"}, Timeout: 10 * time.Second, Retries: 3},
 	}
 	for _, f := range []struct{ name, content string }{{"n.hcl", notificationsHCL}, {"n.json", notificationsJSON}} {
 		t.Run(f.name, func(t *testing.T) {
