@@ -394,6 +394,7 @@ async function renderTask(name, seq) {
     detail('Condition', conditionText(t)),
     detail('Providers', (t.providers || []).join(', ')),
     detail('Buffer period', t.buffer_period && t.buffer_period.enabled ? t.buffer_period.min + ' – ' + t.buffer_period.max : 'off'),
+    t.removal_delay ? detail('Removal delay', el('span', { id: 'removal-delay' }, t.removal_delay)) : null,
     detail('Next run', nextRunCell(st)),
     st.last_run && !st.last_run.success ? detail('Last error', el('span', { id: 'last-error' }, st.last_run.error_summary || 'failed',
       ' ', el('a', { href: runHref(name, st.last_run.id) }, 'run'))) : null,
