@@ -9,6 +9,7 @@ import (
 	"time"
 
 	tfe "github.com/hashicorp/go-tfe"
+	tfjson "github.com/hashicorp/terraform-json"
 
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/gate"
@@ -57,6 +58,7 @@ func (d *Driver) PlanHeld(ctx context.Context, run driver.Run, in *task.Inputs) 
 			switch {
 			case jerr == nil && json.Valid(js):
 				held.JSON = js
+				held.Counts.Replace = replacements(js, held.Counts)
 			case jerr == nil:
 				fmt.Fprintf(lg, "# the server's JSON plan of run %s is not JSON: policies cannot read it\n", r.ID)
 			default:
@@ -179,4 +181,15 @@ func (d *Driver) DiscardPlan(ctx context.Context, p driver.HeldPlan) error {
 func stale(p driver.HeldPlan, why string) error {
 	err := fmt.Errorf("%w: held plan %s: %s", driver.ErrPlanStale, p.ID, why)
 	return &driver.Error{Op: "apply", Summary: err.Error(), Err: err}
+}
+
+// replacements counts the replacements of the run's JSON plan
+// (gate.CountPlan), at most the adds and destroys the run counted; 0 when
+// the JSON cannot be read as a plan: every destroy is then judged as one.
+func replacements(js []byte, c gate.Counts) int {
+	var p tfjson.Plan
+	if json.Unmarshal(js, &p) != nil {
+		return 0
+	}
+	return min(gate.CountPlan(&p).Replace, c.Add, c.Destroy)
 }

@@ -3,6 +3,8 @@ package tfc
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -98,5 +100,30 @@ func TestOTFHeldPlan(t *testing.T) {
 	}
 	if res, err := d.ApplyPlan(ctx, driver.Run{ID: "a4"}, p4); err != nil || res.Changes {
 		t.Fatalf("apply of a plan without changes: %+v %v", res, err)
+	}
+}
+
+// The replacements of a run's JSON plan are counted apart (the plans the
+// real terraform made of the load-balancer example, internal/gate's
+// testdata), never more than the run's own adds and destroys.
+func TestHeldReplacements(t *testing.T) {
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join("..", "..", "gate", "testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if n := replacements(read("load-balancer-replace.json"), gate.Counts{Add: 2, Destroy: 2}); n != 2 {
+		t.Errorf("replace plan: %d replacements, want 2", n)
+	}
+	if n := replacements(read("load-balancer-replace.json"), gate.Counts{Add: 1, Destroy: 2}); n != 1 {
+		t.Errorf("capped by the run's adds: %d, want 1", n)
+	}
+	if n := replacements(read("load-balancer-destroy.json"), gate.Counts{Destroy: 2}); n != 0 {
+		t.Errorf("destroy plan: %d replacements, want 0", n)
+	}
+	if n := replacements([]byte(`{"not":"a plan"}`), gate.Counts{Add: 2, Destroy: 2}); n != 0 {
+		t.Errorf("not a plan: %d", n)
 	}
 }
