@@ -46,7 +46,7 @@ func TestCreateTaskRemovalDelayAndWindow(t *testing.T) {
 	}
 	h.do("POST", "/v1/tasks", `{"task":{"name":"own",`+valid+`,"removal_delay":"30s","approval":{"window":"2h","max_replace":3}}}`).expect(t, 201)
 	s := get("own")
-	if s.RemovalDelay.D() != 30*time.Second {
+	if s.Removal() != 30*time.Second {
 		t.Errorf("own removal_delay %s", s.RemovalDelay)
 	}
 	if a := s.Approval; a == nil || a.Window == nil || a.Window.D() != 2*time.Hour || a.MaxReplace == nil || *a.MaxReplace != 3 {
@@ -54,18 +54,25 @@ func TestCreateTaskRemovalDelayAndWindow(t *testing.T) {
 	}
 	h.do("POST", "/v1/tasks", `{"task":{"name":"inherits",`+valid+`,"approval":{"window":"0s"}}}`).expect(t, 201)
 	s = get("inherits")
-	if s.RemovalDelay.D() != 45*time.Second {
+	if s.Removal() != 45*time.Second {
 		t.Errorf("inherited removal_delay %s, want the global 45s", s.RemovalDelay)
 	}
 	if a := s.Approval; a == nil || a.Window == nil || a.EffectiveWindow() != 0 {
 		t.Errorf("window 0s: %+v", a)
 	}
 	h.do("POST", "/v1/tasks", `{"task":{"name":"off",`+valid+`,"removal_delay":"0s"}}`).expect(t, 201)
-	if d := get("off").RemovalDelay; d != 0 {
-		t.Errorf("removal_delay 0s over the global default: %s", d)
+	if d := get("off").RemovalDelay; d == nil || *d != 0 {
+		t.Errorf("removal_delay 0s over the global default: %v", d)
 	}
 	h.do("POST", "/v1/tasks", `{"task":{"name":"kv","module":"m","condition":{"consul_kv":{"path":"k"}}}}`).expect(t, 201)
-	if d := get("kv").RemovalDelay; d != 0 {
+	if d := get("kv").RemovalDelay; d != nil {
 		t.Errorf("a consul-kv task inherits removal_delay %s", d)
+	}
+	// Without a global default, a task without removal_delay has none in
+	// its JSON (a CTS client sees the task it sent).
+	h2 := newHarness(t, nil)
+	h2.do("POST", "/v1/tasks", `{"task":{"name":"plain",`+valid+`}}`).expect(t, 201)
+	if body := string(h2.do("GET", "/v1/tasks/plain", "").expect(t, 200).body); strings.Contains(body, "removal_delay") {
+		t.Errorf("a task without removal_delay shows one: %s", body)
 	}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,17 +67,17 @@ func TestRemovalDelayAndWindowConfig(t *testing.T) {
 		if cfg.RemovalDelay != 45*time.Second {
 			t.Errorf("%s: global removal_delay %s", name, cfg.RemovalDelay)
 		}
-		got := map[string]task.Spec{}
-		for _, s := range cfg.Tasks {
-			got[s.Name] = s
+		got := map[string]*task.Spec{}
+		for i := range cfg.Tasks {
+			got[cfg.Tasks[i].Name] = &cfg.Tasks[i]
 		}
-		if d := got["fw"].RemovalDelay.D(); d != 30*time.Second {
+		if d := got["fw"].Removal(); d != 30*time.Second {
 			t.Errorf("%s: fw's own removal_delay %s", name, d)
 		}
-		if d := got["lb"].RemovalDelay.D(); d != 45*time.Second {
+		if d := got["lb"].Removal(); d != 45*time.Second {
 			t.Errorf("%s: lb inherits %s, want 45s", name, d)
 		}
-		if d := got["kv"].RemovalDelay.D(); d != 0 {
+		if d := got["kv"].RemovalDelay; d != nil {
 			t.Errorf("%s: a consul-kv task inherits %s: the default applies to removals only", name, d)
 		}
 		a := got["fw"].Approval
@@ -91,7 +92,7 @@ func TestRemovalDelayAndWindowConfig(t *testing.T) {
 	// alone; max_replace unset, no limit.
 	cfg := mustLoad(t, writeFile(t, dir, "d.hcl", lines(okTask(`  approval {`, `    max_destroy = 1`, `  }`)...)))
 	s := cfg.Tasks[0]
-	if s.RemovalDelay != 0 || cfg.RemovalDelay != 0 {
+	if s.RemovalDelay != nil || cfg.RemovalDelay != 0 {
 		t.Errorf("default removal_delay %s / %s", s.RemovalDelay, cfg.RemovalDelay)
 	}
 	if a := s.Approval; a.Window != nil || a.EffectiveWindow() != task.DefaultWindow || a.MaxReplace != nil {
@@ -101,14 +102,18 @@ func TestRemovalDelayAndWindowConfig(t *testing.T) {
 	if a := cfg.Tasks[0].Approval; a.Window == nil || a.EffectiveWindow() != 0 || a.MaxReplace == nil || *a.MaxReplace != 0 {
 		t.Errorf("window 0s, max_replace 0: %+v", a)
 	}
-	// A task's removal_delay = "0s" turns off the global default.
+	// A task's removal_delay = "0s" turns off the global default, and
+	// is kept as set (its JSON, which task create sends, says "0s").
 	cfg = mustLoad(t, writeFile(t, dir, "o.hcl", "removal_delay = \"1m\"\n"+lines(okTask(`  removal_delay = "0s"`)...)))
-	if d := cfg.Tasks[0].RemovalDelay; d != 0 {
-		t.Errorf("removal_delay = 0s over a global 1m: %s", d)
+	if d := cfg.Tasks[0].RemovalDelay; d == nil || *d != 0 || cfg.Tasks[0].Removal() != 0 {
+		t.Errorf("removal_delay = 0s over a global 1m: %v", d)
+	}
+	if b, _ := json.Marshal(cfg.Tasks[0]); !strings.Contains(string(b), `"removal_delay":"0s"`) {
+		t.Errorf("the JSON of a task with removal_delay = 0s: %s", b)
 	}
 	// A task file (task create -task-file) takes the task's own value.
 	spec, err := LoadTaskFile(writeFile(t, dir, "task.hcl", lines(okTask(`  removal_delay = "10s"`)...)))
-	if err != nil || spec.RemovalDelay.D() != 10*time.Second {
+	if err != nil || spec.Removal() != 10*time.Second {
 		t.Errorf("task file: %s, %v", spec.RemovalDelay, err)
 	}
 }

@@ -238,11 +238,12 @@ func (w fakeWatch) digest(key string) (watch.Digest, bool) {
 // every instance; once a removal has lasted the delay the fingerprint
 // changes and the inputs lose it.
 func TestViewKeepsFingerprint(t *testing.T) {
-	spec := &task.Spec{Name: "fw", Module: "m", RemovalDelay: task.Duration(30 * time.Second),
+	delay := task.Duration(30 * time.Second)
+	spec := &task.Spec{Name: "fw", Module: "m", RemovalDelay: &delay,
 		Condition: task.Condition{Services: &task.ServicesCondition{ServicesSelector: task.ServicesSelector{Names: []string{"web"}}, UseAsModuleInput: true}}}
 	key := reconcile.StaticQueries(spec)[0].Key()
 	w := fakeWatch{key: all}
-	tr := holddown.New(spec.RemovalDelay.D())
+	tr := holddown.New(spec.Removal())
 	eval := func(now time.Time) (string, task.Inputs) {
 		t.Helper()
 		track := func(k string) bool { return reconcile.ConditionKeys(spec, w.get)[k] }

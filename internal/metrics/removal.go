@@ -36,7 +36,7 @@ func (m *Metrics) OnRemoval(name string, changes []holddown.Change, pending int)
 // removalZeros makes a task's removal series exist at zero once it has a
 // removal_delay, so that increase() sees the first step.
 func (m *Metrics) removalZeros(s task.Spec) {
-	if s.RemovalDelay <= 0 {
+	if s.Removal() <= 0 {
 		return
 	}
 	m.pendingRm.WithLabelValues(s.Name)

@@ -16,7 +16,8 @@ import (
 func TestRemovalAndWindowMetrics(t *testing.T) {
 	list := &tasks{}
 	fifty := 50
-	fw := reconcile.TaskState{Spec: task.Spec{Name: "fw", RemovalDelay: task.Duration(30 * time.Second),
+	delay := task.Duration(30 * time.Second)
+	fw := reconcile.TaskState{Spec: task.Spec{Name: "fw", RemovalDelay: &delay,
 		Approval: &task.Approval{MaxDestroyPercent: &fifty}}}
 	list.set(fw, state("plain", false))
 	m := New(Options{Tasks: list.get})

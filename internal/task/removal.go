@@ -31,26 +31,40 @@ func (s *Spec) HoldsRemovals() bool {
 }
 
 // SetRemovalDelay resolves a task's removal_delay when it is decoded: its
-// own value when set (own not nil), else the global default for a task
-// whose condition removal_delay applies to (a task's own value on another
-// condition is kept, for Validate to refuse).
+// own value when set (own not nil; "0s" included), else the global default
+// when it is not 0 for a task whose condition removal_delay applies to
+// (a task's own value on another condition is kept, for Validate to
+// refuse).
 func (s *Spec) SetRemovalDelay(own *time.Duration, global time.Duration) {
 	switch {
 	case own != nil:
-		s.RemovalDelay = Duration(*own)
-	case s.HoldsRemovals():
-		s.RemovalDelay = Duration(global)
+		d := Duration(*own)
+		s.RemovalDelay = &d
+	case global > 0 && s.HoldsRemovals():
+		d := Duration(global)
+		s.RemovalDelay = &d
 	default:
-		s.RemovalDelay = 0
+		s.RemovalDelay = nil
 	}
+}
+
+// Removal is the task's removal_delay; 0: off.
+func (s *Spec) Removal() time.Duration {
+	if s.RemovalDelay == nil {
+		return 0
+	}
+	return s.RemovalDelay.D()
 }
 
 // validateRemovalDelay checks removal_delay's rules.
 func (s *Spec) validateRemovalDelay() error {
-	if s.RemovalDelay == 0 {
+	if s.Removal() == 0 {
+		if s.RemovalDelay != nil && *s.RemovalDelay < 0 {
+			return fieldErr("removal_delay", "(%s) cannot be negative (0 turns the hold-down off)", s.RemovalDelay)
+		}
 		return nil
 	}
-	if err := CheckRemovalDelay(s.RemovalDelay.D()); err != nil {
+	if err := CheckRemovalDelay(s.Removal()); err != nil {
 		return fieldErr("removal_delay", "%v", err)
 	}
 	if !s.HoldsRemovals() {

@@ -38,9 +38,12 @@ type Spec struct {
 	BufferPeriod *BufferPeriod `json:"buffer_period,omitempty"`
 	// RemovalDelay keeps a service instance, catalog service or node
 	// that left the condition's result in the module's input until it has
-	// been gone this long (removal.go; a ctsync extension); 0: off.
-	// Decoding resolves the global default (SetRemovalDelay).
-	RemovalDelay Duration     `json:"removal_delay,omitempty"`
+	// been gone this long (removal.go; a ctsync extension). nil: off, and
+	// left out of the JSON; a value set to 0 (the task's own "0s" over a
+	// global default) is kept, so that the JSON carries it. Decoding
+	// resolves the global default (SetRemovalDelay); read it with
+	// Removal.
+	RemovalDelay *Duration    `json:"removal_delay,omitempty"`
 	Condition    Condition    `json:"condition"`
 	ModuleInput  ModuleInputs `json:"module_input,omitempty"`
 	// Parallelism is passed to terraform apply -parallelism when > 0.
