@@ -64,8 +64,9 @@ func TestPolicyBadRegoAtStart(t *testing.T) {
 	}
 }
 
-// A task's approval and policy blocks are loaded and shown by the API
-// (GET /v1/tasks/NAME) of a daemon running against a real Consul.
+// A task's approval and policy blocks, and the removal_delay it inherits
+// from the top level, are loaded and shown by the API (GET
+// /v1/tasks/NAME) of a daemon running against a real Consul.
 func TestGatesConfigLoaded(t *testing.T) {
 	skipShort(t)
 	c := testutil.StartConsul(t)
@@ -80,6 +81,7 @@ working_dir = %q
 consul {
   address = %q
 }
+removal_delay = "45s"
 task {
   name    = "fw"
   module  = %q
@@ -90,6 +92,8 @@ task {
   approval {
     max_destroy_percent = 50
     expire              = "24h"
+    window              = "2h"
+    max_replace         = 3
   }
   policy {
     files = [%q]
@@ -99,9 +103,12 @@ task {
 	p := startCtsync(t, work, "start", "-config-file", cfg)
 	var got struct {
 		Task struct {
-			Approval struct {
+			RemovalDelay string `json:"removal_delay"`
+			Approval     struct {
 				MaxDestroyPercent *int   `json:"max_destroy_percent"`
 				Expire            string `json:"expire"`
+				Window            string `json:"window"`
+				MaxReplace        *int   `json:"max_replace"`
 			} `json:"approval"`
 			Policy struct {
 				Files []string `json:"files"`
@@ -118,6 +125,7 @@ task {
 	})
 	a := got.Task.Approval
 	if a.MaxDestroyPercent == nil || *a.MaxDestroyPercent != 50 || a.Expire != "24h0m0s" ||
+		a.Window != "2h0m0s" || a.MaxReplace == nil || *a.MaxReplace != 3 || got.Task.RemovalDelay != "45s" ||
 		len(got.Task.Policy.Files) != 1 || got.Task.Policy.Files[0] != rego {
 		t.Errorf("task = %+v", got.Task)
 	}

@@ -35,6 +35,16 @@ func TestGateConfigErrors(t *testing.T) {
   approval {
     expire = "0s"
   }`, []string{"config.hcl:", "approval.expire", "longer than 0"}},
+		{"window too long", `
+  approval {
+    window = "200h"
+  }`, []string{"config.hcl:", `task "fw".approval.window`, "at most 168h0m0s"}},
+		{"max_replace negative", `
+  approval {
+    max_replace = -1
+  }`, []string{"config.hcl:", `task "fw".approval.max_replace`, "cannot be negative"}},
+		{"removal_delay too long", `
+  removal_delay = "25h"`, []string{"config.hcl:", `task "fw".removal_delay`, "at most 24h0m0s"}},
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			work := t.TempDir()
