@@ -256,3 +256,46 @@ func TestFmtWindow(t *testing.T) {
 		}
 	}
 }
+
+// What the reconciler calls: WindowOf before judging a plan, RecordApply
+// after applying one, over the store it has (one that keeps no windows,
+// or a task without a window, does nothing).
+func TestWindowOfAndRecordApply(t *testing.T) {
+	ctx := t.Context()
+	st := store.NewMemory(0)
+	a := &task.Approval{MaxDestroyPercent: n(50)}
+	s := &task.Spec{Name: "fw", Approval: a}
+	t0 := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for k := 1; k <= 6; k++ {
+		now := t0.Add(time.Duration(k) * time.Minute)
+		c := Counts{Destroy: 1, InState: 11 - k}
+		v := Judge(a, c, WindowOf(st, s), now)
+		if v.Held() != (k == 6) {
+			t.Fatalf("plan %d: %+v", k, v)
+		}
+		if !v.Held() {
+			if err := RecordApply(ctx, st, s, c, now, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if w := st.DestroyWindow("fw"); len(w.Entries) != 5 {
+		t.Fatalf("window %+v", w)
+	}
+	// No approval block, window "0s", a store without windows: nothing.
+	zero := task.Duration(0)
+	for _, s := range []*task.Spec{{Name: "plain"}, {Name: "alone", Approval: &task.Approval{Window: &zero}}} {
+		if err := RecordApply(ctx, st, s, Counts{Destroy: 1}, t0, false); err != nil {
+			t.Fatal(err)
+		}
+		if w := st.DestroyWindow(s.Name); len(w.Entries) != 0 {
+			t.Errorf("%s: recorded %+v", s.Name, w)
+		}
+	}
+	if err := RecordApply(ctx, struct{}{}, s, Counts{Destroy: 1}, t0, false); err != nil {
+		t.Fatal(err)
+	}
+	if w := WindowOf(struct{}{}, s); len(w.Entries) != 0 {
+		t.Fatal("a window from a store that keeps none")
+	}
+}

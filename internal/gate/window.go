@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -173,4 +174,28 @@ func CountPlan(p *tfjson.Plan) Counts {
 		}
 	}
 	return c
+}
+
+// WindowOf returns the task's destroy window from st, the controller's
+// store; empty when st keeps none (store.DestroyWindows) or the task has
+// no window.
+func WindowOf(st any, s *task.Spec) store.DestroyWindow {
+	ws, ok := st.(store.DestroyWindows)
+	if !ok || s.Approval.EffectiveWindow() <= 0 {
+		return store.DestroyWindow{}
+	}
+	return ws.DestroyWindow(s.Name)
+}
+
+// RecordApply records in st an apply of a plan with counts c at at
+// (approved: the plan an operator approved), for the window of the task's
+// next plans. It does nothing when st keeps no windows or the task has
+// none.
+func RecordApply(ctx context.Context, st any, s *task.Spec, c Counts, at time.Time, approved bool) error {
+	ws, ok := st.(store.DestroyWindows)
+	win := s.Approval.EffectiveWindow()
+	if !ok || win <= 0 {
+		return nil
+	}
+	return ws.RecordApply(ctx, s.Name, Applied(c, at, approved), win)
 }
