@@ -328,3 +328,28 @@ func TestViewCatalogServicesAndNodes(t *testing.T) {
 }
 
 func digest(w fakeWatch) holddown.DigestGetter { return w.digest }
+
+// The reconciler reads a task's data from several goroutines (its runs,
+// the API's status): the Tracker is safe for that (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	tr := holddown.New(time.Second)
+	w := fakeWatch{"a": all, "b": without("web-1")}
+	track := func(string) bool { return true }
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 200 {
+				get, digest := tr.View(at(g+i), track, w.get, w.digest)
+				get("a")
+				digest("b")
+				tr.Pending()
+				tr.Next()
+				tr.Drain()
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+}
