@@ -3,6 +3,7 @@ package cli
 import (
 	ctsapi "github.com/ctsync/ctsync/internal/api"
 	"github.com/ctsync/ctsync/internal/gate"
+	"github.com/ctsync/ctsync/internal/holddown"
 	"github.com/ctsync/ctsync/internal/metrics"
 	"github.com/ctsync/ctsync/internal/notify"
 	"github.com/ctsync/ctsync/internal/reconcile"
@@ -64,6 +65,14 @@ func (o *observe) onEvent(ev store.Event) { o.notifier.OnEvent(ev) }
 func (o *observe) onGate(ev gate.Event) {
 	o.metrics.OnGate(ev)
 	o.notifier.OnGate(ev)
+}
+
+// onRemoval is the controller's removal hook: the steps of a task's
+// removal hold-down are counted (ctsync_task_removals_*) and notified
+// (webhooks of kind removal).
+func (o *observe) onRemoval(name string, changes []holddown.Change, pending int) {
+	o.metrics.OnRemoval(name, changes, pending)
+	o.notifier.OnRemoval(name, changes)
 }
 
 // mountObserve adds /metrics and the dashboard (/ui/, and / redirecting to

@@ -444,6 +444,7 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		Metrics:     a.obs.metrics,
 		OnEvent:     a.obs.onEvent,
 		OnGate:      a.onGate,
+		OnRemoval:   a.obs.onRemoval,
 		OnDestroyed: a.onDestroyed, // ha.go
 		Desired:     desired,
 		Prepared:    prepared,

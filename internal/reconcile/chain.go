@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"github.com/ctsync/ctsync/internal/holddown"
 	"slices"
 
 	"github.com/ctsync/ctsync/internal/task"
@@ -25,6 +26,8 @@ type upstreamView struct {
 	exists bool
 	phase  phase
 	spec   task.Spec
+	qs     *querySet
+	hd     *holddown.Tracker
 }
 
 // kick is an upstream task a job needs to run: to record its outputs
@@ -69,7 +72,9 @@ func (r *reconciler) upstreamHold(ctx context.Context, j job) (string, []kick) {
 			continue
 		}
 		us := u.spec
-		want, ready, err := r.obs.desired(ctx, &us)
+		// Its data as its own runs see it (its hold-down applied), so
+		// that a flap it keeps does not look like a change to apply.
+		want, ready, err := r.obs.desiredIn(ctx, &us, r.obs.viewOf(r.opts.Clock.Now(), u.qs, u.hd))
 		switch {
 		case !ready:
 			return fmt.Sprintf("waiting for upstream task %q to receive its data from Consul", name), nil

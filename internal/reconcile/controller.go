@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ctsync/ctsync/internal/holddown"
 	"io"
 	"log/slog"
 	"runtime"
@@ -76,6 +77,10 @@ type Options struct {
 	// approved, rejected, expired, superseded; a run the policy denied);
 	// it must not block. nil: not told.
 	OnGate func(gate.Event)
+	// OnRemoval is called with the steps of a task's removal hold-down
+	// since the last call (pending, cancelled, applied) and how many
+	// removals it keeps now; it must not block. nil: not told.
+	OnRemoval func(task string, changes []holddown.Change, pending int)
 	// OnDestroyed is called with the name of a task deleted once the
 	// destroy plan of its deletion was approved (not during Delete, which
 	// returned a *DestroyHeldError): a cluster records the deletion done.
@@ -290,7 +295,13 @@ type note struct{ task, key string }
 // holding the task touches.
 type entry struct {
 	spec task.Spec
-	run  driverSlot
+	// qs is what the task watches, derived from spec when the task was
+	// defined (queryset.go); hd is its removal hold-down (nil: the task
+	// has no removal_delay). Both are replaced with the spec, never
+	// changed in place.
+	qs  *querySet
+	hd  *holddown.Tracker
+	run driverSlot
 	// throwaway is the subscriber id of a task being inspected (Inspect),
 	// not one of the controller's tasks; "" for a task.
 	throwaway string
@@ -310,6 +321,17 @@ type entry struct {
 	changed        chan struct{} // signalled on every notification (once mode)
 	// what the operator sees of runs (runinfo.go)
 	prevInputs *inputsDigest // the Consul data of the last recorded run
+}
+
+// newEntry returns the entry of a task defined with spec (a throw-away
+// task's when throwaway is its subscriber id): its query set is derived
+// here, once.
+func newEntry(spec task.Spec, throwaway string) *entry {
+	e := &entry{spec: spec, throwaway: throwaway, qs: newQuerySet(&spec), changed: make(chan struct{}, 1)}
+	if d := spec.Removal(); d > 0 {
+		e.hd = holddown.New(d)
+	}
+	return e
 }
 
 // key is the task's name on the queue (a throw-away task's: its
@@ -371,7 +393,7 @@ func New(opts Options, specs []task.Spec) *Controller {
 		close(c.active)
 	}
 	for _, s := range specs {
-		c.tasks[s.Name] = &entry{spec: s, changed: make(chan struct{}, 1)}
+		c.tasks[s.Name] = newEntry(s, "")
 	}
 	return c
 }
@@ -383,9 +405,10 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// subscribe registers every static query of a task with the watcher.
-func (c *Controller) subscribe(name string, s *task.Spec) {
-	for _, q := range StaticQueries(s) {
+// subscribe registers every static query of a task (its query set qs)
+// with the watcher.
+func (c *Controller) subscribe(name string, qs *querySet) {
+	for _, q := range qs.static {
 		c.opts.Watcher.Subscribe(name, q)
 	}
 }
@@ -424,15 +447,15 @@ func (c *Controller) Run(ctx context.Context) error {
 	for _, name := range names {
 		c.mu.Lock()
 		e := c.tasks[name]
-		var s task.Spec
+		var qs *querySet
 		if e != nil {
-			s = e.spec
+			qs = e.qs
 		}
 		c.mu.Unlock()
 		if e == nil { // deleted meanwhile (through the API, or a new leader's sync)
 			continue
 		}
-		c.subscribe(name, &s)
+		c.subscribe(name, qs)
 	}
 	c.w.start(&wg, ctx, runCtx)
 	wg.Go(func() { c.src.scheduleLoop(ctx) })

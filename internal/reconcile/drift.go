@@ -65,7 +65,7 @@ type driftFound struct {
 func (r *reconciler) checkDrift(ctx context.Context, j job) outcome {
 	s := j.spec
 	log := r.log.With("task_name", s.Name)
-	want, ready, err := r.obs.desired(ctx, s)
+	want, ready, err := r.obs.desiredIn(ctx, s, j.view)
 	if !ready || err != nil {
 		return outcome{}
 	}
@@ -74,7 +74,7 @@ func (r *reconciler) checkDrift(ctx context.Context, j job) outcome {
 		log.Debug("drift check skipped: the task's desired state or module inputs changed, or its last run failed, since its last apply (a plan would show that, not drift)")
 		return outcome{}
 	}
-	in, ready := BuildInputs(s, r.obs.get)
+	in, ready := BuildInputs(s, j.view.get)
 	if !ready {
 		return outcome{}
 	}

@@ -95,8 +95,11 @@ func kvQuery(sel *task.ConsulKVSelector) watch.Query {
 
 // StaticQueries are the queries a task always watches. A services selector
 // with a regexp adds, on top, one health query per matching service name
-// (see DynamicQueries); those follow the catalog.
-func StaticQueries(s *task.Spec) []watch.Query {
+// (see DynamicQueries); those follow the catalog. A task's own readers use
+// its query set (querySet), built once when it is defined.
+func StaticQueries(s *task.Spec) []watch.Query { return newQuerySet(s).static }
+
+func staticQueries(s *task.Spec) []watch.Query {
 	var qs []watch.Query
 	if sel, _ := servicesSource(s); sel != nil {
 		if sel.Regexp != nil {
@@ -127,19 +130,7 @@ func StaticQueries(s *task.Spec) []watch.Query {
 // It returns nil when the task has no regexp selector or the catalog is
 // not known yet.
 func DynamicQueries(s *task.Spec, get Getter) []watch.Query {
-	sel, _ := servicesSource(s)
-	if sel == nil || sel.Regexp == nil {
-		return nil
-	}
-	names, ok := matchingServices(sel, get)
-	if !ok {
-		return nil
-	}
-	qs := make([]watch.Query, 0, len(names))
-	for _, n := range names {
-		qs = append(qs, healthQuery(sel, n))
-	}
-	return qs
+	return newQuerySet(s).dynamic(get)
 }
 
 // matchingServices lists the service names a regexp selector matches in the
@@ -504,54 +495,13 @@ func dataDigest(s *task.Spec, get Getter, digest DigestGetter, role dataRole) (f
 	return hex.EncodeToString(h.Sum(nil)), true
 }
 
-// inputOnly reports whether key is a query the task watches only for its
-// module inputs (not for its condition).
-func inputOnly(s *task.Spec, key string, get Getter) bool {
-	if m := s.ModuleInput; m.Services == nil && m.ConsulKV == nil && m.Nodes == nil && m.Intentions == nil {
-		return false // the common case, at no cost per notification
-	}
-	if ConditionKeys(s, get)[key] {
-		return false
-	}
-	for _, q := range append(StaticQueries(s), DynamicQueries(s, get)...) {
-		if q.Key() == key {
-			return true
-		}
-	}
-	return false
-}
-
 // ConditionKeys returns the keys of the queries whose data triggers the
 // task (see ConditionDigest): its condition's static queries and, for a
 // services condition with a regexp, the health queries of the services it
 // matches now. A change of any other query the task watches only feeds
 // its next run.
 func ConditionKeys(s *task.Spec, get Getter) map[string]bool {
-	keys := map[string]bool{}
-	c := s.Condition
-	if c.Services != nil {
-		sel := &c.Services.ServicesSelector
-		if sel.Regexp != nil {
-			keys[selectorCatalog(sel).Key()] = true
-		}
-		names, _ := selectedNames(sel, get)
-		for _, n := range names {
-			keys[healthQuery(sel, n).Key()] = true
-		}
-	}
-	if c.CatalogServices != nil {
-		keys[conditionCatalog(c.CatalogServices).Key()] = true
-	}
-	if c.ConsulKV != nil {
-		keys[kvQuery(&c.ConsulKV.ConsulKVSelector).Key()] = true
-	}
-	if c.Nodes != nil {
-		keys[nodesQuery(&c.Nodes.NodesSelector).Key()] = true
-	}
-	if c.Intentions != nil {
-		keys[intentionsQuery(&c.Intentions.IntentionsSelector).Key()] = true
-	}
-	return keys
+	return newQuerySet(s).conditionKeys(get)
 }
 
 func dedupe(qs []watch.Query) []watch.Query {

@@ -301,6 +301,9 @@ type lifecycle struct {
 	before     func()    // runs (under c.mu) when it fires, before evFire
 	gen        int       // invalidates stale timers
 	deadline   time.Time // the buffer period's hard deadline
+	// recheckAt is when the first removal its hold-down keeps applies
+	// (zero: none): the task's timer makes it due then.
+	recheckAt time.Time
 	// held is the plan a safety gate holds for approval (nil: none is
 	// pending), whatever the phase (a change may be planned meanwhile);
 	// it expires at held.expireAt (the task's timer). gates.go keeps
@@ -438,6 +441,7 @@ func (c *taskTable) stopTimerLocked(e *entry) {
 // removal).
 func (lc *lifecycle) halt() {
 	lc.timerSet, lc.before = false, nil
+	lc.recheckAt = time.Time{}
 	lc.deadline = time.Time{}
 	if lc.timer != nil {
 		lc.timer.Stop()
@@ -461,6 +465,9 @@ func (c *taskTable) rearmLocked(e *entry) {
 	}
 	if h := lc.held; h != nil && !h.expireAt.IsZero() && (at.IsZero() || h.expireAt.Before(at)) {
 		at = h.expireAt
+	}
+	if r := lc.recheckAt; !r.IsZero() && (at.IsZero() || r.Before(at)) {
+		at = r
 	}
 	if at.IsZero() {
 		return
@@ -489,6 +496,10 @@ func (c *taskTable) timerLocked(e *entry) []gate.Event {
 	var evs []gate.Event
 	if h := lc.held; h != nil && !h.expireAt.IsZero() && !now.Before(h.expireAt) {
 		evs = append(evs, c.gk.expireLocked(e)...) // gates.go: evExpire
+	}
+	if r := lc.recheckAt; !r.IsZero() && !now.Before(r) {
+		lc.recheckAt = time.Time{}
+		c.dueLocked(e, Trigger{Kind: TriggerChange, Detail: "removal_delay"}) // a removal applies
 	}
 	if lc.timerSet && !now.Before(lc.timerAt) {
 		lc.timerSet = false
@@ -783,6 +794,10 @@ func (c *taskTable) commitLocked(e *entry, j job, res outcome) []gate.Event {
 	}
 	if res.recorded {
 		e.prevInputs = res.inputs
+	}
+	if res.holdSeen && j.hd == e.hd && e.throwaway == "" && e.lc.recheckAt != res.holdNext {
+		e.lc.recheckAt = res.holdNext // evaluated again when the first pending removal applies
+		c.rearmLocked(e)
 	}
 	if res.applied {
 		e.drifted = false // just applied: matches the configuration again

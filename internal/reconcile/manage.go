@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ctsync/ctsync/internal/holddown"
 	"os"
 	"slices"
 	"strings"
@@ -64,6 +65,12 @@ type TaskState struct {
 	Waiting string
 	// Retry is the pending retry of a failed run; nil when none waits.
 	Retry *Retry
+	// Removals are what its removal hold-down keeps in its data until
+	// each has been gone removal_delay (docs/safety.md), by when each
+	// applies; nil when none is pending.
+	Removals []holddown.Removal
+
+	qs *querySet // what the task watches (QueryError)
 }
 
 // Tasks returns every task, sorted by name.
@@ -83,7 +90,7 @@ func (c *Controller) Tasks() []TaskState {
 
 // addQueryError fills QueryError; the watcher is asked without c.mu held.
 func addQueryError(obs *observer, st *TaskState) {
-	if err := obs.refused(&st.Spec); err != nil {
+	if err := obs.refused(st.Spec.Name, st.qs); err != nil {
 		st.QueryError = err.Error()
 	}
 }
@@ -107,7 +114,15 @@ func (e *entry) stateLocked(st store.Store) TaskState {
 	return TaskState{Spec: e.spec, Active: e.lc.phase == phaseRunning || e.lc.phase == phaseQueued,
 		Deleting: e.deletingLocked(), NextRun: e.nextCron,
 		Drifted: e.drifted, LastDriftCheck: e.lastDriftCheck, Dirty: rs.Dirty(), Terminal: rs.Dirty() && rs.Terminal,
-		Waiting: e.lc.waiting, Retry: e.retryLocked()}
+		Waiting: e.lc.waiting, Retry: e.retryLocked(), Removals: e.removals(), qs: e.qs}
+}
+
+// removals are the task's pending removals (TaskState.Removals).
+func (e *entry) removals() []holddown.Removal {
+	if e.hd == nil {
+		return nil
+	}
+	return e.hd.Pending()
 }
 
 // PlanResult is the outcome of an inspect (plan-only) run.
@@ -140,7 +155,7 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 		c.mu.Unlock()
 		return err
 	}
-	e := &entry{spec: spec, changed: make(chan struct{}, 1)}
+	e := newEntry(spec, "")
 	started := c.started // before Run (tasks restored at start), nothing waits for data: Run reads it
 	if runNow {
 		c.stepLocked(e, evReserve, wake{}) // nothing else runs it meanwhile
@@ -152,14 +167,14 @@ func (c *Controller) Create(ctx context.Context, spec task.Spec, runNow bool) er
 	signal(c.driftKick) // schedule its drift checks
 	signal(c.cronKick)  // and its cron ticks
 	c.mu.Unlock()
-	c.subscribe(spec.Name, &spec)
+	c.subscribe(spec.Name, e.qs)
 	if !runNow {
 		// A query Consul refuses for good (an unknown datacenter) makes
 		// the task useless: refuse it now, with Consul's answer, rather
 		// than keep a task that can never run. A Consul that is merely
 		// slow does not hold the request up for long.
 		if _, ok := c.opts.Watcher.(Refusals); ok && started {
-			if err := c.obs.waitReady(ctx, e.changed, &spec, createProbe); err != nil && errors.Is(err, ErrRefused) {
+			if err := c.obs.waitReady(ctx, e.changed, &spec, e.qs, createProbe); err != nil && errors.Is(err, ErrRefused) {
 				c.remove(ctx, spec.Name)
 				return err
 			}
@@ -187,7 +202,7 @@ func (c *Controller) Inspect(ctx context.Context, spec task.Spec) (PlanResult, e
 	defer os.RemoveAll(dir)
 	spec.WorkingDir = dir
 	sub := "inspect:" + uuid.NewString()
-	e := &entry{spec: spec, throwaway: sub, changed: make(chan struct{}, 1)}
+	e := newEntry(spec, sub)
 	c.mu.Lock()
 	c.inspecting[sub] = e
 	c.stepLocked(e, evReserve, wake{})
@@ -198,7 +213,7 @@ func (c *Controller) Inspect(ctx context.Context, spec task.Spec) (PlanResult, e
 		delete(c.inspecting, sub)
 		c.mu.Unlock()
 	}()
-	c.subscribe(sub, &spec)
+	c.subscribe(sub, e.qs)
 	return c.plan(ctx, e)
 }
 
@@ -321,7 +336,7 @@ func (c *Controller) request(ctx context.Context, e *entry, in intent) (outcome,
 	c.mu.Lock()
 	s := e.spec
 	c.mu.Unlock()
-	if err := c.obs.waitReady(ctx, e.changed, &s, syncWait); err != nil {
+	if err := c.obs.waitReady(ctx, e.changed, &s, e.qs, syncWait); err != nil {
 		c.mu.Lock()
 		c.releaseLocked(e)
 		c.mu.Unlock()

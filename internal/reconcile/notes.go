@@ -57,17 +57,18 @@ func (c *sources) noteLoop(ctx context.Context) {
 				e, throwaway = c.inspecting[n.task], true
 			}
 			var spec task.Spec
+			var qs *querySet
 			if e != nil {
-				spec = e.spec
+				spec, qs = e.spec, e.qs
 			}
 			c.mu.Unlock()
-			c.handle(e, throwaway, n, &spec)
+			c.handle(e, throwaway, n, &spec, qs)
 		}
 	}
 }
 
 // handle applies one note (see noteLoop), then counts it as handled.
-func (c *sources) handle(e *entry, throwaway bool, n note, spec *task.Spec) {
+func (c *sources) handle(e *entry, throwaway bool, n note, spec *task.Spec, qs *querySet) {
 	defer func() {
 		c.mu.Lock()
 		c.handling--
@@ -76,12 +77,12 @@ func (c *sources) handle(e *entry, throwaway bool, n note, spec *task.Spec) {
 	if e == nil {
 		return
 	}
-	c.syncDynamic(n.task, e, spec)
+	c.syncDynamic(n.task, e, qs)
 	if throwaway {
 		signal(e.changed)
 		return
 	}
-	c.handleNote(e, spec, n.key)
+	c.handleNote(e, spec, qs, n.key)
 }
 
 // Settled reports whether the controller has nothing left to do for now:
@@ -105,26 +106,22 @@ func (c *Controller) Settled() bool {
 
 // syncDynamic subscribes a regexp selector to the health of every service it
 // matches now and drops the services it no longer matches.
-func (c *sources) syncDynamic(name string, e *entry, s *task.Spec) {
+func (c *sources) syncDynamic(name string, e *entry, qs *querySet) {
 	want := map[string]watch.Query{}
-	for _, q := range DynamicQueries(s, c.obs.get) {
+	for _, q := range qs.dynamic(c.obs.get) {
 		want[q.Key()] = q
 	}
 	c.mu.Lock()
 	old := e.dyn
 	e.dyn = want
 	c.mu.Unlock()
-	static := map[string]bool{}
-	for _, q := range StaticQueries(s) {
-		static[q.Key()] = true
-	}
 	for k, q := range want {
 		if _, had := old[k]; !had {
 			c.opts.Watcher.Subscribe(name, q)
 		}
 	}
 	for k := range old {
-		if _, keep := want[k]; !keep && !static[k] {
+		if _, keep := want[k]; !keep && !qs.staticKeys[k] {
 			c.opts.Watcher.Unsubscribe(name, k)
 		}
 	}
@@ -132,7 +129,7 @@ func (c *sources) syncDynamic(name string, e *entry, s *task.Spec) {
 
 // handleNote applies the condition's trigger rule and marks the task dirty;
 // a change of module input data alone does not.
-func (c *sources) handleNote(e *entry, s *task.Spec, key string) {
+func (c *sources) handleNote(e *entry, s *task.Spec, qs *querySet, key string) {
 	if cs := s.Condition.CatalogServices; cs != nil && key == conditionCatalog(cs).Key() {
 		// catalog-services fires only when the set of matching names
 		// changes; other updates still reach the next run's inputs. The
@@ -153,7 +150,7 @@ func (c *sources) handleNote(e *entry, s *task.Spec, key string) {
 			return
 		}
 	}
-	if inputOnly(s, key, c.obs.get) {
+	if qs.inputOnly(key, c.obs.get) {
 		// Module input data: read by the next run, which only the
 		// condition (or another part of the desired state) triggers.
 		// Until the task has run with complete data, every notification

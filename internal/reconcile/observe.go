@@ -26,16 +26,22 @@ type observer struct {
 	log  *slog.Logger
 }
 
-// desired computes a task's desired state. ready is false while a watched
-// query has no value yet; err is set when a part outside Consul cannot be
-// read.
+// desired computes a task's desired state from the raw watched data (a
+// spec alone, without its entry's hold-down: see desiredIn).
 func (o *observer) desired(ctx context.Context, s *task.Spec) (d Desired, ready bool, err error) {
-	data, ready := ConditionDigest(s, o.get, o.digest)
+	return o.desiredIn(ctx, s, o.rawView(s))
+}
+
+// desiredIn computes a task's desired state from the data of the view v
+// (one evaluation's). ready is false while a watched query has no value
+// yet; err is set when a part outside Consul cannot be read.
+func (o *observer) desiredIn(ctx context.Context, s *task.Spec, v evalView) (d Desired, ready bool, err error) {
+	data, ready := ConditionDigest(s, v.get, v.digest)
 	if !ready {
 		return Desired{}, false, nil
 	}
-	o.catchUpInputs(ctx, s, data) // inputs.go
-	inputs, ready := ModuleInputDigest(s, o.get, o.digest)
+	o.catchUpInputs(ctx, s, v.qs, data)
+	inputs, ready := ModuleInputDigest(s, v.get, v.digest)
 	if !ready {
 		return Desired{}, false, nil
 	}
@@ -60,10 +66,10 @@ func (o *observer) desired(ctx context.Context, s *task.Spec) (d Desired, ready 
 	return Desired{Fingerprint: fingerprintOf(parts, triggers), Used: fingerprintOf(parts, nil), Parts: parts}, true, nil
 }
 
-// inputs builds what the task's module receives: its Consul data and the
-// outputs of the tasks it receives them from.
-func (o *observer) inputs(s *task.Spec) (task.Inputs, bool) {
-	in, ready := BuildInputs(s, o.get)
+// inputs builds what the task's module receives: its Consul data, as the
+// view v shows it, and the outputs of the tasks it receives them from.
+func (o *observer) inputs(s *task.Spec, v evalView) (task.Inputs, bool) {
+	in, ready := BuildInputs(s, v.get)
 	if !ready {
 		return in, false
 	}
@@ -88,14 +94,14 @@ func (o *observer) inputs(s *task.Spec) (task.Inputs, bool) {
 // answers are older than the condition's newest one are read again at once
 // before the desired state and the inputs are taken. Without a change of
 // the condition, or with a watcher that cannot do it, nothing is read.
-func (o *observer) catchUpInputs(ctx context.Context, s *task.Spec, data string) {
+func (o *observer) catchUpInputs(ctx context.Context, s *task.Spec, qs *querySet, data string) {
 	r, ok := o.opts.Watcher.(Refresher)
 	if !ok || o.opts.Store.Run(s.Name).Parts[driver.PartData] == data {
 		return
 	}
-	cond := ConditionKeys(s, o.get)
+	cond := qs.conditionKeys(o.get)
 	var keys []string
-	for _, q := range append(StaticQueries(s), DynamicQueries(s, o.get)...) {
+	for _, q := range qs.all(o.get) {
 		if !cond[q.Key()] {
 			keys = append(keys, q.Key())
 		}
@@ -173,15 +179,16 @@ func (o *observer) get(key string) (any, bool) {
 }
 
 // refused returns an error naming the task, the query and Consul's answer
-// when Consul refuses one of the task's queries for good.
-func (o *observer) refused(s *task.Spec) error {
+// when Consul refuses one of the task's queries (its query set qs) for
+// good.
+func (o *observer) refused(name string, qs *querySet) error {
 	r, ok := o.opts.Watcher.(Refusals)
-	if !ok {
+	if !ok || qs == nil {
 		return nil
 	}
-	for _, q := range append(StaticQueries(s), DynamicQueries(s, o.get)...) {
+	for _, q := range qs.all(o.get) {
 		if err := r.RefusedError(q.Key()); err != nil {
-			return fmt.Errorf("%w %q: query %s: %w", ErrRefused, s.Name, q.Key(), err)
+			return fmt.Errorf("%w %q: query %s: %w", ErrRefused, name, q.Key(), err)
 		}
 	}
 	return nil
@@ -190,14 +197,14 @@ func (o *observer) refused(s *task.Spec) error {
 // waitReady blocks until every query the task needs has a result (changed
 // is signalled at each notification of the task). It fails at once when
 // Consul refuses one of them for good.
-func (o *observer) waitReady(ctx context.Context, changed <-chan struct{}, s *task.Spec, wait time.Duration) error {
+func (o *observer) waitReady(ctx context.Context, changed <-chan struct{}, s *task.Spec, qs *querySet, wait time.Duration) error {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
 		if _, ready := Fingerprint(s, o.get, o.digest); ready {
 			return nil
 		}
-		if err := o.refused(s); err != nil {
+		if err := o.refused(s.Name, qs); err != nil {
 			return err
 		}
 		select {

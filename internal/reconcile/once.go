@@ -45,7 +45,7 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 	loops.Go(func() { c.src.noteLoop(loopCtx) })
 	c.w.start(&loops, loopCtx, ctx)
 	for _, e := range run {
-		c.subscribe(e.spec.Name, &e.spec)
+		c.subscribe(e.spec.Name, e.qs)
 	}
 
 	b := &onceBatch{taskTable: c.taskTable, runs: map[string]bool{}, done: map[string]onceResult{}}
@@ -64,7 +64,7 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 			s := e.spec
 			err := b.waitUpstreams(ctx, &s)
 			if err == nil {
-				err = c.obs.waitReady(ctx, e.changed, &s, wait)
+				err = c.obs.waitReady(ctx, e.changed, &s, e.qs, wait)
 			}
 			var res outcome
 			if err == nil {

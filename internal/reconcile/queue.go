@@ -243,6 +243,7 @@ func (c *taskTable) lookupLocked(name string) *entry {
 func (c *workers) jobLocked(e *entry, j *job) {
 	s := e.spec
 	j.spec, j.drv, j.prev, j.waiting, j.held = &s, &e.run, e.prevInputs, e.lc.waiting, c.gk.viewLocked(e)
+	j.qs, j.hd = e.qs, e.hd
 	if e.run.drv == nil && e.throwaway == "" { // the job builds the driver
 		j.exports = exportsOutputs(c.tasks, s.Name)
 	}
@@ -251,7 +252,7 @@ func (c *workers) jobLocked(e *entry, j *job) {
 		j.upstreams = make(map[string]upstreamView, len(ups))
 		for _, n := range ups {
 			if u := c.tasks[n]; u != nil {
-				j.upstreams[n] = upstreamView{exists: true, phase: u.lc.phase, spec: u.spec}
+				j.upstreams[n] = upstreamView{exists: true, phase: u.lc.phase, spec: u.spec, qs: u.qs, hd: u.hd}
 			}
 		}
 	}

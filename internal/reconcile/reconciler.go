@@ -13,6 +13,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/backoff"
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/holddown"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/google/uuid"
@@ -56,6 +57,12 @@ type job struct {
 	// orphans are held plans the controller dropped while the task did not
 	// run them: the job discards them first.
 	orphans []driver.HeldPlan
+	// qs is the task's query set, hd its removal hold-down (nil: none);
+	// view is what the job reads the task's data through (Reconcile sets
+	// it once, for everything the job decides and runs).
+	qs   *querySet
+	hd   *holddown.Tracker
+	view evalView
 }
 
 // driverSlot is a task's driver, and the times of the init of the run in
@@ -95,13 +102,25 @@ type outcome struct {
 	drift       *driftFound   // a drift check's finding (drift.go)
 	inspected   PlanResult    // the plan of an inspect
 	removeTask  bool          // an approved deletion's destroy is done: the task goes
+	// The removal hold-down after the job's evaluation (holdSeen): when
+	// its first pending removal applies (zero: none is pending); the task
+	// is evaluated again then.
+	holdSeen bool
+	holdNext time.Time
 	// next is the run Decide decided on, for Execute (nil: none).
 	next *runPlan
 }
 
 // Reconcile does the job j: a run, a plan, a drift check, the apply of an
 // approved plan, or the discard of dropped plans.
-func (r *reconciler) Reconcile(ctx context.Context, j job) outcome {
+func (r *reconciler) Reconcile(ctx context.Context, j job) (out outcome) {
+	if j.qs == nil { // a job built without its entry's snapshot
+		j.qs = newQuerySet(j.spec)
+	}
+	j.view = r.obs.viewOf(r.opts.Clock.Now(), j.qs, j.hd)
+	if j.hd != nil {
+		defer holdDone(r.opts, j, &out)
+	}
 	if len(j.orphans) > 0 {
 		log := r.log.With("task_name", j.spec.Name)
 		for _, p := range j.orphans {
@@ -121,9 +140,22 @@ func (r *reconciler) Reconcile(ctx context.Context, j job) outcome {
 	return r.Decide(ctx, j)
 }
 
+// holdDone adds to the outcome of the job j of a task with a removal
+// hold-down when its first pending removal applies (the task is evaluated
+// again then), and hands the hold-down's steps to Options.OnRemoval.
+func holdDone(opts *Options, j job, out *outcome) {
+	out.holdSeen = true
+	out.holdNext, _ = j.hd.Next()
+	if opts.OnRemoval != nil {
+		if ch := j.hd.Drain(); len(ch) > 0 {
+			opts.OnRemoval(j.spec.Name, ch, len(j.hd.Pending()))
+		}
+	}
+}
+
 // inspect plans the task as it is and changes nothing (the API's inspect).
 func (r *reconciler) inspect(ctx context.Context, j job) outcome {
-	in, _ := BuildInputs(j.spec, r.obs.get)
+	in, _ := BuildInputs(j.spec, j.view.get)
 	res, err := r.drive(ctx, j.drv, j.spec, j.exports, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
 	if err != nil {
 		return outcome{failed: true, err: err}
@@ -158,7 +190,7 @@ func (r *reconciler) Decide(ctx context.Context, j job) outcome {
 	// as applied, and the next notification runs the task once more. The
 	// other order could store a newer fingerprint than what was applied
 	// and lose that change.
-	want, ready, derr := r.obs.desired(ctx, s)
+	want, ready, derr := r.obs.desiredIn(ctx, s, j.view)
 	if !ready {
 		log.Debug("waiting for watched data before running")
 		return outcome{notReady: true}
@@ -209,7 +241,7 @@ func (r *reconciler) decideReadable(ctx context.Context, log *slog.Logger, j job
 			return outcome{}
 		}
 	}
-	in, ready := r.obs.inputs(s)
+	in, ready := r.obs.inputs(s, j.view)
 	if !ready { // a view went away in between (a regexp match left)
 		return outcome{notReady: true}
 	}

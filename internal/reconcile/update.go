@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"github.com/ctsync/ctsync/internal/holddown"
 	"time"
 
 	"github.com/ctsync/ctsync/internal/task"
@@ -62,6 +63,7 @@ func (c *Controller) Update(ctx context.Context, spec task.Spec) error {
 		return err
 	}
 	old := c.replaceLocked(e, spec)
+	qs := e.qs
 	c.mu.Unlock()
 
 	// The queries of the old settings that the new ones do not have go;
@@ -75,8 +77,8 @@ func (c *Controller) Update(ctx context.Context, spec task.Spec) error {
 			c.opts.Watcher.Unsubscribe(name, q.Key())
 		}
 	}
-	c.subscribe(name, &spec)
-	c.src.syncDynamic(name, e, &spec)
+	c.subscribe(name, qs)
+	c.src.syncDynamic(name, e, qs)
 	c.log.Info("task updated", "task_name", name, "enabled", spec.Enabled)
 	return nil
 }
@@ -89,6 +91,18 @@ func (c *Controller) Update(ctx context.Context, spec task.Spec) error {
 func (c *taskTable) replaceLocked(e *entry, spec task.Spec) task.Spec {
 	old := e.spec
 	e.spec = spec
+	// What it watches is derived once per definition (queryset.go); its
+	// removal hold-down keeps what is pending under a new delay, and goes
+	// (what was pending applies with the next run) when the delay does.
+	e.qs = newQuerySet(&e.spec)
+	switch d := spec.Removal(); {
+	case d <= 0:
+		e.hd = nil
+	case e.hd == nil:
+		e.hd = holddown.New(d)
+	default:
+		e.hd.SetDelay(d)
+	}
 	e.run.drv = nil // built again from the new settings by the next job
 	e.nextCron = time.Time{}
 	e.lastNames, e.nameSeen = nil, false
