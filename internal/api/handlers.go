@@ -195,17 +195,18 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 	name := t.Spec.Name
 	evs := s.statusEvents(name)
 	ts := TaskStatus{
-		TaskName:   name,
-		Status:     store.Status(evs),
-		Enabled:    t.Spec.Enabled,
-		Dirty:      t.Dirty,
-		Terminal:   t.Terminal,
-		QueryError: t.QueryError,
-		Waiting:    t.Waiting,
-		Providers:  append([]string{}, t.Spec.Providers...),
-		Services:   []string{},
-		Active:     t.Active,
-		Drifted:    t.Drifted,
+		TaskName:        name,
+		Status:          store.Status(evs),
+		Enabled:         t.Spec.Enabled,
+		Dirty:           t.Dirty,
+		Terminal:        t.Terminal,
+		QueryError:      t.QueryError,
+		Waiting:         t.Waiting,
+		Providers:       append([]string{}, t.Spec.Providers...),
+		Services:        []string{},
+		Active:          t.Active,
+		Drifted:         t.Drifted,
+		PendingRemovals: t.Removals,
 	}
 	if !t.LastDriftCheck.IsZero() {
 		last := t.LastDriftCheck.UTC().Truncate(time.Second)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"github.com/ctsync/ctsync/internal/holddown"
 	"time"
 
 	"github.com/ctsync/ctsync/internal/gate"
@@ -107,6 +108,10 @@ type TaskStatus struct {
 	// Held is the plan a safety gate holds for approval; the status is
 	// then "waiting" and Waiting the reason (ctsync).
 	Held *HeldStatus `json:"held,omitempty"`
+	// PendingRemovals are what the task's removal hold-down keeps in its
+	// data until each has been gone removal_delay, by when each applies
+	// (ctsync; docs/safety.md).
+	PendingRemovals []holddown.Removal `json:"pending_removals,omitempty"`
 }
 
 // LastRun is the outcome of a task's newest run at a glance.

@@ -102,6 +102,19 @@ func printStatus(w io.Writer, tasks map[string]api.TaskStatus, t time.Time) {
 			fmt.Fprintf(w, "  %s\n", h)
 		}
 	}
+	var removals []string
+	for _, n := range names {
+		for _, r := range tasks[n].PendingRemovals {
+			removals = append(removals, fmt.Sprintf("%s: %s %s gone since %s; removed in %s (%s) unless it returns",
+				n, r.Kind, r.ID, r.Since.Local().Format("15:04:05"), ago(r.At.Sub(t)), r.At.Local().Format("15:04:05")))
+		}
+	}
+	if len(removals) > 0 {
+		fmt.Fprintln(w, "\nPending removals (removal_delay):")
+		for _, r := range removals {
+			fmt.Fprintf(w, "  %s\n", r)
+		}
+	}
 	if len(failures) > 0 {
 		fmt.Fprintln(w, "\nLatest errors:")
 		for _, f := range failures {

@@ -395,6 +395,9 @@ async function renderTask(name, seq) {
     detail('Providers', (t.providers || []).join(', ')),
     detail('Buffer period', t.buffer_period && t.buffer_period.enabled ? t.buffer_period.min + ' – ' + t.buffer_period.max : 'off'),
     t.removal_delay ? detail('Removal delay', el('span', { id: 'removal-delay' }, t.removal_delay)) : null,
+    st.pending_removals && st.pending_removals.length ? detail('Pending removals', el('ul', { id: 'pending-removals' },
+      st.pending_removals.map(r => el('li', null, el('code', null, r.id), ' (' + r.kind + ') gone since ' + fmtTime(r.since) +
+        ', removed at ' + fmtTime(r.applies_at) + ' unless it returns')))) : null,
     detail('Next run', nextRunCell(st)),
     st.last_run && !st.last_run.success ? detail('Last error', el('span', { id: 'last-error' }, st.last_run.error_summary || 'failed',
       ' ', el('a', { href: runHref(name, st.last_run.id) }, 'run'))) : null,
