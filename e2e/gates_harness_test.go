@@ -364,6 +364,10 @@ type hookNote struct {
 		} `json:"plan"`
 		NewerPlan string `json:"newer_plan"`
 	} `json:"approval"`
+	Removal *struct {
+		Action string `json:"action"`
+		Count  int    `json:"count"`
+	} `json:"removal"`
 	Policy *struct {
 		Action   string   `json:"action"`
 		Messages []string `json:"messages"`
