@@ -51,7 +51,9 @@ func TestRemovalDelayFlapAndRemoval(t *testing.T) {
 		p, ok := g.pendingRemovals("web")
 		return ok && len(p) == 0
 	})
-	hook.wait(t, "web", "removals cancelled", func(n hookNote) bool { return n.Type == "removal" && n.Removal != nil && n.Removal.Action == "cancelled" })
+	hook.wait(t, "web", "removals cancelled", func(n hookNote) bool {
+		return n.Type == "removal" && n.Removal != nil && n.Removal.Action == "cancelled"
+	})
 	g.waitQuiet("web")
 	expectRules(t, dir, "web-1,web-2", "after the flap")
 	if n := len(g.events("web")); n != runs {
