@@ -366,6 +366,14 @@ func New(opts Options, specs []task.Spec) *Controller {
 	}
 	c := &Controller{opts: opts, log: opts.Logger}
 	c.obs = &observer{opts: &c.opts, log: c.log}
+	c.obs.entries = func(name string) (*querySet, *holddown.Tracker, bool) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if e := c.tasks[name]; e != nil {
+			return e.qs, e.hd, true
+		}
+		return nil, nil, false
+	}
 	c.rec = &reconciler{opts: &c.opts, log: c.log, obs: c.obs}
 	c.taskTable = &taskTable{
 		opts:       &c.opts,

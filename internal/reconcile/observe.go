@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/holddown"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/watch"
 )
@@ -24,11 +25,23 @@ import (
 type observer struct {
 	opts *Options
 	log  *slog.Logger
+	// entries gives a task's query set and removal hold-down by name
+	// (false: no such task), for desired: it takes the controller's lock
+	// for that read only.
+	entries func(name string) (*querySet, *holddown.Tracker, bool)
 }
 
-// desired computes a task's desired state from the raw watched data (a
-// spec alone, without its entry's hold-down: see desiredIn).
+// desired computes a task's desired state now, outside a job (a held
+// plan's approval checks it), through the view of the task's query set and
+// hold-down, so that it matches what the task's jobs compute; a spec of
+// no task is read raw (see desiredIn). The caller must not hold the
+// controller's lock.
 func (o *observer) desired(ctx context.Context, s *task.Spec) (d Desired, ready bool, err error) {
+	if o.entries != nil {
+		if qs, hd, ok := o.entries(s.Name); ok {
+			return o.desiredIn(ctx, s, o.viewOf(o.opts.Clock.Now(), qs, hd))
+		}
+	}
 	return o.desiredIn(ctx, s, o.rawView(s))
 }
 

@@ -178,3 +178,43 @@ func TestRemovalHoldDown(t *testing.T) {
 		}
 	}
 }
+
+// A plan held while a removal is pending is approved as it is: the
+// approval compares it with the task's data as its jobs see it (the
+// hold-down applied), not with the raw data, which would supersede it
+// with a plan of the same effective data again and again.
+func TestRemovalHoldDownApprovalWhilePending(t *testing.T) {
+	clk := reconciletest.NewClock()
+	spec := servicesTask("fw", "web")
+	spec.Approval = &task.Approval{Required: true}
+	d := task.Duration(time.Minute)
+	spec.RemovalDelay = &d
+	g := startGatesWith(t, spec, func(o *Options) { o.Clock = clk })
+	ctx := context.Background()
+	g.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+	p := g.waitHeld(t, "")
+	if err := g.ctrl.Approve(ctx, "fw", p.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	g.waitApplied(t, "fw")
+	g.waitIdle(t)
+	// web-2 leaves (kept: pending) and web-3 arrives: the run adds web-3
+	// and keeps web-2; its plan is held.
+	g.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	testutil.WaitFor(t, "web-2's removal pending", func() bool {
+		st, _ := g.ctrl.Task("fw")
+		return len(st.Removals) == 1
+	})
+	g.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-3", "web")})
+	p2 := g.waitHeld(t, p.ID)
+	if p2.Add != 1 || p2.Destroy != 0 {
+		t.Fatalf("held plan %+v: want +1 (web-3), web-2 kept", p2)
+	}
+	if err := g.ctrl.Approve(ctx, "fw", p2.ID, "ops"); err != nil {
+		t.Fatalf("approve while a removal is pending: %v", err)
+	}
+	g.waitApplied(t, "fw")
+	if n := len(g.rec.last("fw").Services); n != 3 {
+		t.Fatalf("the approved apply had %d instances, want 3 (web-2 kept)", n)
+	}
+}
