@@ -3,9 +3,9 @@ package reconcile
 import (
 	"context"
 	"fmt"
-	"github.com/ctsync/ctsync/internal/holddown"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/holddown"
 	"github.com/ctsync/ctsync/internal/task"
 )
 
