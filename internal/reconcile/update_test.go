@@ -8,6 +8,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/gate"
+	"github.com/ctsync/ctsync/internal/reconcile/reconciletest"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/testutil"
 )
@@ -147,5 +148,42 @@ func TestUpdateSupersedesTheHeldPlanWithTheNextPlan(t *testing.T) {
 	g.waitApplied(t, "fw")
 	if st, _ := g.ctrl.Task("fw"); st.Spec.Variables["size"] != "2" {
 		t.Errorf("settings after the update: %+v", st.Spec)
+	}
+}
+
+// An update that gives a task a removal_delay holds its next removal (the
+// hold-down comes with the new settings); one that takes the delay away
+// applies what was pending.
+func TestUpdateCarriesTheRemovalDelay(t *testing.T) {
+	clk := reconciletest.NewClock()
+	h := start(t, 4, nil, servicesTask("a", "web"), func(o *Options) { o.Clock = clk })
+	two := []task.Service{inst("web-1", "web"), inst("web-2", "web")}
+	h.w.Set(healthKey("web"), two)
+	h.waitApplied(t, "a")
+	testutil.WaitFor(t, "the first run to end", func() bool { st, err := h.ctrl.Task("a"); return err == nil && !st.Active })
+
+	delayed := servicesTask("a", "web")
+	d := task.Duration(time.Minute)
+	delayed.RemovalDelay = &d
+	if err := h.ctrl.Update(t.Context(), delayed); err != nil {
+		t.Fatal(err)
+	}
+	h.noApply(t) // same desired state: nothing runs
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	testutil.WaitFor(t, "web-2's removal pending", func() bool {
+		st, _ := h.ctrl.Task("a")
+		return len(st.Removals) == 1 && st.Removals[0].ID == "web-2.n1.dc1"
+	})
+	h.noApply(t)
+
+	if err := h.ctrl.Update(t.Context(), servicesTask("a", "web")); err != nil {
+		t.Fatal(err)
+	}
+	h.waitApplied(t, "a")
+	if got := h.rec.last("a").Services; len(got) != 1 {
+		t.Errorf("inputs once the delay is gone: %+v", got)
+	}
+	if st, _ := h.ctrl.Task("a"); len(st.Removals) != 0 {
+		t.Errorf("removals still pending: %+v", st.Removals)
 	}
 }
