@@ -8,6 +8,7 @@ import (
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // A task created through the API may have an approval block (checked by the
@@ -79,6 +80,9 @@ func TestInspectPlanRedacted(t *testing.T) {
 		t.Errorf("POST inspect: %+v", insp.Run)
 	}
 	h.do("POST", "/v1/tasks", body).expect(t, 201)
+	// A task that is queued or running cannot be updated (409, as CTS):
+	// wait for the run its creation started to end.
+	testutil.WaitFor(t, "the creation's run to end", func() bool { st, err := h.ctrl.Task("now"); return err == nil && !st.Active })
 	h.do("PATCH", "/v1/tasks/now", `{"enabled":false}`).expect(t, 200)
 	var up UpdateTaskResponse
 	h.do("PATCH", "/v1/tasks/now?run=inspect", `{"enabled":true}`).expect(t, 200).json(t, &up)
