@@ -305,7 +305,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 	counts := hp.Counts
 	r.res.Add, r.res.Change, r.res.Destroy, r.res.Changes = counts.Add, counts.Change, counts.Destroy, hp.Changes
 	plan := gate.Plan{ID: r.id, Task: s.Name, Created: r.start.UTC(), State: gate.Pending,
-		Add: counts.Add, Change: counts.Change, Destroy: counts.Destroy, InState: counts.InState,
+		Add: counts.Add, Change: counts.Change, Destroy: counts.Destroy, Replace: counts.Replace, InState: counts.InState,
 		Text: rc.opts.redact(s.Name, hp.Text), Changes: changeLines(changes(r.prev, r.inputs)), Fingerprint: r.want.Fingerprint}
 
 	// Policy: a deny is final for this desired state; an evaluation
@@ -336,14 +336,16 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 		}
 	}
 
-	// The approval rules.
-	if reason := gate.Hold(s.Approval, counts); reason != "" {
+	// The approval rules: the plan alone, then with the destroys applied
+	// within the task's approval.window (kept in the store).
+	if v := gate.Judge(s.Approval, counts, gate.WindowOf(rc.opts.Store, s), time.Now()); v.Held() {
+		reason := v.Reason
 		if dry {
 			discardPlan(ctx, log, e, hp)
 			log.Warn("a safety gate would hold the plan for approval: nothing applied", "run_id", r.id, "reason", reason)
 			return fail(&HeldError{Reason: reason})
 		}
-		plan.Reason = reason
+		v.Hold(&plan)
 		if d := s.Approval.Expire.D(); d > 0 {
 			plan.Expires = plan.Created.Add(d)
 		}
@@ -352,7 +354,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 			rc.opts.Metrics.RunFinished(s.Name, store.KindPlan, true, r.end.Sub(r.start))
 		}
 		log.Warn("task held: its plan waits for approval", "run_id", r.id, "reason", reason,
-			"add", counts.Add, "change", counts.Change, "destroy", counts.Destroy)
+			"add", counts.Add, "change", counts.Change, "destroy", counts.Destroy, "replace", counts.Replace)
 		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r}}
 	}
 	if req.Mode == ModePlan {
@@ -363,7 +365,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 		}
 		return outcome{plan: hp.Text}
 	}
-	return rc.applyHeld(ctx, log, e, s, r, hp)
+	return rc.applyHeld(ctx, log, e, s, r, hp, false)
 }
 
 // gatedDestroy is a deletion with destroy (ModeDestroy) of a task with
@@ -472,8 +474,10 @@ func checkPolicy(ctx context.Context, s *task.Spec, hp driver.HeldPlan, trigger 
 	return policy.Evaluate(ctx, s.Policy.Files, s.Policy.EvalTimeout(), hp.JSON, policy.Input{Task: policy.TaskInput(*s), Trigger: trigger})
 }
 
-// applyHeld applies exactly the plan hp as the run r and records it.
-func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *driverSlot, s *task.Spec, r *runRecord, hp driver.HeldPlan) outcome {
+// applyHeld applies exactly the plan hp as the run r and records it, and
+// the apply in the task's destroy window (approved: the plan an operator
+// approved, where the window starts again).
+func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *driverSlot, s *task.Spec, r *runRecord, hp driver.HeldPlan, approved bool) outcome {
 	if err := rc.opts.Store.StartRun(ctx, s.Name, r.id); err != nil {
 		discardPlan(ctx, log, e, hp)
 		log.Error("not applying the plan: the in-flight marker could not be stored", "error", err)
@@ -485,6 +489,11 @@ func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *driver
 		res.Add, res.Change, res.Destroy = hp.Counts.Add, hp.Counts.Change, hp.Counts.Destroy
 	}
 	r.res, r.err, r.end = res, err, time.Now()
+	if err == nil {
+		if werr := gate.RecordApply(ctx, rc.opts.Store, s, hp.Counts, r.end, approved); werr != nil {
+			log.Error("the apply could not be recorded in the task's destroy window", "run_id", r.id, "error", werr)
+		}
+	}
 	r.phases = eventPhases(e.initStart, e.initEnd, r.res.Phases, r.kind, r.start, r.end)
 	e.initStart, e.initEnd = time.Time{}, time.Time{}
 	return rc.recordRun(ctx, log, e, s, r)
@@ -658,7 +667,7 @@ func (rc *reconciler) approve(ctx context.Context, j job) outcome {
 	if rc.opts.Metrics != nil {
 		rc.opts.Metrics.RunStarted(s.Name)
 	}
-	out := rc.applyHeld(ctx, log, j.drv, s, &r, a.drv)
+	out := rc.applyHeld(ctx, log, j.drv, s, &r, a.drv, true)
 	if !out.failed || !errors.Is(out.err, driver.ErrPlanStale) {
 		return out
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -581,4 +582,36 @@ func TestGatePolicyDeniesDestroy(t *testing.T) {
 	if ev := g.st.Events("fw")[0]; ev.Kind != store.KindDestroy || ev.Success {
 		t.Fatalf("the denied destroy's event %+v", ev)
 	}
+}
+
+// The trickle of issue 37: instances leaving one at a time, each applied
+// before the next leaves, are judged with the destroys applied within
+// approval.window: max_destroy_percent 50 holds the 6th of 10, not the
+// 10th, and the held plan names the window's counts.
+func TestGateWindowHoldsTheTrickle(t *testing.T) {
+	half := 50
+	g := startGates(t, &task.Approval{MaxDestroyPercent: &half}) // the default window, 1h
+	g.set(10)
+	g.waitApplied(t, "fw")
+	for n := 9; n >= 5; n-- {
+		g.set(n)
+		testutil.WaitFor(t, fmt.Sprintf("%d instances applied", n), func() bool { return g.inState() == n })
+		g.waitIdle(t)
+	}
+	g.set(4) // the 6th to leave: 6 of 10 within the window
+	p := g.waitHeld(t, "")
+	if p.Rule != gate.RuleMaxDestroyPercent || p.Window == nil || p.Window.Destroyed != 5 || p.Window.HighWater != 10 || p.Destroy != 1 {
+		t.Fatalf("held plan %+v (window %+v)", p, p.Window)
+	}
+	if g.inState() != 5 {
+		t.Fatalf("in state %d, want 5: the held plan was applied", g.inState())
+	}
+	// Approved, the window starts again from what that apply left.
+	if err := g.ctrl.Approve(context.Background(), "fw", p.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the approved plan applied", func() bool { return g.inState() == 4 })
+	g.waitIdle(t)
+	g.set(3)
+	testutil.WaitFor(t, "3 instances applied", func() bool { return g.inState() == 3 })
 }
