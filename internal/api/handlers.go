@@ -19,9 +19,11 @@ import (
 )
 
 // StatusEvents is how many of a task's newest events the status endpoints
-// consider, as CTS (which keeps no more): the status is derived from them
-// and include=events returns them. GET /v1/tasks/{name}/events returns the
-// whole history.
+// return with include=events, as CTS (which keeps no more). The status is
+// derived from the newest StatusEvents runs (store.Status): the safety
+// gates' audit events (kind "gate") and drift checks are shown but are not
+// runs and do not count. GET /v1/tasks/{name}/events returns the whole
+// history.
 const StatusEvents = 5
 
 var (
@@ -112,7 +114,7 @@ func (s *Server) statusEvents(name string) []store.Event {
 func (s *Server) getStatus(w http.ResponseWriter, r *http.Request) {
 	var sum TaskSummary
 	for _, t := range s.visibleTasks() {
-		status := store.Status(s.statusEvents(t.Spec.Name))
+		status := store.Status(s.opts.Controller.Events(t.Spec.Name))
 		if !t.Deleting && s.heldPlan(t.Spec.Name) != nil {
 			// Its plan waits for approval: the task's own status says
 			// waiting, and so does the count (not successful: what
@@ -193,10 +195,11 @@ func (s *Server) getTaskStatuses(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 	name := t.Spec.Name
+	all := s.opts.Controller.Events(name)
 	evs := s.statusEvents(name)
 	ts := TaskStatus{
 		TaskName:        name,
-		Status:          store.Status(evs),
+		Status:          store.Status(all),
 		Enabled:         t.Spec.Enabled,
 		Dirty:           t.Dirty,
 		Terminal:        t.Terminal,
@@ -235,7 +238,7 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 		next := t.NextRun.UTC().Truncate(time.Second)
 		ts.NextRun = &next
 	}
-	ts.LastRun = s.lastRun(evs)
+	ts.LastRun = s.lastRun(all)
 	if r := t.Retry; r != nil {
 		ts.Retry = &RetryStatus{Attempt: r.Attempt, NextAt: r.NextAt.UTC().Truncate(time.Millisecond), LastError: s.redact(name, r.LastError)}
 	}
@@ -243,10 +246,10 @@ func (s *Server) taskStatus(t reconcile.TaskState, include bool) TaskStatus {
 }
 
 // lastRun is the newest event that is a run of the task (not a drift
-// check), redacted; nil when there is none.
+// check nor a gate's audit event: IsRun), redacted; nil when there is none.
 func (s *Server) lastRun(evs []store.Event) *LastRun {
 	for _, ev := range evs {
-		if ev.Kind == store.KindDrift {
+		if !ev.IsRun() {
 			continue
 		}
 		ev = ev.Redacted(s.opts.Redactor.ForTask(ev.TaskName).Redact)

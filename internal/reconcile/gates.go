@@ -117,14 +117,70 @@ func (e *HeldError) Error() string {
 // gateEvent hands what a gate did to the gate hook.
 func (c *gateKeeper) gateEvent(ev gate.Event) { emitGate(c.opts, ev) }
 
-// emitGate hands what a gate did to the gate hook of opts.
+// emitGate records what a gate did in the task's history (recordGate)
+// and hands it to the gate hook of opts.
 func emitGate(opts *Options, ev gate.Event) {
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
+	recordGate(opts, ev)
 	if opts.OnGate != nil {
 		opts.OnGate(ev)
 	}
+}
+
+// gateWriteTimeout bounds the write of a gate's audit event.
+const gateWriteTimeout = 30 * time.Second
+
+// recordGate adds the audit event of an approval decision (a plan held,
+// approved, rejected, expired, superseded) to the task's history: an
+// event of kind "gate", which is not a run (store.Event.IsRun). A policy
+// deny is not recorded here: it is the denied run's own event (its Gate
+// set by the run). A failed write is logged; the decision stands.
+func recordGate(opts *Options, ev gate.Event) {
+	if ev.Kind != gate.EventApproval || opts.Store == nil {
+		return
+	}
+	p := ev.Plan
+	d := &store.GateDecision{Action: ev.Action, PlanID: p.ID, Reason: p.Reason, Rule: p.Rule, SupersededBy: ev.Newer}
+	if ev.Action == gate.ActionApproved || ev.Action == gate.ActionRejected {
+		d.By = p.DecidedBy
+	}
+	if ev.Action != gate.ActionHeld {
+		d.HeldSeconds = heldSeconds(p, ev.Time)
+	}
+	start := ev.Time
+	if ev.Action == gate.ActionHeld && !p.Created.IsZero() {
+		start = p.Created
+	}
+	se := store.Event{ID: uuid.NewString(), TaskName: ev.Task, Success: true, StartTime: start, EndTime: ev.Time,
+		Kind: store.KindGate, Trigger: ev.Trigger, Actor: d.By, Gate: d,
+		Plan: &store.PlanSummary{Add: p.Add, Change: p.Change, Destroy: p.Destroy}}
+	ctx, cancel := context.WithTimeout(context.Background(), gateWriteTimeout)
+	defer cancel()
+	if err := opts.Store.AddEvent(ctx, se); err != nil && opts.Logger != nil {
+		opts.Logger.Error("the safety gate's decision could not be recorded in the task's history",
+			"task_name", ev.Task, "plan", p.ID, "action", ev.Action, "error", err)
+	}
+}
+
+// heldSeconds is how long the plan p waited until its decision (at when
+// it has none recorded).
+func heldSeconds(p gate.Plan, at time.Time) float64 {
+	if !p.DecidedAt.IsZero() {
+		at = p.DecidedAt
+	}
+	if p.Created.IsZero() || at.Before(p.Created) {
+		return 0
+	}
+	return at.Sub(p.Created).Seconds()
+}
+
+// approvedDecision is the approval of the plan p, as the run that applies
+// it records it (store.Event.Gate).
+func approvedDecision(p gate.Plan) *store.GateDecision {
+	return &store.GateDecision{Action: gate.ActionApproved, PlanID: p.ID, Reason: p.Reason, Rule: p.Rule,
+		By: p.DecidedBy, HeldSeconds: heldSeconds(p, time.Time{})}
 }
 
 // heldView is the task's held plan as a job's snapshot has it.
@@ -329,6 +385,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 			log.Warn("policy denied the plan: nothing applied", "run_id", r.id, "messages", strings.Join(msgs, "; "))
 			if req.Mode != ModePlan {
 				r.kind = store.KindPolicy
+				r.gate = &store.GateDecision{Action: gate.ActionDenied, PlanID: plan.ID, Messages: msgs}
 				plan.State = ""
 				emitGate(rc.opts, gate.Event{Kind: gate.EventPolicy, Action: gate.ActionDenied, Task: s.Name, Plan: plan, Messages: msgs, Trigger: r.trigger})
 			}
@@ -596,7 +653,7 @@ func (c *gateKeeper) approve(ctx context.Context, name, id, who string) error {
 	c.mu.Lock()
 	p := c.endHeldLocked(e, gate.Approved, who, evDrop)
 	gen, err := c.submitLocked(e, intent{kind: intentApprove, actor: who,
-		approved: &approval{id: id, who: who, drv: h.drv, run: h.run, destroy: h.destroy, enabled: h.enabled}})
+		approved: &approval{id: id, who: who, plan: p, drv: h.drv, run: h.run, destroy: h.destroy, enabled: h.enabled}})
 	if err != nil {
 		c.stateLocked(e).orphans = append(c.stateLocked(e).orphans, h.drv) // discarded by the task's next job
 	}
@@ -662,6 +719,7 @@ func (rc *reconciler) approve(ctx context.Context, j job) outcome {
 	}
 	r := *a.run
 	r.id, r.actor = uuid.NewString(), a.who
+	r.gate = approvedDecision(a.plan)
 	r.before = rc.opts.Store.Run(s.Name)
 	r.start = time.Now()
 	if rc.opts.Metrics != nil {

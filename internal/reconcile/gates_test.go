@@ -170,9 +170,24 @@ func TestGateHoldsAndApprovalAppliesThatPlan(t *testing.T) {
 	}
 	g.waitApplied(t, "fw")
 	var evs []store.Event // the driver applied; the run is recorded after
-	testutil.WaitFor(t, "the approved run recorded", func() bool { evs = g.st.Events("fw"); return len(evs) == 2 })
+	testutil.WaitFor(t, "the approved run recorded", func() bool { evs = runEvents(g.st.Events("fw")); return len(evs) == 2 })
 	if evs[0].Actor != "ops" || evs[0].Plan == nil || evs[0].Plan.Destroy != 2 || !evs[0].Success {
 		t.Fatalf("the approved run's event %+v", evs[0])
+	}
+	// The run names the approval: the plan, its reason, who, the hold time.
+	if d := evs[0].Gate; d == nil || d.Action != gate.ActionApproved || d.PlanID != p.ID || d.Reason != p.Reason || d.By != "ops" || d.HeldSeconds <= 0 {
+		t.Fatalf("the approved run's gate decision %+v", evs[0].Gate)
+	}
+	// The audit trail: held, then approved, each an event of kind gate
+	// with the plan's id, not runs.
+	audit := gateEvents(g.st.Events("fw"))
+	if len(audit) != 2 || audit[1].Gate.Action != gate.ActionHeld || audit[0].Gate.Action != gate.ActionApproved ||
+		audit[1].Gate.PlanID != p.ID || audit[0].Gate.PlanID != p.ID || audit[1].Gate.Reason != p.Reason ||
+		audit[0].Gate.By != "ops" || audit[0].Actor != "ops" || audit[0].Gate.HeldSeconds <= 0 {
+		t.Fatalf("audit events %+v", audit)
+	}
+	if st := store.Status(g.st.Events("fw")); st != "successful" {
+		t.Fatalf("status %q with audit events, want successful", st)
 	}
 	got, _ := g.ctrl.HeldPlan("fw")
 	if got.State != gate.Approved || got.DecidedBy != "ops" {
@@ -614,4 +629,63 @@ func TestGateWindowHoldsTheTrickle(t *testing.T) {
 	g.waitIdle(t)
 	g.set(3)
 	testutil.WaitFor(t, "3 instances applied", func() bool { return g.inState() == 3 })
+}
+
+// runEvents are the events that are runs (newest first).
+func runEvents(evs []store.Event) []store.Event {
+	var out []store.Event
+	for _, ev := range evs {
+		if ev.IsRun() {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// gateEvents are the gates' audit events (newest first).
+func gateEvents(evs []store.Event) []store.Event {
+	var out []store.Event
+	for _, ev := range evs {
+		if ev.Kind == store.KindGate && ev.Gate != nil {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// Every approval decision is in the task's history with the plan's id:
+// rejected (by whom, after how long), expired, superseded (by which plan);
+// a policy's deny is its run's gate decision.
+func TestGateAuditTrail(t *testing.T) {
+	zero := 0
+	g := startGates(t, &task.Approval{MaxDestroy: &zero})
+	g.set(3)
+	g.waitApplied(t, "fw")
+	g.set(1)
+	p1 := g.waitHeld(t, "")
+	g.set(2) // a change: a new plan supersedes p1
+	p2 := g.waitHeld(t, p1.ID)
+	if err := g.ctrl.Reject(context.Background(), "fw", p2.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	var audit []store.Event
+	testutil.WaitFor(t, "held, superseded, held, rejected", func() bool {
+		audit = gateEvents(g.st.Events("fw"))
+		return len(audit) == 4
+	})
+	want := []struct{ action, plan string }{{gate.ActionRejected, p2.ID}, {gate.ActionHeld, p2.ID}, {gate.ActionSuperseded, p1.ID}, {gate.ActionHeld, p1.ID}}
+	for i, w := range want {
+		if d := audit[i].Gate; d.Action != w.action || d.PlanID != w.plan {
+			t.Fatalf("audit event %d: %+v, want %s of %s (all: %+v)", i, d, w.action, w.plan, audit)
+		}
+	}
+	if d := audit[0].Gate; d.By != "ops" || d.HeldSeconds <= 0 || d.Reason != p2.Reason {
+		t.Fatalf("the rejection %+v", d)
+	}
+	if d := audit[2].Gate; d.SupersededBy != p2.ID {
+		t.Fatalf("the supersession %+v, want superseded by %s", d, p2.ID)
+	}
+	if st := store.Status(g.st.Events("fw")); st != "successful" {
+		t.Fatalf("status %q with audit events, want successful (they are not runs)", st)
+	}
 }

@@ -376,6 +376,7 @@ type runRecord struct {
 	seen         time.Time
 	inputs, prev *inputsDigest
 	phases       []store.Phase
+	gate         *store.GateDecision // the approval it applies, the policy's deny
 }
 
 // recordRun records a run's outcome: its event and the task's next run
@@ -386,7 +387,7 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverS
 	ev := store.Event{ID: rec.id, TaskName: s.Name, Success: err == nil, StartTime: rec.start, EndTime: rec.end,
 		Kind: rec.kind, Trigger: rec.trigger, InputsHash: rec.want.Used, Config: eventConfig(s), LogPath: res.LogPath,
 		LogTail: r.opts.redact(s.Name, tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL, Refresh: res.Refresh,
-		ErrorSummary: r.opts.redact(s.Name, driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs)}
+		ErrorSummary: r.opts.redact(s.Name, driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs), Gate: rec.gate}
 	if !rec.seen.IsZero() {
 		ev.DetectedAt = &rec.seen
 	}

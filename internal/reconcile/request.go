@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"github.com/ctsync/ctsync/internal/gate"
 	"time"
 
 	"github.com/ctsync/ctsync/internal/driver"
@@ -183,6 +184,7 @@ func (in *intent) owned() bool { return in.kind == intentDrift }
 // approval is a held plan approved for apply (intentApprove).
 type approval struct {
 	id, who string
+	plan    gate.Plan // the plan as approved (its reason, when it was held and approved)
 	drv     driver.HeldPlan
 	run     *runRecord
 	destroy bool // a deletion's destroy: the task is deleted once it is applied

@@ -71,7 +71,41 @@ type Event struct {
 	// Changes is what changed in the run's Consul data since the task's
 	// previous run (nil: no previous run since the daemon started).
 	Changes *Changes `json:"changes,omitempty"`
+	// Gate is a safety gate's decision (ctsync): on an audit event (Kind
+	// "gate": a plan held, approved, rejected, expired or superseded), on
+	// the run that applied an approved plan (the approval) and on a run
+	// the policy denied.
+	Gate *GateDecision `json:"gate,omitempty"`
 }
+
+// GateDecision is what a safety gate decided about a plan, for the task's
+// history (docs/safety.md "The audit trail").
+type GateDecision struct {
+	// Action is "held", "approved", "rejected", "expired", "superseded"
+	// or "denied" (the policy).
+	Action string `json:"action"`
+	// PlanID is the plan's id (GET /v1/tasks/{name}/plan).
+	PlanID string `json:"plan_id"`
+	// Reason is why it was held; Rule the approval rule that held it.
+	Reason string `json:"reason,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	// By is who approved or rejected it: the token's name with api_auth
+	// on, "cli" or "dashboard" otherwise.
+	By string `json:"by,omitempty"`
+	// HeldSeconds is how long the plan waited, from when it was held to
+	// the decision (approved, rejected, expired, superseded).
+	HeldSeconds float64 `json:"held_seconds,omitempty"`
+	// SupersededBy is the newer plan (superseded; "" when the task's next
+	// run did not plan).
+	SupersededBy string `json:"superseded_by,omitempty"`
+	// Messages are the policy's deny messages (denied).
+	Messages []string `json:"messages,omitempty"`
+}
+
+// IsRun reports whether the event is a run of the task: not a drift check
+// and not an audit event of the safety gates. Only runs count in a task's
+// status (Status) and its last run.
+func (ev Event) IsRun() bool { return ev.Kind != KindDrift && ev.Kind != KindGate }
 
 // Phase is one timed part of a run.
 type Phase struct {
@@ -299,10 +333,14 @@ func (m *Memory) DeleteTask(_ context.Context, taskName string) error {
 // Status derives a task's CTS status from its events (newest first):
 // "successful" when the latest succeeded, "errored" when the latest failed
 // and all older ones succeeded, "critical" when the latest and at least one
-// older one failed, "unknown" without events. Drift checks are not runs of
-// the task and do not count.
+// older one failed, "unknown" without events. Drift checks and the safety
+// gates' audit events are not runs of the task and do not count (IsRun); of
+// the runs, the newest StatusRuns count, as CTS counts its last five events.
 func Status(events []Event) string {
 	events = runs(events)
+	if len(events) > StatusRuns {
+		events = events[:StatusRuns]
+	}
 	if len(events) == 0 {
 		return "unknown"
 	}
@@ -317,11 +355,14 @@ func Status(events []Event) string {
 	return "errored"
 }
 
-// runs returns the events that are runs of the task (not drift checks).
+// StatusRuns is how many of a task's newest runs Status looks at.
+const StatusRuns = 5
+
+// runs returns the events that are runs of the task (IsRun).
 func runs(events []Event) []Event {
 	out := events[:0:0]
 	for _, ev := range events {
-		if ev.Kind != KindDrift {
+		if ev.IsRun() {
 			out = append(out, ev)
 		}
 	}
@@ -338,4 +379,7 @@ const (
 	// KindPolicy: a run whose plan the task's policy denied (ctsync);
 	// nothing was applied.
 	KindPolicy = "policy"
+	// KindGate: an audit event of the safety gates (Event.Gate): a plan
+	// held, approved, rejected, expired or superseded. Not a run.
+	KindGate = "gate"
 )
