@@ -87,3 +87,40 @@ func TestRunsCompact(t *testing.T) {
 		t.Fatalf("filtered runs %+v", some.Runs)
 	}
 }
+
+// The safety gates' audit events (kind gate) are shown with include=events,
+// in CTS's event shape plus their gate field (matching the OpenAPI
+// document), but are not runs: the task's status, the status counts and
+// its last run come from its runs only, however many audit events follow.
+func TestGateAuditEventsAreNotRuns(t *testing.T) {
+	h := newHarness(t, []task.Spec{servicesTask("web-task", "web")})
+	ctx := context.Background()
+	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	_ = h.st.AddEvent(ctx, store.Event{ID: "bad1", TaskName: "web-task", Kind: store.KindApply, StartTime: at, EndTime: at})
+	_ = h.st.AddEvent(ctx, store.Event{ID: "ok", TaskName: "web-task", Kind: store.KindApply, Success: true, StartTime: at, EndTime: at})
+	for i := range 6 { // more than StatusEvents
+		_ = h.st.AddEvent(ctx, store.Event{ID: fmt.Sprint("g", i), TaskName: "web-task", Kind: store.KindGate, Success: true,
+			StartTime: at, EndTime: at, Actor: "ops", Plan: &store.PlanSummary{Destroy: 3},
+			Gate: &store.GateDecision{Action: "rejected", PlanID: "p1", Reason: "plan destroys 3 of 4 resources (max_destroy 0)", Rule: "max_destroy", By: "ops", HeldSeconds: 12.5}})
+	}
+	var st map[string]TaskStatus
+	h.do("GET", "/v1/status/tasks/web-task?include=events", "").expect(t, 200).json(t, &st)
+	ts := st["web-task"]
+	if ts.Status != "successful" || ts.LastRun == nil || ts.LastRun.ID != "ok" {
+		t.Fatalf("status %q, last run %+v: want successful, run ok (audit events are not runs)", ts.Status, ts.LastRun)
+	}
+	if len(ts.Events) != StatusEvents || ts.Events[0].Gate == nil || ts.Events[0].Gate.PlanID != "p1" || ts.Events[0].Gate.By != "ops" {
+		t.Fatalf("events %+v: want the newest %d, audit events with their gate", ts.Events, StatusEvents)
+	}
+	b, _ := json.Marshal(ts)
+	var v any
+	_ = json.Unmarshal(b, &v)
+	if err := loadSpec(t).Components.Schemas["TaskStatus"].Value.VisitJSON(v); err != nil {
+		t.Fatalf("status with audit events does not match the spec: %v\n%s", err, b)
+	}
+	var sum StatusResponse
+	h.do("GET", "/v1/status", "").expect(t, 200).json(t, &sum)
+	if sum.TaskSummary.Status.Successful != 1 {
+		t.Fatalf("status counts %+v: want 1 successful", sum.TaskSummary.Status)
+	}
+}
