@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/gate"
+	"github.com/ctsync/ctsync/internal/reconcile"
 )
 
 // Approvals is what the API needs from the safety gates: the plans the
@@ -175,7 +176,9 @@ func (s *Server) decidePlan(w http.ResponseWriter, r *http.Request, approve bool
 	if approve {
 		verb, state, decide = "approved", gate.Approved, s.opts.Approvals.Approve
 	}
-	if err := decide(r.Context(), name, id, who); err != nil {
+	// The run that applies an approved plan is triggered by the token
+	// (its actor), when one was used; who names the client otherwise.
+	if err := decide(reconcile.WithActor(r.Context(), tokenName(r)), name, id, who); err != nil {
 		s.log.Info("api: plan decision refused", "task_name", name, "plan", id, "decision", verb, "token", who,
 			"request_id", requestID(r), "error", err)
 		s.fail(w, r, planError(name, id, err))

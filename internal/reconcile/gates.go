@@ -154,7 +154,7 @@ func recordGate(opts *Options, ev gate.Event) {
 		start = p.Created
 	}
 	se := store.Event{ID: uuid.NewString(), TaskName: ev.Task, Success: true, StartTime: start, EndTime: ev.Time,
-		Kind: store.KindGate, Trigger: ev.Trigger, Actor: d.By, Gate: d,
+		Kind: store.KindGate, Trigger: ev.Trigger, Gate: d,
 		Plan: &store.PlanSummary{Add: p.Add, Change: p.Change, Destroy: p.Destroy}}
 	ctx, cancel := context.WithTimeout(context.Background(), gateWriteTimeout)
 	defer cancel()
@@ -653,7 +653,7 @@ func (c *gateKeeper) approve(ctx context.Context, name, id, who string) error {
 	c.mu.Lock()
 	p := c.endHeldLocked(e, gate.Approved, who, evDrop)
 	gen, err := c.submitLocked(e, intent{kind: intentApprove, actor: who,
-		approved: &approval{id: id, who: who, plan: p, drv: h.drv, run: h.run, destroy: h.destroy, enabled: h.enabled}})
+		approved: &approval{id: id, who: who, token: actorFrom(ctx), plan: p, drv: h.drv, run: h.run, destroy: h.destroy, enabled: h.enabled}})
 	if err != nil {
 		c.stateLocked(e).orphans = append(c.stateLocked(e).orphans, h.drv) // discarded by the task's next job
 	}
@@ -718,7 +718,7 @@ func (rc *reconciler) approve(ctx context.Context, j job) outcome {
 		return rc.approveDestroy(ctx, log, j)
 	}
 	r := *a.run
-	r.id, r.actor = uuid.NewString(), a.who
+	r.id, r.actor = uuid.NewString(), a.token // "" when no token was used: who is then "cli", "dashboard" (the gate's By)
 	r.gate = approvedDecision(a.plan)
 	r.before = rc.opts.Store.Run(s.Name)
 	r.start = time.Now()

@@ -165,7 +165,7 @@ func TestGateHoldsAndApprovalAppliesThatPlan(t *testing.T) {
 	if err := g.ctrl.Approve(ctx, "nope", p.ID, "ops"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("approve of an unknown task: %v", err)
 	}
-	if err := g.ctrl.Approve(ctx, "fw", p.ID, "ops"); err != nil {
+	if err := g.ctrl.Approve(WithActor(ctx, "ops"), "fw", p.ID, "ops"); err != nil { // the token ops
 		t.Fatal(err)
 	}
 	g.waitApplied(t, "fw")
@@ -183,7 +183,7 @@ func TestGateHoldsAndApprovalAppliesThatPlan(t *testing.T) {
 	audit := gateEvents(g.st.Events("fw"))
 	if len(audit) != 2 || audit[1].Gate.Action != gate.ActionHeld || audit[0].Gate.Action != gate.ActionApproved ||
 		audit[1].Gate.PlanID != p.ID || audit[0].Gate.PlanID != p.ID || audit[1].Gate.Reason != p.Reason ||
-		audit[0].Gate.By != "ops" || audit[0].Actor != "ops" || audit[0].Gate.HeldSeconds <= 0 {
+		audit[0].Gate.By != "ops" || audit[0].Gate.HeldSeconds <= 0 {
 		t.Fatalf("audit events %+v", audit)
 	}
 	if st := store.Status(g.st.Events("fw")); st != "successful" {
@@ -627,6 +627,17 @@ func TestGateWindowHoldsTheTrickle(t *testing.T) {
 	}
 	testutil.WaitFor(t, "the approved plan applied", func() bool { return g.inState() == 4 })
 	g.waitIdle(t)
+	// Approved without a token (api_auth off): the run names no token, its
+	// gate decision names who approved.
+	var run store.Event
+	testutil.WaitFor(t, "the approved run recorded", func() bool {
+		evs := runEvents(g.st.Events("fw"))
+		run = evs[0]
+		return run.Gate != nil
+	})
+	if run.Actor != "" || run.Gate.By != "ops" || run.Gate.PlanID != p.ID || run.Gate.Rule != gate.RuleMaxDestroyPercent {
+		t.Fatalf("the approved run %+v, gate %+v: want no actor, approved by ops", run, run.Gate)
+	}
 	g.set(3)
 	testutil.WaitFor(t, "3 instances applied", func() bool { return g.inState() == 3 })
 }

@@ -185,6 +185,7 @@ func (in *intent) owned() bool { return in.kind == intentDrift }
 type approval struct {
 	id, who string
 	plan    gate.Plan // the plan as approved (its reason, when it was held and approved)
+	token   string    // the API token that approved it ("": none, who names the client)
 	drv     driver.HeldPlan
 	run     *runRecord
 	destroy bool // a deletion's destroy: the task is deleted once it is applied

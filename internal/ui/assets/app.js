@@ -150,6 +150,9 @@ function statusBadge(status) {
 
 function resultBadge(ev) {
   if (ev.kind === 'drift') return badge('drift', 'bad', 'a drift check found changes made outside Terraform');
+  if (ev.kind === 'gate' && ev.gate) {
+    return badge(ev.gate.action, ev.gate.action === 'approved' ? 'ok' : 'warn', 'a safety gate\'s decision about plan ' + ev.gate.plan_id + ' (not a run)');
+  }
   if (ev.kind === 'noop') return badge('no change', 'muted');
   return ev.success ? badge('success', 'ok') : badge('failed', 'bad');
 }
@@ -739,6 +742,26 @@ function phasesView(ev) {
     })));
 }
 
+// triggeredBy says who started a run: the API token (only when one was
+// used), the approver without a token, or ctsync.
+function triggeredBy(ev) {
+  if (ev.actor) return 'token ' + ev.actor;
+  if (ev.gate && ev.gate.by) return ev.gate.by + ' (no token: api_auth is off)';
+  return ev.trigger === 'api' || ev.trigger === 'enable' ? 'an API request (no token: api_auth is off)' : 'ctsync';
+}
+
+// gateView is a safety gate's decision on a run page: the action, the
+// plan's id, who and after how long, why it was held, the policy's messages.
+function gateView(g) {
+  const who = g.by ? ' by ' + g.by : '';
+  const after = g.held_seconds ? ' after ' + fmtSeconds(g.held_seconds) + ' held' : '';
+  return el('div', { id: 'run-gate' },
+    el('div', null, el('span', { id: 'run-gate-action' }, g.action + who + after), ' · plan ', el('code', { id: 'run-gate-plan' }, g.plan_id)),
+    g.reason ? el('div', { id: 'run-gate-reason' }, g.reason) : null,
+    g.superseded_by ? el('div', null, 'superseded by plan ', el('code', null, g.superseded_by)) : null,
+    g.messages && g.messages.length ? el('ul', { id: 'run-gate-messages' }, g.messages.map((m) => el('li', null, m))) : null);
+}
+
 async function renderRun(name, id, seq) {
   let r;
   try {
@@ -773,8 +796,8 @@ async function renderRun(name, id, seq) {
     detail('Result', [resultBadge(ev), ev.terminal ? [' ', badge('terminal', 'bad', 'not retried until the task\'s desired state changes')] : null]),
     detail('Kind', ev.kind || ''),
     detail('Trigger', ev.trigger ? el('code', { id: 'run-trigger' }, ev.trigger) : ''),
-    detail('Triggered by', el('span', { id: 'run-actor' }, ev.actor ? 'token ' + ev.actor
-      : (ev.trigger === 'api' || ev.trigger === 'enable' ? 'an API request (no token: api_auth is off)' : 'ctsync'))),
+    detail('Triggered by', el('span', { id: 'run-actor' }, triggeredBy(ev))),
+    ev.gate ? detail('Safety gate', gateView(ev.gate)) : null,
     detail('Change seen', ev.detected_at ? fmtTime(ev.detected_at) : ''),
     detail('Started', fmtTime(ev.start_time)),
     detail('Ended', fmtTime(ev.end_time)),
