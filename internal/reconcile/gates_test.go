@@ -353,6 +353,15 @@ func TestGateExpiryDropsThePlan(t *testing.T) {
 	if a := g.actions(); len(a) != 3 || a[1] != gate.ActionExpired {
 		t.Fatalf("gate events %v", a)
 	}
+	var expired []store.Event
+	for _, ev := range gateEvents(g.st.Events("fw")) {
+		if ev.Gate.Action == gate.ActionExpired {
+			expired = append(expired, ev)
+		}
+	}
+	if len(expired) != 1 || expired[0].Gate.PlanID != p.ID || expired[0].Gate.Reason != p.Reason {
+		t.Fatalf("the expired audit events %+v", expired)
+	}
 }
 
 func TestGateStepDownForgetsHeldPlan(t *testing.T) {
@@ -390,6 +399,9 @@ func TestGatePolicyDenies(t *testing.T) {
 	ev := evs[0]
 	if ev.Success || ev.Kind != store.KindPolicy || ev.Error == nil || !strings.Contains(ev.Error.Message, "no changes to fw") || !ev.Terminal {
 		t.Fatalf("denied run %+v (error %+v)", ev, ev.Error)
+	}
+	if d := ev.Gate; d == nil || d.Action != gate.ActionDenied || d.PlanID != ev.ID || len(d.Messages) != 1 || !strings.Contains(d.Messages[0], "no changes to fw") {
+		t.Fatalf("the denied run's gate decision %+v", ev.Gate)
 	}
 	g.noApply(t)
 	if _, err := g.ctrl.HeldPlan("fw"); !errors.Is(err, gate.ErrNoPlan) {
