@@ -21,6 +21,7 @@ import (
 // TestDashboardRunPageShowsApproval drives the run page in headless
 // Chromium (api_auth off): a run that applied a plan approved from the
 // dashboard shows the approval (plan id, who, the hold time, the reason)
+// and the plan it applied
 // and is not "triggered by token dashboard": no token was used; a run
 // approved with a token names it; an audit event of the gates shows its
 // decision. Screenshots go to $CTSYNC_ARTIFACTS/ui-audit.
@@ -38,7 +39,7 @@ func TestDashboardRunPageShowsApproval(t *testing.T) {
 		{ID: "held1", TaskName: "firewall", Kind: store.KindGate, Success: true, StartTime: now.Add(-3 * time.Minute), EndTime: now.Add(-3 * time.Minute),
 			Gate: &store.GateDecision{Action: "held", PlanID: "plan-1", Reason: reason, Rule: "max_destroy_percent"}},
 		{ID: "run-dash", TaskName: "firewall", Kind: store.KindApply, Success: true, StartTime: now.Add(-time.Minute), EndTime: now,
-			Plan: &store.PlanSummary{Destroy: 1},
+			Plan: &store.PlanSummary{Destroy: 1}, PlanText: "  # local_file.rule[\"web-4\"] will be destroyed\n" + xssScript + "\nPlan: 0 to add, 0 to change, 1 to destroy.",
 			Gate: &store.GateDecision{Action: "approved", PlanID: "plan-1", Reason: reason, Rule: "max_destroy_percent", By: "dashboard", HeldSeconds: 125}},
 		{ID: "run-tok", TaskName: "firewall", Kind: store.KindApply, Success: true, StartTime: now, EndTime: now, Actor: "ops",
 			Plan: &store.PlanSummary{Destroy: 1},
@@ -73,6 +74,15 @@ func TestDashboardRunPageShowsApproval(t *testing.T) {
 	}
 	if got := b.text("#run-gate-reason"); got != reason {
 		t.Errorf("the reason %q", got)
+	}
+	if got := b.text("#run-plan-text"); !strings.Contains(got, "will be destroyed") || !strings.Contains(got, xssScript) {
+		t.Errorf("the run's plan text %q: want the plan, shown as text", got)
+	}
+	if got := b.text("#run-log-note"); !strings.HasPrefix(got, "No log") && !strings.Contains(got, "log") {
+		t.Errorf("the log note %q", got)
+	}
+	if got := b.text("#main"); strings.Contains(got, "[object ") {
+		t.Errorf("the run page shows an element as a string: %q", got)
 	}
 	t.Logf("approved from the dashboard: %s", b.shot("01-run-approved"))
 

@@ -386,6 +386,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 			if req.Mode != ModePlan {
 				r.kind = store.KindPolicy
 				r.gate = &store.GateDecision{Action: gate.ActionDenied, PlanID: plan.ID, Messages: msgs}
+				r.planText = plan.Text
 				plan.State = ""
 				emitGate(rc.opts, gate.Event{Kind: gate.EventPolicy, Action: gate.ActionDenied, Task: s.Name, Plan: plan, Messages: msgs, Trigger: r.trigger})
 			}
@@ -546,6 +547,7 @@ func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *driver
 		res.Add, res.Change, res.Destroy = hp.Counts.Add, hp.Counts.Change, hp.Counts.Destroy
 	}
 	r.res, r.err, r.end = res, err, time.Now()
+	r.planText = rc.opts.redact(s.Name, hp.Text)
 	if err == nil {
 		if werr := gate.RecordApply(ctx, rc.opts.Store, s, hp.Counts, r.end, approved); werr != nil {
 			log.Error("the apply could not be recorded in the task's destroy window", "run_id", r.id, "error", werr)

@@ -174,6 +174,9 @@ func TestGateHoldsAndApprovalAppliesThatPlan(t *testing.T) {
 	if evs[0].Actor != "ops" || evs[0].Plan == nil || evs[0].Plan.Destroy != 2 || !evs[0].Success {
 		t.Fatalf("the approved run's event %+v", evs[0])
 	}
+	if evs[0].PlanText != p.Text || evs[1].PlanText != "" && evs[1].PlanText == p.Text {
+		t.Fatalf("the runs' plan text %q, %q: want the approved plan's %q on the approved run", evs[0].PlanText, evs[1].PlanText, p.Text)
+	}
 	// The run names the approval: the plan, its reason, who, the hold time.
 	if d := evs[0].Gate; d == nil || d.Action != gate.ActionApproved || d.PlanID != p.ID || d.Reason != p.Reason || d.By != "ops" || d.HeldSeconds <= 0 {
 		t.Fatalf("the approved run's gate decision %+v", evs[0].Gate)

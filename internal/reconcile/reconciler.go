@@ -377,6 +377,7 @@ type runRecord struct {
 	inputs, prev *inputsDigest
 	phases       []store.Phase
 	gate         *store.GateDecision // the approval it applies, the policy's deny
+	planText     string              // the saved plan it applied or was denied (redacted)
 }
 
 // recordRun records a run's outcome: its event and the task's next run
@@ -387,7 +388,8 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverS
 	ev := store.Event{ID: rec.id, TaskName: s.Name, Success: err == nil, StartTime: rec.start, EndTime: rec.end,
 		Kind: rec.kind, Trigger: rec.trigger, InputsHash: rec.want.Used, Config: eventConfig(s), LogPath: res.LogPath,
 		LogTail: r.opts.redact(s.Name, tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL, Refresh: res.Refresh,
-		ErrorSummary: r.opts.redact(s.Name, driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs), Gate: rec.gate}
+		ErrorSummary: r.opts.redact(s.Name, driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs), Gate: rec.gate,
+		PlanText: store.ClipPlanText(rec.planText)}
 	if !rec.seen.IsZero() {
 		ev.DetectedAt = &rec.seen
 	}

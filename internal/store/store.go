@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 )
@@ -76,6 +77,27 @@ type Event struct {
 	// the run that applied an approved plan (the approval) and on a run
 	// the policy denied.
 	Gate *GateDecision `json:"gate,omitempty"`
+	// PlanText is the plan the run applied or was denied, as terraform
+	// show prints it (secrets redacted), for a task with safety gates,
+	// whose runs apply a saved plan; at most MaxPlanText bytes (its
+	// beginning).
+	PlanText string `json:"plan_text,omitempty"`
+}
+
+// MaxPlanText bounds an event's PlanText.
+const MaxPlanText = 32 << 10
+
+// ClipPlanText returns text cut to MaxPlanText bytes (at a line end),
+// saying so.
+func ClipPlanText(text string) string {
+	if len(text) <= MaxPlanText {
+		return text
+	}
+	cut := text[:MaxPlanText]
+	if i := strings.LastIndexByte(cut, '\n'); i > 0 {
+		cut = cut[:i+1]
+	}
+	return cut + "... (cut: the plan is longer than 32 KiB)\n"
 }
 
 // GateDecision is what a safety gate decided about a plan, for the task's
@@ -149,6 +171,7 @@ type EventError struct {
 // secrets). The event itself is not changed.
 func (ev Event) Redacted(redact func(string) string) Event {
 	ev.LogTail = redact(ev.LogTail)
+	ev.PlanText = redact(ev.PlanText)
 	ev.ErrorSummary = redact(ev.ErrorSummary)
 	if ev.Error != nil {
 		ev.Error = &EventError{Message: redact(ev.Error.Message)}

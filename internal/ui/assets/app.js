@@ -207,8 +207,9 @@ function setBanner(text) {
 }
 
 function setMain(...nodes) {
-  // replaceChildren would turn a null into the text "null".
-  document.getElementById('main').replaceChildren(...nodes.filter((n) => n !== null && n !== undefined && n !== false));
+  // replaceChildren would turn a null into the text "null", and an array
+  // into its string: arrays are flattened.
+  document.getElementById('main').replaceChildren(...nodes.flat(Infinity).filter((n) => n !== null && n !== undefined && n !== false));
 }
 
 async function renderCluster() {
@@ -821,6 +822,7 @@ async function renderRun(name, id, seq) {
     el('h1', { id: 'run-title' }, 'Run ', el('code', null, id)),
     nav, details,
     ev.error ? el('details', { class: 'full-error' }, el('summary', null, 'Full error'), el('pre', { class: 'log', id: 'run-error' }, ev.error.message)) : null,
+    ev.plan_text ? [el('h2', null, 'Plan'), el('pre', { class: 'log', id: 'run-plan-text' }, ev.plan_text)] : null,
     el('h2', null, 'What changed in Consul'), changesView(ev.changes),
     el('h2', null, 'Phases'), phasesView(ev),
     el('h2', null, 'Log'),
