@@ -256,6 +256,9 @@ func TestGateExpire(t *testing.T) {
 	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after the plan expired")
 	hook.wait(t, "web", "plan expired", approval("expired", p.ID))
 	g.waitMetric("ctsync_task_runs_expired_total", "web", 1)
+	if ex := g.waitAudit("web", gate.ActionExpired, p.ID); ex.Gate.Reason != emptyCatalogReason || ex.Gate.HeldSeconds < 9 {
+		t.Errorf("the expired audit event %+v: want the reason and about 10s held", ex.Gate)
+	}
 
 	registerWeb(t, c, 5)
 	next := g.waitPlan("web", "made after the next change", func(n gate.Plan) bool {
@@ -373,6 +376,12 @@ func TestGatePolicyDeniesOpenRule(t *testing.T) {
 	ev := g.waitNewEvent("fw", before, "denied by policy", func(ev store.Event) bool { return !ev.Success })
 	if ev.Kind != "policy" || ev.Error == nil || !strings.Contains(ev.Error.Message, msg) {
 		t.Fatalf("the denied run: kind %q, error %+v; want kind policy and the message %q", ev.Kind, ev.Error, msg)
+	}
+	// The audit trail: the denied run carries the decision, the plan's id
+	// (the run's), the messages and the plan.
+	if d := ev.Gate; d == nil || d.Action != "denied" || d.PlanID != ev.ID || !slices.ContainsFunc(d.Messages, func(m string) bool { return strings.HasSuffix(m, msg) }) ||
+		!strings.Contains(ev.PlanText, "web-open") {
+		t.Errorf("the denied run's gate decision %+v, plan text %q", ev.Gate, ev.PlanText)
 	}
 	st := g.waitStatus("fw", "errored", func(st gateStatus) bool { return st.Status == "errored" })
 	if !strings.Contains(st.raw, "opens 0.0.0.0/0") {
