@@ -18,6 +18,7 @@ import (
 	"github.com/ctsync/ctsync/internal/api/client"
 	"github.com/ctsync/ctsync/internal/config"
 	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 // Stdin is where the task commands read approval answers; tests replace it.
@@ -411,6 +412,23 @@ func taskDisable(args []string, stdout, stderr io.Writer) int {
 	return ExitOK
 }
 
+// readTaskFile reads the task of -task-file for task create and task
+// update, printing the file's warnings: the task, or the exit code of a
+// failure (-1: none).
+func (c *clientCmd) readTaskFile(stderr io.Writer, path string) (task.Spec, int) {
+	if path == "" {
+		return task.Spec{}, c.ui.failCode(ExitRequiredFlags, "Error: unable to create request", "no task file provided", moreHelp(c.name))
+	}
+	spec, warns, err := config.LoadTaskFileWarnings(path)
+	if err != nil {
+		return task.Spec{}, c.ui.fail("Error: unable to create request", "unable to read task file", err.Error())
+	}
+	for _, w := range warns {
+		fmt.Fprint(stderr, prefixed(infoPrefix, "Warning: "+w))
+	}
+	return spec, -1
+}
+
 func taskCreate(args []string, stdout, stderr io.Writer) int {
 	c := newClientCmd("task create", "[options] -task-file=<task config>", `  Task Create creates a new task from a file holding one task block (HCL,
   or JSON for a .json file); it does not update an existing task. The
@@ -425,15 +443,9 @@ func taskCreate(args []string, stdout, stderr io.Writer) int {
 	}
 	u := c.ui
 	warnIgnored(stderr, pos)
-	if *taskFile == "" {
-		return u.failCode(ExitRequiredFlags, "Error: unable to create request", "no task file provided", moreHelp(c.name))
-	}
-	spec, warns, err := config.LoadTaskFileWarnings(*taskFile)
-	if err != nil {
-		return u.fail("Error: unable to create request", "unable to read task file", err.Error())
-	}
-	for _, w := range warns {
-		fmt.Fprint(stderr, prefixed(infoPrefix, "Warning: "+w))
+	spec, code := c.readTaskFile(stderr, *taskFile)
+	if code >= 0 {
+		return code
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -504,15 +516,9 @@ func taskUpdate(args []string, stdout, stderr io.Writer) int {
 			fmt.Sprintf("%d arguments were passed to the command: '%s'", len(pos), strings.Join(pos, ", ")),
 			"All flags are required to appear before positional arguments if set\n", moreHelp(c.name))
 	}
-	if *taskFile == "" {
-		return u.failCode(ExitRequiredFlags, "Error: unable to create request", "no task file provided", moreHelp(c.name))
-	}
-	spec, warns, err := config.LoadTaskFileWarnings(*taskFile)
-	if err != nil {
-		return u.fail("Error: unable to create request", "unable to read task file", err.Error())
-	}
-	for _, w := range warns {
-		fmt.Fprint(stderr, prefixed(infoPrefix, "Warning: "+w))
+	spec, code := c.readTaskFile(stderr, *taskFile)
+	if code >= 0 {
+		return code
 	}
 	if len(pos) == 1 && pos[0] != spec.Name {
 		return u.failCode(ExitRequiredFlags, "Error: unable to create request",
