@@ -119,34 +119,7 @@ func TestDeviceProviderTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, mod, "main.tf", deviceModule)
-	cfg := writeFile(t, work, "config.hcl", fmt.Sprintf(`log_level = "DEBUG"
-working_dir = %q
-port = %d
-
-consul {
-  address = %q
-}
-
-buffer_period {
-  enabled = false
-}
-
-driver "terraform" {
-  required_providers {
-    device = {
-      source  = "ctsync/device"
-      version = %q
-    }
-  }
-}
-
-terraform_provider "device" {
-  dir         = %q
-  read_delay  = "20ms"
-  write_delay = "20ms"
-}
-
-task {
+	cfg := writeFile(t, work, "config.hcl", deviceConfig("DEBUG", work, testutil.FreePort(t), c.Addr, dev, "20ms", fmt.Sprintf(`task {
   name      = "device-task"
   module    = %q
   providers = ["device"]
@@ -158,7 +131,7 @@ task {
     remediate = true
   }
 }
-`, filepath.Join(work, "sync-tasks"), testutil.FreePort(t), c.Addr, deviceProviderVersion, dev, mod))
+`, mod)))
 
 	register := func(id string, port int) {
 		t.Helper()
@@ -194,4 +167,41 @@ task {
 		return len(p.lines("drift detected", "task_name=device-task", "add=1")) > 0 &&
 			len(p.lines("drift detected", "task_name=device-task", "change=1")) > 0
 	})
+}
+
+// deviceConfig is the configuration of a daemon that drives the device
+// test provider (ctsync/device from the tools mirror): its working_dir
+// under work, the API on port, Consul at consulAddr, no buffer period, the
+// provider's objects in dev with delay (a duration, "" for none) on every
+// read and write; then tasks, the configuration's task blocks.
+func deviceConfig(logLevel, work string, port int, consulAddr, dev, delay, tasks string) string {
+	provider := fmt.Sprintf("  dir = %q\n", dev)
+	if delay != "" {
+		provider = fmt.Sprintf("  dir         = %q\n  read_delay  = %q\n  write_delay = %q\n", dev, delay, delay)
+	}
+	return fmt.Sprintf(`log_level = %q
+working_dir = %q
+port = %d
+
+consul {
+  address = %q
+}
+
+buffer_period {
+  enabled = false
+}
+
+driver "terraform" {
+  required_providers {
+    device = {
+      source  = "ctsync/device"
+      version = %q
+    }
+  }
+}
+
+terraform_provider "device" {
+%s}
+
+%s`, logLevel, filepath.Join(work, "sync-tasks"), port, consulAddr, deviceProviderVersion, provider, tasks)
 }

@@ -147,33 +147,7 @@ task {
 %s}
 `, policy, mod, policy, serviceName(s), map[bool]string{true: driftBlock}[policy == "auto"])
 		}
-		return writeFile(t, work, "config.hcl", fmt.Sprintf(`log_level = "INFO"
-working_dir = %q
-port = %d
-
-consul {
-  address = %q
-}
-
-buffer_period {
-  enabled = false
-}
-
-driver "terraform" {
-  required_providers {
-    device = {
-      source  = "ctsync/device"
-      version = %q
-    }
-  }
-}
-
-terraform_provider "device" {
-  dir         = %q
-  read_delay  = %q
-  write_delay = %q
-}
-%s`, filepath.Join(work, "sync-tasks"), port, c.Addr, testutil.DeviceProviderVersion, dev, delay, delay, tasks.String()))
+		return writeFile(t, work, "config.hcl", deviceConfig("INFO", work, port, c.Addr, dev, delay, tasks.String()))
 	}
 	start := func(cfg string) *proc {
 		p := startCtsyncEnv(t, work, []string{"TF_CLI_CONFIG_FILE=" + rc}, "start", "-config-file", cfg)

@@ -47,32 +47,7 @@ func startRefreshRig(t *testing.T, refresh, drift string) *refreshRig {
 	}
 	port := testutil.FreePort(t)
 	r.base = fmt.Sprintf("http://127.0.0.1:%d", port)
-	cfg := writeFile(t, work, "config.hcl", fmt.Sprintf(`log_level = "DEBUG"
-working_dir = %q
-port = %d
-
-consul {
-  address = %q
-}
-
-buffer_period {
-  enabled = false
-}
-
-driver "terraform" {
-  required_providers {
-    device = {
-      source  = "ctsync/device"
-      version = %q
-    }
-  }
-}
-
-terraform_provider "device" {
-  dir = %q
-}
-
-task {
+	cfg := writeFile(t, work, "config.hcl", deviceConfig("DEBUG", work, port, r.c.Addr, r.dev, "", fmt.Sprintf(`task {
   name      = "dev"
   module    = %q
   providers = ["device"]
@@ -81,7 +56,7 @@ task {
     names = ["web"]
   }
 %s}
-`, filepath.Join(work, "sync-tasks"), port, r.c.Addr, testutil.DeviceProviderVersion, r.dev, r.mod, refresh, driftBlock))
+`, r.mod, refresh, driftBlock)))
 	r.register(t, "web-1", 8001)
 	r.register(t, "web-2", 8002)
 	r.p = startCtsyncEnv(t, work, []string{"TF_CLI_CONFIG_FILE=" + rc}, "start", "-config-file", cfg)
