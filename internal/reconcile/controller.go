@@ -297,8 +297,9 @@ type entry struct {
 	spec task.Spec
 	// qs is what the task watches, derived from spec when the task was
 	// defined (queryset.go); hd is its removal hold-down (nil: the task
-	// has no removal_delay). Both are replaced with the spec, never
-	// changed in place.
+	// has no removal_delay). qs is replaced with the spec, never changed
+	// in place; hd is kept by an update that keeps a delay (SetDelay:
+	// what is pending stays) and dropped by one that takes it away.
 	qs  *querySet
 	hd  *holddown.Tracker
 	run driverSlot
