@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/ctsync/ctsync/internal/policy"
+	"github.com/ctsync/ctsync/internal/policy/engine"
 	"github.com/ctsync/ctsync/internal/testutil"
 )
 
@@ -20,7 +21,7 @@ func TestExamplePolicyOnRealPlan(t *testing.T) {
 	skipShort(t)
 	tf := testutil.Binary(t, "terraform")
 	rego := filepath.Join(testutil.RepoRoot(), "examples", "policies", "no-open-cidr.rego")
-	set, err := policy.Load(context.Background(), []string{rego})
+	set, err := engine.Load(context.Background(), []string{rego})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,8 @@ var ctsyncPlainBin string
 
 // binEnv names a ctsync binary built beforehand that the tests use instead
 // of building their own: scripts/e2e-shards.sh builds it once for all of
-// its shards (each a process of this package).
+// its shards (each a process of this package), with the policy helper
+// ctsync-policy next to it.
 const binEnv = "CTSYNC_E2E_BIN"
 
 func TestMain(m *testing.M) {
@@ -64,8 +65,14 @@ func TestMain(m *testing.M) {
 			ctsyncPlainBin = filepath.Join(dir, "ctsync-plain")
 			builds = append(builds, []string{"build", "-o", ctsyncPlainBin})
 		}
+		// The policy helper, next to the daemon where it looks first, as
+		// every package installs it: the gate tests run the real one.
+		builds = append(builds, []string{"build", "-o", filepath.Join(dir, "ctsync-policy"), "./cmd/ctsync-policy"})
 		for _, a := range builds {
-			build := exec.Command("go", append(a, "./cmd/ctsync")...)
+			if !strings.HasSuffix(a[len(a)-1], "ctsync-policy") {
+				a = append(a, "./cmd/ctsync")
+			}
+			build := exec.Command("go", a...)
 			build.Dir = testutil.RepoRoot()
 			build.Stdout, build.Stderr = os.Stderr, os.Stderr
 			if err := build.Run(); err != nil {

@@ -5,7 +5,8 @@
 # 2 cores.
 #
 # The package's test binary is built once (go test -c) and so is the
-# ctsync binary the tests run (CTSYNC_E2E_BIN, see e2e/harness_test.go);
+# ctsync binary the tests run (CTSYNC_E2E_BIN, see e2e/harness_test.go,
+# with its policy helper ctsync-policy next to it);
 # the binary lists its tests (-test.list) and each shard runs its share
 # (-test.run '^(A|B|...)$') with its own -test.timeout. Tests are dealt out
 # longest first, each to the shard with the least work so far, by the
@@ -43,8 +44,8 @@ if ! go test -c $build_flags -o "$out/e2e.test" ./e2e/; then
 	say "building the test binary failed"
 	exit 1
 fi
-if ! go build -o "$out/ctsync" ./cmd/ctsync; then
-	say "building ctsync failed"
+if ! go build -o "$out/ctsync" ./cmd/ctsync || ! go build -o "$out/ctsync-policy" ./cmd/ctsync-policy; then
+	say "building ctsync and its policy helper failed"
 	exit 1
 fi
 
@@ -172,7 +173,7 @@ for s in $(seq 1 "$shards"); do
 		say "shard $s/$shards: FAIL  $n tests in $((secs / 60))m$((secs % 60))s; failed: ${fails:-(see the log)}; log $out/shard-$s.log"
 	fi
 done
-rm -f "$out/e2e.test" "$out/ctsync"
+rm -f "$out/e2e.test" "$out/ctsync" "$out/ctsync-policy"
 el=$((SECONDS - start))
 if [ "$failed" -ne 0 ]; then
 	say "FAIL after $((el / 60))m$((el % 60))s (durations measured: $out/durations.txt)"

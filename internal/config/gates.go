@@ -105,11 +105,15 @@ func (d *decoder) policy(b *hcl.Block, path string, t *rawTask) {
 	if !readable || len(files.V) == 0 {
 		return
 	}
-	// Parse and compile: an error is reported where the Rego file has it,
-	// under the field that names the file.
+	// Parse and compile (by the policy helper, ctsync-policy): an error is
+	// reported where the Rego file has it, under the field that names the
+	// file.
 	err := policy.Check(files.V)
 	var pes policy.Errors
-	if !errors.As(err, &pes) {
+	if err != nil && !errors.As(err, &pes) {
+		// The helper is missing or failing: the task's policy could
+		// never be evaluated, so the configuration is refused.
+		d.errf(files.Rng, join(path, "files"), "%v", err)
 		return
 	}
 	for _, pe := range pes {

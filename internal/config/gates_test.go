@@ -148,3 +148,27 @@ func TestGatesErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyHelperMissing: a task with a policy on a machine without the
+// policy helper is refused at load, naming the task and the executable
+// (the policy could never be evaluated).
+func TestPolicyHelperMissing(t *testing.T) {
+	dir := t.TempDir()
+	rego := writeFile(t, dir, "fw.rego", denyRego)
+	cfgFile := writeFile(t, dir, "c.hcl", lines(okTask(`  policy {`, fmt.Sprintf(`    files = [%q]`, rego), `  }`)...))
+	t.Setenv("PATH", t.TempDir())
+	_, err := Load([]string{cfgFile})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	found := false
+	for _, e := range AsList(err) {
+		if e.Field == `task "web".policy.files` && e.Range.Start.Line == 5 &&
+			strings.Contains(e.Msg, "policy helper ctsync-policy: not found") && strings.Contains(e.Msg, "PATH") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("want an error on task \"web\".policy.files naming ctsync-policy; got:\n%v", err)
+	}
+}

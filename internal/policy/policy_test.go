@@ -4,15 +4,26 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/ctsync/ctsync/internal/policy/policytest"
 	"github.com/ctsync/ctsync/internal/task"
 )
+
+// TestMain puts the policy helper, built from cmd/ctsync-policy, in PATH:
+// these tests run the real helper (the engine's own tests are in
+// internal/policy/engine).
+func TestMain(m *testing.M) {
+	remove := policytest.InPath()
+	code := m.Run()
+	remove()
+	os.Exit(code)
+}
 
 // example is the policy docs/safety.md shows.
 var example = filepath.Join("..", "..", "examples", "policies", "no-open-cidr.rego")
@@ -28,20 +39,18 @@ func write(t *testing.T, name, src string) string {
 
 func readPlan(t testing.TB, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
+	b, err := os.ReadFile(filepath.Join("engine", "testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
-func TestExampleDeniesOpenCIDR(t *testing.T) {
-	set, err := Load(context.Background(), []string{example})
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestEvaluateWithHelper: the example policy, through the helper, on a
+// plan with open rules and on one without; the input document reaches it.
+func TestEvaluateWithHelper(t *testing.T) {
 	in := Input{Task: TaskInput(task.Spec{Name: "firewall", Module: "./modules/fw"}), Trigger: "health/service/web"}
-	got, err := set.Eval(context.Background(), readPlan(t, "open-plan.json"), in)
+	got, err := Evaluate(context.Background(), []string{example}, 0, readPlan(t, "open-plan.json"), in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,94 +61,36 @@ func TestExampleDeniesOpenCIDR(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("deny = %q, want %q", got, want)
 	}
-	// A rule only deleted, or only private ranges: nothing to deny.
-	got, err = set.Eval(context.Background(), readPlan(t, "closed-plan.json"), in)
-	if err != nil || len(got) != 0 {
-		t.Errorf("closed plan: deny = %q, %v; want none", got, err)
+	e := &DeniedError{Messages: got}
+	if want := "policy denied the plan: " + strings.Join(want, "; "); e.Error() != want {
+		t.Errorf("%q", e.Error())
 	}
-}
-
-func TestInputDocument(t *testing.T) {
+	got, err = Evaluate(context.Background(), []string{example}, 0, readPlan(t, "closed-plan.json"), in)
+	if err != nil || got == nil || len(got) != 0 {
+		t.Errorf("closed plan: deny = %#v, %v; want none", got, err)
+	}
 	p := write(t, "in.rego", `package ctsync
-deny contains sprintf("%s|%s|%s|%s|%s|%s", [input.task.name, input.task.module, input.task.condition,
-	input.task.variables.port, concat(",", input.task.providers), input.trigger]) if input.plan.format_version == "1.2"
+deny contains sprintf("%s|%s|%s|%s|%s", [input.task.name, input.task.module, input.task.variables.port, concat(",", input.task.providers), input.trigger]) if input.plan.format_version == "1.2"
 `)
-	set, err := Load(context.Background(), []string{p})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := task.Spec{Name: "fw", Module: "./fw", Providers: []string{"aws", "aws.eu"}, Variables: map[string]string{"port": "443"}}
-	spec.Condition.ConsulKV = &task.ConsulKVCondition{}
-	got, err := set.Eval(context.Background(), []byte(`{"format_version":"1.2"}`), Input{Task: TaskInput(spec), Trigger: "schedule"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"fw|./fw|consul-kv|443|aws,aws.eu|schedule"}; !slices.Equal(got, want) {
-		t.Errorf("deny = %q, want %q", got, want)
-	}
-	b, _ := json.Marshal(TaskInput(task.Spec{Name: "x"}))
-	if want := `{"name":"x","description":"","module":"","version":"","providers":[],"variables":{},"condition":""}`; string(b) != want {
-		t.Errorf("input.task = %s, want %s", b, want)
+	spec := task.Spec{Name: "fw", Module: "./fw", Providers: []string{"aws"}, Variables: map[string]string{"port": "443"}}
+	got, err = Evaluate(context.Background(), []string{p}, 0, []byte(`{"format_version":"1.2"}`), Input{Task: TaskInput(spec), Trigger: "schedule"})
+	if want := []string{"fw|./fw|443|aws|schedule"}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("deny = %q, %v; want %q", got, err, want)
 	}
 }
 
-func TestDenyArrayAndSeveralFiles(t *testing.T) {
-	dir := t.TempDir()
-	a := filepath.Join(dir, "a.rego")
-	b := filepath.Join(dir, "b.rego")
-	os.WriteFile(a, []byte("package ctsync\n\ndeny contains \"from a\" if true\n"), 0o600)
-	os.WriteFile(b, []byte("package ctsync\n\ndeny contains \"from b\" if input.trigger == \"x\"\n"), 0o600)
-	set, err := Load(context.Background(), []string{a, b})
-	if err != nil {
+// TestCheckWithHelper: the helper's compile errors come back with file,
+// line and column, as Errors.
+func TestCheckWithHelper(t *testing.T) {
+	if err := Check([]string{example}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := set.Eval(context.Background(), []byte(`{}`), Input{Trigger: "x"})
-	if err != nil || !slices.Equal(got, []string{"from a", "from b"}) {
-		t.Errorf("deny = %q, %v", got, err)
-	}
-	arr := write(t, "arr.rego", "package ctsync\n\ndeny := [\"b\", \"a\", \"b\"] if input.plan.x\n")
-	set, err = Load(context.Background(), []string{arr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := set.Eval(context.Background(), []byte(`{"x":true}`), Input{}); err != nil || !slices.Equal(got, []string{"a", "b"}) {
-		t.Errorf("array deny = %q, %v", got, err)
-	}
-	// The complete rule left undefined: no verdict, an error (issue 35:
-	// every gate fails closed).
-	if got, err := set.Eval(context.Background(), []byte(`{"x":false}`), Input{}); err == nil || !strings.Contains(err.Error(), "undefined") {
-		t.Errorf("undefined deny = %q, %v", got, err)
-	}
-}
-
-func TestLoadErrors(t *testing.T) {
-	cases := []struct {
-		name, src string
-		want      string // substring of the error, after the file name
-	}{
-		{"syntax.rego", "package ctsync\n\ndeny contains msg if {\n\tmsg := \n}\n", ":5:1: unexpected } token"},
-		{"v0.rego", "package ctsync\n\ndeny[msg] {\n\tmsg := \"x\"\n}\n", ":3:"},
-		{"unsafe.rego", "package ctsync\n\ndeny contains msg if {\n\tx == 1\n}\n", ":3:"},
-		{"unknownfn.rego", "package ctsync\n\ndeny contains msg if {\n\tmsg := nosuch(1)\n}\n", ":4:"},
-		{"http.rego", "package ctsync\n\ndeny contains msg if {\n\tr := http.send({\"method\": \"get\", \"url\": \"http://x\"})\n\tmsg := r.body\n}\n", ":4:"},
-		{"runtime.rego", "package ctsync\n\ndeny contains msg if {\n\tmsg := opa.runtime().env.HOME\n}\n", ":4:"},
-		{"otherpkg.rego", "package firewall\n\ndeny contains \"x\" if true\n", "no rule defines data.ctsync.deny"},
-		{"empty.rego", "# nothing\n", "empty module"},
-	}
-	for _, c := range cases {
-		p := write(t, c.name, c.src)
-		_, err := Load(context.Background(), []string{p})
-		var es Errors
-		if !errors.As(err, &es) || len(es) == 0 {
-			t.Errorf("%s: error %v, want Errors", c.name, err)
-			continue
-		}
-		if !strings.HasPrefix(err.Error(), p) || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%s: error %q, want it to start with the file and hold %q", c.name, err, c.want)
-		}
-		if c.want[0] == ':' && es[0].Line == 0 {
-			t.Errorf("%s: no line in %#v", c.name, es[0])
-		}
+	p := write(t, "syntax.rego", "package ctsync\n\ndeny contains msg if {\n\tmsg := \n}\n")
+	err := Check([]string{example, p})
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 1 || es[0].File != p || es[0].Line != 5 || es[0].Col != 1 ||
+		!strings.HasPrefix(err.Error(), p+":5:1: unexpected } token") {
+		t.Fatalf("error %v (%#v)", err, es)
 	}
 	missing := filepath.Join(t.TempDir(), "missing.rego")
 	if err := Check([]string{missing}); err == nil || !strings.Contains(err.Error(), missing+": cannot read policy file") {
@@ -148,64 +99,191 @@ func TestLoadErrors(t *testing.T) {
 	if err := Check(nil); err == nil {
 		t.Error("no files: no error")
 	}
-	if err := Check([]string{example, example}); err == nil || !strings.Contains(err.Error(), "listed twice") {
-		t.Errorf("twice: %v", err)
+	// A compile error found by Evaluate is Errors too.
+	if _, err := Evaluate(context.Background(), []string{p}, 0, []byte(`{}`), Input{}); !errors.As(err, &es) {
+		t.Errorf("Evaluate of a file that does not compile: %v", err)
 	}
 }
 
-func TestEvalErrors(t *testing.T) {
-	p := write(t, "num.rego", "package ctsync\n\ndeny contains 1 if true\n\ndeny contains \"ok\" if true\n")
-	set, err := Load(context.Background(), []string{p})
-	if err != nil {
-		t.Fatal(err)
+// TestFailClosedWithHelper: an evaluation error in the helper is an
+// error, never an empty verdict; its time limit and a cancellation stop
+// it (issue 35).
+func TestFailClosedWithHelper(t *testing.T) {
+	div := write(t, "div.rego", "package ctsync\n\ndeny contains msg if {\n\tshare := 100 / count(input.plan.r)\n\tshare > 50\n\tmsg := \"too many\"\n}\n")
+	if got, err := Evaluate(context.Background(), []string{div}, 0, []byte(`{"r": []}`), Input{}); err == nil || !strings.Contains(err.Error(), "divide by zero") {
+		t.Errorf("division by zero: deny %q, error %v", got, err)
 	}
-	_, err = set.Eval(context.Background(), []byte(`{}`), Input{})
-	if err == nil || !strings.Contains(err.Error(), p+":3") || !strings.Contains(err.Error(), "must be a string") {
-		t.Errorf("number entry: %v", err)
+	ok := write(t, "ok.rego", "package ctsync\n\ndeny contains \"no\" if input.plan.bad\n")
+	if _, err := Evaluate(context.Background(), []string{ok}, 0, []byte(strings.Repeat("[", 100000)), Input{}); err == nil ||
+		!strings.Contains(err.Error(), "nests deeper") {
+		t.Errorf("deep plan: %v", err)
 	}
-	// A value of a type known only at evaluation.
-	obj := write(t, "obj.rego", "package ctsync\n\ndeny := input.plan.d\n")
-	set, err = Load(context.Background(), []string{obj})
-	if err != nil {
-		t.Fatal(err)
+	if _, err := Evaluate(context.Background(), []string{ok}, 0, []byte(`{not json`), Input{}); err == nil || !strings.Contains(err.Error(), "not valid JSON") {
+		t.Errorf("invalid plan: %v", err)
 	}
-	if _, err := set.Eval(context.Background(), []byte(`{"d":{"a":1}}`), Input{}); err == nil || !strings.Contains(err.Error(), obj+":3") ||
-		!strings.Contains(err.Error(), "is an object") {
-		t.Errorf("object deny: %v", err)
+	slow := write(t, "slow.rego", "package ctsync\n\ndeny contains msg if {\n\tsome i in numbers.range(1, 200000)\n\tsome j in numbers.range(1, 200000)\n\ti * j == -1\n\tmsg := \"never\"\n}\n")
+	start := time.Now()
+	_, err := Evaluate(context.Background(), []string{slow}, 500*time.Millisecond, []byte(`{}`), Input{})
+	var te *TimeoutError
+	if !errors.As(err, &te) || te.Timeout != 500*time.Millisecond || !strings.Contains(err.Error(), "did not finish within 500ms") {
+		t.Fatalf("error %v, want a *TimeoutError", err)
 	}
-	if _, err := set.Eval(context.Background(), []byte(`{"d":["a",false]}`), Input{}); err == nil || !strings.Contains(err.Error(), "holds a boolean") {
-		t.Errorf("boolean entry: %v", err)
-	}
-	// A type the compiler knows is wrong is refused at load.
-	for src, want := range map[string]string{
-		"deny contains 1 if true\n":  "data.ctsync.deny holds number values",
-		"deny := {\"a\": 1}\n":       "data.ctsync.deny is object",
-		"deny := \"no\"\n":           "data.ctsync.deny is string",
-		"deny := [1, 2]\n":           "data.ctsync.deny holds number values",
-		"deny contains {\"m\": 1}\n": "data.ctsync.deny holds object",
-	} {
-		p := write(t, "typed.rego", "package ctsync\n\n"+src)
-		if err := Check([]string{p}); err == nil || !strings.HasPrefix(err.Error(), p+":3: ") || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: %v, want %s:3: ...%s", src, err, p, want)
-		}
-	}
-	if _, err := set.Eval(context.Background(), []byte(`{not json`), Input{}); err == nil {
-		t.Error("invalid plan JSON: no error")
-	}
-	// A runtime error (a conflict between complete rules) is an error, not
-	// an empty verdict.
-	conflict := write(t, "conflict.rego", "package ctsync\n\ndeny := [\"a\"] if true\n\ndeny := [\"b\"] if true\n")
-	set, err = Load(context.Background(), []string{conflict})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := set.Eval(context.Background(), []byte(`{}`), Input{}); err == nil {
-		t.Errorf("conflict: deny = %q, no error", got)
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("the evaluation stopped after %v", d)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := set.Eval(ctx, []byte(`{}`), Input{}); err == nil {
-		t.Error("cancelled context: no error")
+	time.AfterFunc(300*time.Millisecond, cancel)
+	start = time.Now()
+	_, err = Evaluate(ctx, []string{slow}, time.Minute, []byte(`{}`), Input{})
+	if !errors.Is(err, ErrCancelled) || errors.As(err, &te) {
+		t.Fatalf("cancelled: %v, want ErrCancelled", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("the cancelled evaluation stopped after %v", d)
+	}
+}
+
+// fakeHelper makes findHelper return a script standing for the helper.
+func fakeHelper(t *testing.T, script string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), HelperName)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := findHelper
+	findHelper = func() (string, error) { return p, nil }
+	t.Cleanup(func() { findHelper = old })
+	return p
+}
+
+// TestHelperFailuresFailClosed: every way the helper can fail is an error
+// naming it, for Evaluate (the plan is not applied) and Check (the
+// configuration is refused); none is a verdict.
+func TestHelperFailuresFailClosed(t *testing.T) {
+	ok := write(t, "ok.rego", "package ctsync\n\ndeny contains \"no\" if input.plan.bad\n")
+	for name, c := range map[string]struct{ script, want string }{
+		"crash":         {"cat >/dev/null; echo 'panic: boom' >&2; exit 2", "failed: exit status 2: panic: boom"},
+		"killed":        {"cat >/dev/null; kill -9 $$", "failed: signal: killed"},
+		"not JSON":      {"cat >/dev/null; echo 'hello'", "not its protocol's JSON"},
+		"empty":         {"cat >/dev/null", "not its protocol's JSON"},
+		"other version": {`cat >/dev/null; echo '{"protocol": 2, "deny": []}'`, "speaks protocol 2, this ctsync speaks 1"},
+		"no verdict":    {`cat >/dev/null; echo '{"protocol": 1}'`, "without a verdict"},
+		"null verdict":  {`cat >/dev/null; echo '{"protocol": 1, "deny": null}'`, "without a verdict"},
+		"refuses":       {`cat >/dev/null; echo '{"protocol": 1, "error": {"kind": "protocol", "message": "no"}}'`, "protocol error: no"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := fakeHelper(t, c.script)
+			got, err := Evaluate(context.Background(), []string{ok}, 0, []byte(`{}`), Input{})
+			var he *HelperError
+			if !errors.As(err, &he) || he.Path != p || !strings.Contains(err.Error(), "policy helper "+p+": ") || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Evaluate: deny %q, error %v; want a *HelperError naming %s with %q", got, err, p, c.want)
+			}
+			if c.want == "without a verdict" {
+				return // check's answer has no verdict
+			}
+			if err := Check([]string{ok}); !errors.As(err, &he) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Check: %v; want a *HelperError with %q", err, c.want)
+			}
+		})
+	}
+	t.Run("not executable", func(t *testing.T) {
+		p := fakeHelper(t, "exit 0")
+		os.Chmod(p, 0o644)
+		_, err := Evaluate(context.Background(), []string{ok}, 0, []byte(`{}`), Input{})
+		if !strings.Contains(err.Error(), "policy helper "+p+": cannot be run: permission denied") {
+			t.Errorf("%v", err)
+		}
+	})
+	t.Run("hangs", func(t *testing.T) {
+		// The policy's time limit covers the helper: a helper that never
+		// answers (here a child of it holding its output) is killed.
+		fakeHelper(t, "sleep 60")
+		start := time.Now()
+		_, err := Evaluate(context.Background(), []string{ok}, 500*time.Millisecond, []byte(`{}`), Input{})
+		var te *TimeoutError
+		if !errors.As(err, &te) {
+			t.Errorf("%v, want a *TimeoutError", err)
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Errorf("stopped after %v", d)
+		}
+	})
+	t.Run("missing", func(t *testing.T) {
+		t.Setenv("PATH", t.TempDir())
+		_, err := Evaluate(context.Background(), []string{ok}, 0, []byte(`{}`), Input{})
+		var he *HelperError
+		if !errors.As(err, &he) || !strings.Contains(err.Error(), "policy helper ctsync-policy: not found in ") || !strings.Contains(err.Error(), "nor in PATH") {
+			t.Errorf("Evaluate: %v", err)
+		}
+		if err := Check([]string{ok}); !errors.As(err, &he) {
+			t.Errorf("Check: %v", err)
+		}
+	})
+}
+
+// TestFindHelper: next to the running executable first, then PATH; one
+// there that is not executable is an error, not a fallback.
+func TestFindHelper(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Skip(err)
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	inPath, err := FindHelper()
+	if err != nil || filepath.Base(inPath) != HelperName {
+		t.Fatalf("in PATH: %q, %v", inPath, err)
+	}
+	next := filepath.Join(filepath.Dir(exe), HelperName)
+	if _, err := os.Stat(next); err == nil {
+		t.Skipf("%s exists", next)
+	}
+	if err := os.WriteFile(next, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Skipf("cannot write next to the test binary: %v", err)
+	}
+	defer os.Remove(next)
+	if _, err := FindHelper(); err == nil || !strings.Contains(err.Error(), next+": is not executable") {
+		t.Errorf("not executable: %v", err)
+	}
+	os.Chmod(next, 0o755)
+	if p, err := FindHelper(); err != nil || p != next {
+		t.Errorf("next to the executable: %q, %v; want %s", p, err, next)
+	}
+}
+
+// TestRequestShape: the request written around the plan is the protocol's
+// JSON, the plan untouched.
+func TestRequestShape(t *testing.T) {
+	dump := filepath.Join(t.TempDir(), "req.json")
+	fakeHelper(t, `cat > '`+dump+`'; echo '{"protocol": 1, "deny": []}'`)
+	plan := `{"resource_changes": [ {"a": 1} ]}`
+	in := Input{Task: Task{Name: "fw"}, Trigger: "schedule"}
+	if got, err := Evaluate(context.Background(), []string{"a.rego", "b.rego"}, 3*time.Second, []byte(plan), in); err != nil || len(got) != 0 {
+		t.Fatalf("%q, %v", got, err)
+	}
+	b, err := os.ReadFile(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var req Request
+	if err := json.Unmarshal(b, &req); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	if req.Protocol != ProtocolVersion || !slices.Equal(req.Files, []string{"a.rego", "b.rego"}) || req.TimeoutMS != 3000 ||
+		req.Input.Task.Name != "fw" || req.Input.Trigger != "schedule" || string(req.Plan) != plan {
+		t.Errorf("request %s", b)
+	}
+}
+
+// TestHelperEnv: the helper gets none of the daemon's environment (its
+// tokens) but the Go runtime's settings.
+func TestHelperEnv(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_TOKEN", "secret")
+	t.Setenv("GOMAXPROCS", "1")
+	env := helperEnv()
+	if slices.Contains(env, "CONSUL_HTTP_TOKEN=secret") || !slices.Contains(env, "GOMAXPROCS=1") {
+		t.Errorf("%q", env)
 	}
 }
 
@@ -226,83 +304,5 @@ func TestHash(t *testing.T) {
 	}
 	if _, err := Hash([]string{filepath.Join(dir, "gone.rego")}); err == nil || !strings.Contains(err.Error(), "gone.rego") {
 		t.Errorf("missing file: %v", err)
-	}
-}
-
-// plan500 is a plan of 500 security group rules, every tenth open to
-// 0.0.0.0/0, in `terraform show -json`'s shape.
-func plan500(tb testing.TB) []byte {
-	rcs := make([]map[string]any, 500)
-	for i := range rcs {
-		cidr := fmt.Sprintf("10.%d.%d.0/24", i/256, i%256)
-		if i%10 == 0 {
-			cidr = "0.0.0.0/0"
-		}
-		rcs[i] = map[string]any{
-			"address": fmt.Sprintf("aws_security_group_rule.r[%d]", i), "mode": "managed",
-			"type": "aws_security_group_rule", "name": "r", "index": i, "provider_name": "registry.terraform.io/hashicorp/aws",
-			"change": map[string]any{"actions": []string{"create"}, "before": nil,
-				"after": map[string]any{"type": "ingress", "from_port": 443, "to_port": 443, "protocol": "tcp",
-					"cidr_blocks": []string{cidr}, "description": fmt.Sprintf("web instance %d", i),
-					"security_group_id": "sg-0123456789abcdef0", "self": false},
-				"after_unknown": map[string]any{"id": true}},
-		}
-	}
-	b, err := json.Marshal(map[string]any{"format_version": "1.2", "terraform_version": "1.5.7", "resource_changes": rcs})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
-}
-
-func TestPlan500(t *testing.T) {
-	set, err := Load(context.Background(), []string{example})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := set.Eval(context.Background(), plan500(t), Input{Task: Task{Name: "fw"}})
-	if err != nil || len(got) != 50 {
-		t.Errorf("%d messages, %v; want 50", len(got), err)
-	}
-}
-
-// BenchmarkEval500 evaluates the example policy on a 500-resource plan
-// (docs/performance.md).
-func BenchmarkEval500(b *testing.B) {
-	set, err := Load(context.Background(), []string{example})
-	if err != nil {
-		b.Fatal(err)
-	}
-	plan := plan500(b)
-	in := Input{Task: Task{Name: "fw"}, Trigger: "health/service/web"}
-	b.SetBytes(int64(len(plan)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if got, err := set.Eval(context.Background(), plan, in); err != nil || len(got) != 50 {
-			b.Fatal(len(got), err)
-		}
-	}
-}
-
-// BenchmarkLoad compiles the example policy, as a configuration load does.
-func BenchmarkLoad(b *testing.B) {
-	for b.Loop() {
-		if err := Check([]string{example}); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func TestEvaluateAndDenied(t *testing.T) {
-	got, err := Evaluate(context.Background(), []string{example}, 0, readPlan(t, "open-plan.json"), Input{Task: Task{Name: "fw"}})
-	if err != nil || len(got) != 2 {
-		t.Fatalf("Evaluate: %q, %v", got, err)
-	}
-	e := &DeniedError{Messages: got}
-	if want := "policy denied the plan: aws_security_group.lb opens ::/0 to everyone (task fw); aws_security_group_rule.web_ingress opens 0.0.0.0/0 to everyone (task fw)"; e.Error() != want {
-		t.Errorf("%q", e.Error())
-	}
-	if _, err := Evaluate(context.Background(), []string{filepath.Join(t.TempDir(), "gone.rego")}, 0, []byte(`{}`), Input{}); err == nil {
-		t.Error("missing file: no error")
 	}
 }

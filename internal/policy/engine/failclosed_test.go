@@ -1,4 +1,4 @@
-package policy
+package engine
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ctsync/ctsync/internal/policy"
 )
 
 // TestFailClosed: every evaluation error is an error, never an empty
@@ -57,7 +59,7 @@ func TestTimeout(t *testing.T) {
 			p := write(t, "slow.rego", src)
 			start := time.Now()
 			_, err := Evaluate(context.Background(), []string{p}, 300*time.Millisecond, []byte(`{}`), Input{})
-			var te *TimeoutError
+			var te *policy.TimeoutError
 			if !errors.As(err, &te) || te.Timeout != 300*time.Millisecond || !strings.Contains(err.Error(), "did not finish within 300ms") {
 				t.Fatalf("error %v, want a *TimeoutError", err)
 			}
@@ -69,7 +71,7 @@ func TestTimeout(t *testing.T) {
 			time.AfterFunc(200*time.Millisecond, cancel)
 			start = time.Now()
 			_, err = Evaluate(ctx, []string{p}, time.Minute, []byte(`{}`), Input{})
-			if !errors.Is(err, ErrCancelled) || errors.As(err, &te) {
+			if !errors.Is(err, policy.ErrCancelled) || errors.As(err, &te) {
 				t.Fatalf("cancelled: %v, want ErrCancelled", err)
 			}
 			if d := time.Since(start); d > 20*time.Second {
