@@ -10,8 +10,12 @@ E2E_BUILD_FLAGS ?= -race
 
 .PHONY: build test test-short demo tools lint bench bench-floor soak clean release release-test
 
+# The daemon and its policy helper (ctsync-policy, docs/security.md), side
+# by side: ctsync looks for the helper next to itself first.
 build:
-	go build -ldflags "$$(bash scripts/version.sh ldflags)" -o bin/ctsync ./cmd/ctsync
+	ldflags="$$(bash scripts/version.sh ldflags)" && \
+		go build -ldflags "$$ldflags" -o bin/ctsync ./cmd/ctsync && \
+		go build -ldflags "$$ldflags" -o bin/ctsync-policy ./cmd/ctsync-policy
 
 tools:
 	@bash scripts/tools.sh

@@ -40,9 +40,12 @@ date=$(TZ=UTC date -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
 case "${1:-}" in
 all)
   printf '%s\n%s\n%s\n' "$version" "$commit" "$date" ;;
-ldflags) # the linker flags that stamp the binary (make build, make release)
+ldflags) # the linker flags that stamp the binaries (make build, make release):
+  # ctsync's in internal/cli, the policy helper's (cmd/ctsync-policy) in its
+  # main package; the linker ignores the flags naming variables a binary lacks.
   pkg=github.com/ctsync/ctsync/internal/cli
-  printf -- '-X %s.Version=%s -X %s.Commit=%s -X %s.BuildDate=%s\n' "$pkg" "$version" "$pkg" "$commit" "$pkg" "$date" ;;
+  printf -- '-X %s.Version=%s -X %s.Commit=%s -X %s.BuildDate=%s' "$pkg" "$version" "$pkg" "$commit" "$pkg" "$date"
+  printf -- ' -X main.Version=%s -X main.Commit=%s -X main.BuildDate=%s\n' "$version" "$commit" "$date" ;;
 *)
   printf '%s\n' "$version" ;;
 esac

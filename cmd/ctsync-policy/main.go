@@ -25,7 +25,7 @@ import (
 
 // Version, Commit and BuildDate are stamped by the build (scripts/version.sh
 // ldflags), as ctsync's.
-var Version, Commit, BuildDate = "dev", "", ""
+var Version, Commit, BuildDate = "0.0.0-dev", "", ""
 
 // maxRequest bounds a request (a plan of 10,000 resources is ~20 MB).
 const maxRequest = 1 << 30
@@ -42,7 +42,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var ans policy.Answer
 	switch args[0] {
 	case "version", "-version", "--version":
-		fmt.Fprintf(stdout, "ctsync-policy %s (protocol %d, OPA %s)\n", Version, policy.ProtocolVersion, engine.OPAVersion)
+		fmt.Fprintf(stdout, "ctsync-policy v%s (protocol %d, OPA %s)\n", Version, policy.ProtocolVersion, engine.OPAVersion)
 		if Commit != "" {
 			fmt.Fprintf(stdout, "commit %s, built %s\n", Commit, BuildDate)
 		}

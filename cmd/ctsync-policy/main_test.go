@@ -32,7 +32,7 @@ func TestCommands(t *testing.T) {
 	os.WriteFile(bad, []byte("package ctsync\n\ndeny contains msg if {\n\tmsg := \n}\n"), 0o600)
 
 	var out bytes.Buffer
-	if code := run([]string{"version"}, nil, &out, &out); code != 0 || !strings.HasPrefix(out.String(), "ctsync-policy dev (protocol 1, OPA ") {
+	if code := run([]string{"version"}, nil, &out, &out); code != 0 || !strings.HasPrefix(out.String(), "ctsync-policy v0.0.0-dev (protocol 1, OPA ") {
 		t.Errorf("version: %d %q", code, out.String())
 	}
 	if a := answer(t, []string{"check", p}, ""); len(a.Errors) != 0 || a.Error != nil {

@@ -404,12 +404,18 @@ func binaryFromTarball(t *testing.T) string { return binaryFromTarballArch(t, "a
 // binaryFromTarballArch is the ctsync of the linux/arch tarball in -dist.
 func binaryFromTarballArch(t *testing.T, arch string) string {
 	t.Helper()
+	return fileFromTarballArch(t, arch, "ctsync")
+}
+
+// fileFromTarballArch extracts one file of the arch's tarball.
+func fileFromTarballArch(t *testing.T, arch, name string) string {
+	t.Helper()
 	dir := t.TempDir()
-	out, err := exec.Command("tar", "-xzf", artifact(t, "linux_"+arch+".tar.gz"), "-C", dir, "ctsync").CombinedOutput()
+	out, err := exec.Command("tar", "-xzf", artifact(t, "linux_"+arch+".tar.gz"), "-C", dir, name).CombinedOutput()
 	if err != nil {
 		t.Fatalf("untar: %v\n%s", err, out)
 	}
-	return filepath.Join(dir, "ctsync")
+	return filepath.Join(dir, name)
 }
 
 // The chart make release packages (dist/ctsync-<version>.tgz) lints, and

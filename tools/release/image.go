@@ -26,7 +26,7 @@ const (
 )
 
 // writeImage writes ctsync_<version>_oci.tar: a linux/amd64 image with
-// ctsync, OpenTofu, CA certificates and busybox (a static /bin/sh for
+// ctsync, its policy helper ctsync-policy, OpenTofu, CA certificates and busybox (a static /bin/sh for
 // local-exec, and the usual commands), running as ctsync (65532) in
 // /var/lib/ctsync (a volume), configuration in /etc/ctsync.d.
 //
@@ -53,7 +53,7 @@ func (r *release) writeImage() error {
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, History: v1.History{
 		Created: created, CreatedBy: "ctsync release (tools/release)",
-		Comment: fmt.Sprintf("ctsync %s, OpenTofu %s, busybox, CA certificates", r.version, r.tofuVersion),
+		Comment: fmt.Sprintf("ctsync %s (with ctsync-policy), OpenTofu %s, busybox, CA certificates", r.version, r.tofuVersion),
 	}})
 	if err != nil {
 		return err
@@ -116,6 +116,10 @@ func (r *release) imageRoot() ([]entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	helper, err := read(r.helpers["amd64"])
+	if err != nil {
+		return nil, err
+	}
 	tofu, err := read(r.tofu)
 	if err != nil {
 		return nil, err
@@ -149,6 +153,7 @@ func (r *release) imageRoot() ([]entry, error) {
 		{name: "etc/ctsync.d", mode: 0o750, dir: true, gid: imageUID},
 		{name: "var/lib/ctsync", mode: 0o750, dir: true, uid: imageUID, gid: imageUID},
 		file("usr/bin/ctsync", 0o755, ctsync),
+		file("usr/bin/ctsync-policy", 0o755, helper),
 		file("usr/bin/tofu", 0o755, tofu),
 		file("bin/busybox", 0o755, busybox),
 		file("etc/ssl/certs/ca-certificates.crt", 0o644, certs),

@@ -1,9 +1,10 @@
 // Command release writes ctsync's release artifacts into dist/: for linux
-// amd64 and arm64 a tarball (binary, LICENSE, README.md), a .deb and an
-// .rpm (built with nfpm: binary, systemd unit, commented configuration,
-// the ctsync user, /var/lib/ctsync), an OCI image archive (built with
-// go-containerregistry: ctsync, OpenTofu, CA certificates and busybox's
-// shell, amd64), the Helm chart stamped with the release's version, and
+// amd64 and arm64 a tarball (the binaries ctsync and ctsync-policy, its
+// policy helper; LICENSE, README.md), a .deb and an .rpm (built with nfpm:
+// both binaries, systemd unit, commented configuration, the ctsync user,
+// /var/lib/ctsync), an OCI image archive (built with go-containerregistry:
+// ctsync, ctsync-policy, OpenTofu, CA certificates and busybox's shell,
+// amd64), the Helm chart stamped with the release's version, and
 // SHA256SUMS over them.
 //
 // The output is reproducible: the binaries are built with -trimpath and an
@@ -45,6 +46,7 @@ type release struct {
 	tofuVersion             string
 	arches                  []string
 	bins                    map[string]string // arch -> built ctsync
+	helpers                 map[string]string // arch -> built ctsync-policy
 	licenseText, readmeMD   []byte
 	unit, exampleConfig     []byte
 	postinst, prerm, postrm []byte
@@ -95,9 +97,12 @@ func (r *release) run() error {
 		return err
 	}
 	defer os.RemoveAll(bindir)
-	r.bins = map[string]string{}
+	r.bins, r.helpers = map[string]string{}, map[string]string{}
 	for _, arch := range r.arches {
-		if r.bins[arch], err = r.buildBinary(bindir, arch); err != nil {
+		if r.bins[arch], err = r.buildBinary(bindir, arch, "ctsync"); err != nil {
+			return err
+		}
+		if r.helpers[arch], err = r.buildBinary(bindir, arch, "ctsync-policy"); err != nil {
 			return err
 		}
 		if err := r.writeTarball(arch); err != nil {
@@ -171,16 +176,17 @@ func (r *release) readSource() error {
 	return nil
 }
 
-// buildBinary cross-compiles ctsync for linux/arch, reproducibly.
-func (r *release) buildBinary(dir, arch string) (string, error) {
-	out := filepath.Join(dir, "ctsync_linux_"+arch)
+// buildBinary cross-compiles cmd/<name> (ctsync, ctsync-policy) for
+// linux/arch, reproducibly.
+func (r *release) buildBinary(dir, arch, name string) (string, error) {
+	out := filepath.Join(dir, name+"_linux_"+arch)
 	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false",
-		"-ldflags", "-s -w -buildid= "+r.ldflags, "-o", out, "./cmd/ctsync")
+		"-ldflags", "-s -w -buildid= "+r.ldflags, "-o", out, "./cmd/"+name)
 	cmd.Dir = r.root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch, "GOFLAGS=")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build linux/%s: %w", arch, err)
+		return "", fmt.Errorf("go build %s linux/%s: %w", name, arch, err)
 	}
 	return out, nil
 }
@@ -194,8 +200,13 @@ func (r *release) writeTarball(arch string) error {
 	if err != nil {
 		return err
 	}
+	helper, err := os.ReadFile(r.helpers[arch])
+	if err != nil {
+		return err
+	}
 	entries := []entry{
 		{name: "ctsync", mode: 0o755, data: bin},
+		{name: "ctsync-policy", mode: 0o755, data: helper},
 		{name: "LICENSE", mode: 0o644, data: r.licenseText},
 		{name: "README.md", mode: 0o644, data: r.readmeMD},
 	}

@@ -17,6 +17,7 @@ import (
 // writePackage writes the .deb or .rpm of ctsync for arch:
 //
 //	/usr/bin/ctsync
+//	/usr/bin/ctsync-policy                the policy helper, next to ctsync
 //	/usr/lib/systemd/system/ctsync.service
 //	/etc/ctsync.d/ctsync.hcl             a conffile, kept on upgrade
 //	/var/lib/ctsync                      the working directory (postinstall)
@@ -67,6 +68,7 @@ func (r *release) writePackage(format, arch string) error {
 		Overridables: nfpm.Overridables{
 			Contents: files.Contents{
 				{Source: r.bins[arch], Destination: "/usr/bin/ctsync", FileInfo: fi(0o755)},
+				{Source: r.helpers[arch], Destination: "/usr/bin/ctsync-policy", FileInfo: fi(0o755)},
 				{Source: in("ctsync.service"), Destination: "/usr/lib/systemd/system/ctsync.service", FileInfo: fi(0o644)},
 				{Destination: "/etc/ctsync.d", Type: files.TypeDir, FileInfo: fi(0o750)},
 				{Source: in("ctsync.hcl"), Destination: "/etc/ctsync.d/ctsync.hcl", Type: files.TypeConfigNoReplace, FileInfo: fi(0o640)},

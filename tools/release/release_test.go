@@ -119,12 +119,22 @@ func TestTarballBinaryRuns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := strings.Join(names, ","); got != "LICENSE,README.md,ctsync" {
-		t.Errorf("tarball holds %s, want LICENSE,README.md,ctsync", got)
+	if got := strings.Join(names, ","); got != "LICENSE,README.md,ctsync,ctsync-policy" {
+		t.Errorf("tarball holds %s, want LICENSE,README.md,ctsync,ctsync-policy", got)
 	}
 	out := run(t, filepath.Join(dir, "ctsync"), "version")
 	if !strings.HasPrefix(out, "ctsync v"+distVersion(t)+" (") || strings.Contains(out, "(unknown)") {
 		t.Errorf("ctsync version:\n%s", out)
+	}
+	helperRuns(t, filepath.Join(dir, "ctsync-policy"))
+}
+
+// helperRuns checks that the policy helper at path runs and is of the
+// release's version.
+func helperRuns(t *testing.T, path string) {
+	t.Helper()
+	if out := run(t, path, "version"); !strings.HasPrefix(out, "ctsync-policy v"+distVersion(t)+" (protocol 1, OPA ") {
+		t.Errorf("%s version:\n%s", path, out)
 	}
 }
 
@@ -178,6 +188,7 @@ func TestDebArm64Contents(t *testing.T) {
 	dir := t.TempDir()
 	run(t, "dpkg-deb", "-x", arm, dir)
 	sameFile(t, filepath.Join(dir, "usr/bin/ctsync"), binaryFromTarballArch(t, "arm64"))
+	sameFile(t, filepath.Join(dir, "usr/bin/ctsync-policy"), fileFromTarballArch(t, "arm64", "ctsync-policy"))
 }
 
 func sameFile(t *testing.T, a, b string) {
@@ -213,6 +224,7 @@ func TestDebInstallsAndRemoves(t *testing.T) {
 	if !strings.HasPrefix(out, "ctsync v"+distVersion(t)+" (") {
 		t.Errorf("/usr/bin/ctsync version:\n%s", out)
 	}
+	helperRuns(t, "/usr/bin/ctsync-policy")
 	if pw := run(t, "getent", "passwd", "ctsync"); !strings.Contains(pw, ":/var/lib/ctsync:/usr/sbin/nologin") {
 		t.Errorf("ctsync user: %s", pw)
 	}
@@ -331,7 +343,7 @@ func TestRPMContents(t *testing.T) {
 func checkRPM(t *testing.T, pkg, rpmArch, arch string) {
 	run(t, "rpm", "--checksig", "--nosignature", pkg)
 	files := run(t, "rpm", "-qlp", pkg)
-	for _, want := range []string{"/usr/bin/ctsync", "/usr/lib/systemd/system/ctsync.service", "/etc/ctsync.d/ctsync.hcl", "/usr/share/doc/ctsync/LICENSE"} {
+	for _, want := range []string{"/usr/bin/ctsync", "/usr/bin/ctsync-policy", "/usr/lib/systemd/system/ctsync.service", "/etc/ctsync.d/ctsync.hcl", "/usr/share/doc/ctsync/LICENSE"} {
 		if !strings.Contains(files, want+"\n") {
 			t.Errorf("the rpm lacks %s:\n%s", want, files)
 		}
@@ -355,12 +367,13 @@ func checkRPM(t *testing.T, pkg, rpmArch, arch string) {
 	}
 	abs, err := filepath.Abs(pkg)
 	must(t, err)
-	cmd := exec.Command("sh", "-c", `rpm2archive - < "$1" | tar -xzf - ./usr/bin/ctsync`, "sh", abs)
+	cmd := exec.Command("sh", "-c", `rpm2archive - < "$1" | tar -xzf - ./usr/bin/ctsync ./usr/bin/ctsync-policy`, "sh", abs)
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("rpm2archive: %v\n%s", err, out)
 	}
 	sameFile(t, filepath.Join(dir, "usr/bin/ctsync"), binaryFromTarballArch(t, arch))
+	sameFile(t, filepath.Join(dir, "usr/bin/ctsync-policy"), fileFromTarballArch(t, arch, "ctsync-policy"))
 }
 
 func TestImageRunsUnderChroot(t *testing.T) {
@@ -442,8 +455,15 @@ task {
   condition "services" {
     names = ["web"]
   }
+  policy {
+    files = ["/var/lib/ctsync/allow.rego"]
+  }
 }
 `, port, consul)), 0o640))
+	// A policy that lets the plan through: the image's ctsync-policy, next
+	// to ctsync, compiles it at load and evaluates it on the plan.
+	must(t, os.WriteFile(filepath.Join(root, "var/lib/ctsync/allow.rego"), []byte("package ctsync\n\ndeny contains \"never\" if input.plan.never\n"), 0o644))
+	helperRuns(t, filepath.Join(root, "usr/bin/ctsync-policy"))
 
 	args := append([]string{"--userspec=" + c.User, root, "/bin/sh", "-c",
 		`cd "$1" && shift && exec "$@"`, "sh", c.WorkingDir}, c.Entrypoint...)
