@@ -35,7 +35,10 @@ package e2e
 //	                       environment, its garbage collector's trace)
 //	CTSYNC_FLOOR_HEAP_PROFILE  a file: run the daemon in this test's process
 //	                       and write a heap profile (allocations and what is
-//	                       in use) after the first round's ctsync half to it
+//	                       in use after a GC) after the first round's ctsync
+//	                       half to it, and after round N's to <file>.N (the
+//	                       growth between rounds: go tool pprof -inuse_space
+//	                       -diff_base <file> <file>.2)
 //	CTSYNC_BENCH_OUT       output folder (default docs/bench): floor.csv
 //	                       (rows of the cells run replace earlier ones) and
 //	                       floor.png
@@ -257,8 +260,12 @@ func floorRun(t *testing.T, cat *catalog, cell floorCell, rounds int) floorRow {
 		if prof != nil && r == 0 {
 			pprof.StopCPUProfile()
 		}
-		if heapProfile != "" && r == 0 {
-			writeHeapProfile(t, heapProfile)
+		if heapProfile != "" {
+			name := heapProfile
+			if r > 0 {
+				name = fmt.Sprintf("%s.%d", heapProfile, r) // diff with -diff_base
+			}
+			writeHeapProfile(t, name)
 		}
 		if n := d.count("error applying task"); n > 0 {
 			t.Fatalf("%d runs failed", n)

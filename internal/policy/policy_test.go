@@ -306,3 +306,29 @@ func TestHash(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+// BenchmarkEvaluateHelper500 is one evaluation as the daemon makes it:
+// starting the helper, which compiles the example policy and evaluates it
+// on a 500-resource plan (docs/performance.md; the engine alone:
+// internal/policy/engine's BenchmarkEval500).
+func BenchmarkEvaluateHelper500(b *testing.B) {
+	rcs := make([]map[string]any, 500)
+	for i := range rcs {
+		cidr := "10.0.0.0/24"
+		if i%10 == 0 {
+			cidr = "0.0.0.0/0"
+		}
+		rcs[i] = map[string]any{"address": "aws_security_group_rule.r", "type": "aws_security_group_rule",
+			"change": map[string]any{"actions": []string{"create"}, "after": map[string]any{"cidr_blocks": []string{cidr}}}}
+	}
+	plan, err := json.Marshal(map[string]any{"format_version": "1.2", "resource_changes": rcs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(len(plan)))
+	for b.Loop() {
+		if got, err := Evaluate(context.Background(), []string{example}, 0, plan, Input{Task: Task{Name: "fw"}}); err != nil || len(got) == 0 {
+			b.Fatal(len(got), err)
+		}
+	}
+}
