@@ -7,7 +7,7 @@ import (
 )
 
 // TestNoPolicyEngineLinked: the daemon does not link Open Policy Agent,
-// whose code alone costs every daemon ~9 MiB of RSS (issue 39); policies
+// whose code alone costs every daemon 6–9 MiB of RSS (issue 39); policies
 // are evaluated by the ctsync-policy helper (internal/policy).
 func TestNoPolicyEngineLinked(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()

@@ -2,7 +2,7 @@
 // policies (Rego v1), evaluated on the plan of a run: every string in
 // data.ctsync.deny blocks it.
 //
-// OPA is not linked into the daemon: its code alone would add ~9 MiB to
+// OPA is not linked into the daemon: its code alone would add 6–9 MiB to
 // the RSS of every daemon, with a policy or not (docs/performance.md).
 // Check and Evaluate run the policy helper, the ctsync-policy executable
 // (cmd/ctsync-policy, the engine in internal/policy/engine), and speak a

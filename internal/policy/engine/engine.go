@@ -2,7 +2,7 @@
 // on the plan of a run: every string in data.ctsync.deny blocks it. It is
 // linked only into the policy helper, cmd/ctsync-policy: the daemon runs
 // that helper (internal/policy) and never links OPA, whose code alone
-// would add ~9 MiB to the RSS of every daemon, with a policy or not
+// would add 6–9 MiB to the RSS of every daemon, with a policy or not
 // (docs/performance.md).
 //
 // A Set is compiled by Load: a file that does not parse or compile is a
