@@ -48,7 +48,7 @@ func checkOrder(t *testing.T, versions []string) {
 	for _, v := range versions {
 		r := &release{
 			dist: filepath.Join(dir, v), version: v, mtime: time.Unix(1764131730, 0),
-			bins: map[string]string{"amd64": bin}, licenseText: []byte("licence"), readmeMD: []byte("readme"),
+			bins: map[string]string{"amd64": bin}, helpers: map[string]string{"amd64": bin}, licenseText: []byte("licence"), readmeMD: []byte("readme"),
 			unit: []byte("[Unit]\n"), exampleConfig: []byte("# example\n"),
 			postinst: []byte("#!/bin/sh\n"), prerm: []byte("#!/bin/sh\n"), postrm: []byte("#!/bin/sh\n"),
 		}
