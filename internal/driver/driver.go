@@ -179,6 +179,13 @@ type Result struct {
 	// "" when the driver ran no plan (a failure before Terraform started,
 	// the development driver).
 	Refresh string
+	// Targeted, for an apply without refresh that planned the changed
+	// instances alone first (`-target`, refresh policy "auto"), says so:
+	// how many of the state's resource instances it targeted, and what
+	// the full check that followed in the same run found ("targeted 3 of
+	// 2,000 resource instances ...; full check: no further changes").
+	// Empty for every other run.
+	Targeted string
 }
 
 // The values of Result.Refresh.

@@ -169,13 +169,26 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 	defer release()
 	began := time.Now()
 	noRefresh := false
+	var tp targetPlan
 	if op == "apply" && planPath == "" {
 		var why string
 		noRefresh, why = d.skipRefresh(run, began)
 		d.sink.note("%s", why)
+		if noRefresh {
+			if tp = d.planTargets(in); tp.targets == nil {
+				d.sink.note("%s", tp.why)
+			}
+		}
 	}
-	err = d.runChange(ctx, op, planPath, noRefresh)
+	var tr targetedRun
+	targeted := tp.targets != nil
+	if targeted {
+		tr, err = d.runTargeted(ctx, tp, began)
+	} else {
+		err = d.runChange(ctx, op, planPath, noRefresh)
+	}
 	if err != nil && noRefresh && d.retryRefreshed(err) {
+		targeted = false
 		// The state the apply planned from was stale (an object changed
 		// or deleted outside Terraform): once more, now, reading every
 		// object first.
@@ -194,8 +207,15 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 		res.Refresh = driver.RefreshSkipped
 	}
 	res.Add, res.Change, res.Destroy = d.counts(op, err != nil)
+	if targeted && err == nil {
+		res.Add, res.Change, res.Destroy = tr.add, tr.change, tr.destroy
+		res.Targeted = tr.note
+	}
 	if op == "apply" {
 		res.Phases = applyPhases(began, d.sink.plannedAt(), time.Now())
+		if targeted && err == nil {
+			res.Phases = tr.phases
+		}
 		res.Changes = res.Add+res.Change+res.Destroy > 0
 	} else {
 		res.Changes = res.Destroy > 0
@@ -236,6 +256,11 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 	}
 	if planPath != "" {
 		delete(d.refresh.held, planPath)
+	}
+	if err == nil && op == "apply" && planPath == "" {
+		d.recordApplied(ctx, in)
+	} else {
+		d.target = targetState{}
 	}
 	if err == nil && op == "apply" && d.opts.Spec.ExportOutputs {
 		res.Outputs, err = d.readOutputs(ctx)

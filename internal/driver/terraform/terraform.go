@@ -116,6 +116,9 @@ type Driver struct {
 	// refresh is what the driver knows of the task's last full refresh
 	// (refresh.go).
 	refresh refreshState
+	// target is what the last successful apply applied and the state it
+	// left, for targeted runs (target.go).
+	target targetState
 	// ui: the binary has the machine-readable UI (-json) for plan, apply
 	// and destroy (Terraform >= 0.15.3, OpenTofu); known after Init.
 	ui bool
