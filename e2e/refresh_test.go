@@ -123,7 +123,7 @@ func TestRefreshAlwaysEveryRun(t *testing.T) {
 		step()
 		r.wait(t, fmt.Sprintf("change %d", i))
 		ev, log := r.lastApply(t, before)
-		if reads(log) != objects || strings.Contains(log, "refresh skipped") || !strings.Contains(log, `refresh policy "always"`) {
+		if reads(log) != objects || strings.Contains(log, "refresh skipped") || strings.Contains(log, "-target") || !strings.Contains(log, `refresh policy "always"`) {
 			t.Fatalf("change %d (run %s): %d objects read, want %d; log:\n%s", i, ev.ID, reads(log), objects, log)
 		}
 		if ev.Refresh == "skipped" {
@@ -207,5 +207,83 @@ func TestRefreshAutoCatalogChange(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Fatalf("log:\n%s", log)
+	}
+}
+
+// fileTimes are the modification times of the device's object files.
+func fileTimes(t *testing.T, dir string) map[string]time.Time {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]time.Time{}
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && !strings.HasPrefix(e.Name(), ".") {
+			m[e.Name()] = info.ModTime()
+		}
+	}
+	return m
+}
+
+// Refresh policy "auto": a catalog change of one instance among eight is
+// applied with a targeted plan (-target of that instance's object), then a
+// full check without refresh in the same run; the other objects are
+// neither read nor written. With a module whose every object depends on
+// every instance (length(var.services)), the full check applies the rest
+// in the same run: the device ends as a full run leaves it.
+func TestRefreshAutoTargeted(t *testing.T) {
+	r := startRefreshRig(t, "auto", "")
+	for i := 3; i <= 8; i++ {
+		r.register(t, fmt.Sprintf("web-%d", i), 8000+i)
+	}
+	r.wait(t, "web-1 to web-8 registered")
+	testutil.Eventually(t, 2*time.Minute, "the runs of the registrations recorded", func() bool {
+		evs := taskEvents(t, r.base, "dev")
+		if len(evs) == 0 || !evs[0].Success || evs[0].Kind != "apply" {
+			return false
+		}
+		b, _ := os.ReadFile(filepath.Join(r.logs, evs[0].ID+".log"))
+		return strings.Contains(string(b), `["web-8.`) // the key: id.node.datacenter
+	})
+	time.Sleep(time.Second) // a later modification time for the object written next
+
+	before, times := r.newest(t), fileTimes(t, r.dev)
+	r.register(t, "web-5", 9005)
+	r.wait(t, "web-5 changed")
+	ev, log := r.lastApply(t, before)
+	if reads(log) != 0 || !strings.Contains(log, "targeted 1 of 8 resource instances") || !strings.Contains(log, "full check: no further changes") ||
+		!strings.Contains(log, `device_object.instance["web-5.`) || ev.Refresh != "skipped" {
+		t.Fatalf("catalog change of web-5 (run %s, refresh %q): %d objects read; log:\n%s", ev.ID, ev.Refresh, reads(log), log)
+	}
+	for name, m := range fileTimes(t, r.dev) {
+		if written := !m.Equal(times[name]); written != (name == "web-5") {
+			t.Errorf("object %s written by the targeted run: %v", name, written)
+		}
+	}
+
+	// Every object depends on every instance: a module change (a full
+	// run), then a registration, applied targeted and completed by the
+	// full check.
+	before = r.newest(t)
+	writeFile(t, r.mod, "main.tf", strings.Replace(deviceModule, `"${each.value.address}:${each.value.port}"`,
+		`"${each.value.address}:${each.value.port}/${length(var.services)}"`, 1))
+	r.register(t, "web-1", 9001)
+	for id, v := range r.want {
+		r.want[id] = v + "/8"
+	}
+	r.wait(t, "the module changed: every object with the count")
+	r.lastApply(t, before)
+
+	before = r.newest(t)
+	r.register(t, "web-9", 8009)
+	for id, v := range r.want {
+		r.want[id] = strings.TrimSuffix(v, "/8") + "/9"
+	}
+	r.want["web-9"] = "10.0.0.1:8009/9"
+	r.wait(t, "web-9 registered: every object with the new count")
+	ev, log = r.lastApply(t, before)
+	if reads(log) != 0 || !strings.Contains(log, "targeted 1 of 8 resource instances") || !strings.Contains(log, "full check: applied 8 further changes") {
+		t.Fatalf("registration with a dependent module (run %s): %d objects read; log:\n%s", ev.ID, reads(log), log)
 	}
 }
