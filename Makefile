@@ -8,7 +8,7 @@ E2E_SHARDS ?= 3
 E2E_TIMEOUT ?= 25m
 E2E_BUILD_FLAGS ?= -race
 
-.PHONY: build test test-short demo tools lint bench bench-floor soak clean release release-test
+.PHONY: build test test-short demo tools lint bench bench-floor bench-refresh soak clean release release-test
 
 # The daemon and its policy helper (ctsync-policy, docs/security.md), side
 # by side: ctsync looks for the helper next to itself first.
@@ -46,6 +46,14 @@ bench: tools
 	$(TOOLS_ENV) && CTSYNC_BENCH=1 go test -count=1 -timeout 90m -run '^(TestScale|TestHAStandbyCPU)$$' -v ./e2e/ | grep -v '^ *time='
 	$(TOOLS_ENV) && go test -run XXX -bench . -benchtime 1x -timeout 30m ./e2e/ ./internal/watch/
 	$(MAKE) bench-floor
+	$(MAKE) bench-refresh
+
+# The refresh policy against a slow device (issue 39): change -> applied
+# under refresh "always" and "auto" side by side, 400 and 2,000 instances,
+# then a drift check restoring a deleted object; see
+# e2e/refresh_bench_test.go (CTSYNC_REFRESH_SIZES, CTSYNC_REFRESH_ROUNDS).
+bench-refresh: tools
+	$(TOOLS_ENV) && CTSYNC_BENCH=1 go test -count=1 -timeout 180m -run '^TestRefreshBench$$' -v ./e2e/ | grep -v '^ *time='
 
 # ctsync against Terraform alone (issue 18): after one change, all T tasks
 # applied by ctsync vs the same T applies run by hand, for T in 1/10/50 and

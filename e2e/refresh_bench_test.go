@@ -72,7 +72,19 @@ type refreshRow struct {
 	applied   time.Duration // change (or deletion) -> the device holds the value
 	run       time.Duration // the run's own duration (event), the drift check's for drift
 	reads     int           // objects read by the run (its log)
+	targeted  string        // the run's targeted note ("targeted 1 of 2,000 ...; full check: ..."), if it was
 	load      string
+}
+
+// targetedNote is a run log's line saying the run was targeted, without
+// its timestamp ("" when it was not).
+func targetedNote(log string) string {
+	i := strings.Index(log, "Z targeted ")
+	if i < 0 {
+		return ""
+	}
+	note, _, _ := strings.Cut(log[i+2:], "\n")
+	return note
 }
 
 func refreshSizes(t *testing.T) []int {
@@ -216,10 +228,11 @@ task {
 			if !ev.Success {
 				t.Fatalf("%s: run %s failed: %s", policy, ev.ID, ev.ErrorSummary)
 			}
+			log := logs(policy, ev.ID)
 			row := refreshRow{instances: n, policy: policy, round: r, applied: applied, run: ev.EndTime.Sub(ev.StartTime),
-				reads: reads(logs(policy, ev.ID)), load: loadAvg()}
-			t.Logf("%d instances, %s, round %d: change -> applied %.2f s, run %.2f s, %d objects read (load %s)",
-				n, policy, r, row.applied.Seconds(), row.run.Seconds(), row.reads, row.load)
+				reads: reads(log), targeted: targetedNote(log), load: loadAvg()}
+			t.Logf("%d instances, %s, round %d: change -> applied %.2f s, run %.2f s, %d objects read, %s (load %s)",
+				n, policy, r, row.applied.Seconds(), row.run.Seconds(), row.reads, map[bool]string{true: "not targeted", false: row.targeted}[row.targeted == ""], row.load)
 			rows = append(rows, row)
 		}
 	}
@@ -282,10 +295,10 @@ func writeRefreshBench(t *testing.T, dir string, rows []refreshRow) {
 		t.Fatal(err)
 	}
 	w := csv.NewWriter(f)
-	_ = w.Write([]string{"instances", "policy", "round", "change_to_applied_s", "run_s", "objects_read", "load"})
+	_ = w.Write([]string{"instances", "policy", "round", "change_to_applied_s", "run_s", "objects_read", "targeted", "load"})
 	for _, r := range rows {
 		_ = w.Write([]string{strconv.Itoa(r.instances), r.policy, strconv.Itoa(r.round), fmt.Sprintf("%.3f", r.applied.Seconds()),
-			fmt.Sprintf("%.3f", r.run.Seconds()), strconv.Itoa(r.reads), r.load})
+			fmt.Sprintf("%.3f", r.run.Seconds()), strconv.Itoa(r.reads), r.targeted, r.load})
 	}
 	w.Flush()
 	f.Close()
