@@ -28,9 +28,9 @@ import (
 // resource that is not one per instance), then the same run makes a full
 // plan without refresh and applies what it finds. Terraform evaluates
 // every resource instance of a plan, and its cost per instance grows with
-// the number of instances (each one evaluates the whole for_each
-// expression): the targeted plan visits only the changed instances'
-// objects, so the change reaches the device in a time that hardly depends
+// the number of instances (measured: 4 times the instances, 11 to 15
+// times the CPU; docs/performance.md): the targeted plan visits only the
+// changed instances' objects, so the change reaches the device in a time that hardly depends
 // on how many objects the task manages. The full check leaves the state a
 // full run would (a module whose objects depend on every instance, such as
 // length(var.services), gets the rest there).
