@@ -806,6 +806,9 @@ func runLines(name string, ev store.Event) []string {
 	if ev.Refresh == "skipped" {
 		lines = append(lines, `Refresh: skipped (-refresh=false; refresh policy "auto")`)
 	}
+	if ev.Targeted != "" {
+		lines = append(lines, "Targeted: "+ev.Targeted)
+	}
 	if ev.TFCRunURL != "" {
 		lines = append(lines, "Terraform Cloud Run URL: "+ev.TFCRunURL)
 	}

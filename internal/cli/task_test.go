@@ -775,9 +775,14 @@ func TestTaskClientErrorAfterFirstLines(t *testing.T) {
 // recorded before runs reported it, says nothing of it.
 func TestRunLinesRefresh(t *testing.T) {
 	ev := store.Event{ID: "r1", Kind: "apply", Success: true, Refresh: "skipped"}
-	if got := strings.Join(runLines("web", ev), "\n"); !strings.Contains(got, "Refresh: skipped (-refresh=false") {
+	if got := strings.Join(runLines("web", ev), "\n"); !strings.Contains(got, "Refresh: skipped (-refresh=false") || strings.Contains(got, "Targeted") {
 		t.Errorf("a run without refresh:\n%s", got)
 	}
+	ev.Targeted = "targeted 1 of 2,000 resource instances (1 changed instance of the services variable); full check: no further changes"
+	if got := strings.Join(runLines("web", ev), "\n"); !strings.Contains(got, "\nTargeted: targeted 1 of 2,000 resource instances") {
+		t.Errorf("a targeted run:\n%s", got)
+	}
+	ev.Targeted = ""
 	for _, r := range []string{"full", ""} {
 		ev.Refresh = r
 		if got := strings.Join(runLines("web", ev), "\n"); strings.Contains(got, "Refresh") {

@@ -57,6 +57,11 @@ type Event struct {
 	// before planning: "full" or "skipped" (driver.Result.Refresh); empty
 	// when no plan ran, or in events recorded before it was reported.
 	Refresh string `json:"refresh,omitempty"`
+	// Targeted, for a run without refresh that planned the changed
+	// instances alone first (-target) and then checked everything, says
+	// how many resource instances it targeted and what the check found
+	// (driver.Result.Targeted); empty for every other run.
+	Targeted string `json:"targeted,omitempty"`
 
 	// ErrorSummary is the failure in one line: Terraform's diagnostics
 	// with the first paragraph of their detail (driver.ErrorSummary).
