@@ -32,6 +32,8 @@ const HistoryFile = "ctsync-history.db"
 //	tasks/<task>         a TaskRecord as JSON: a task created, enabled or
 //	                     deleted through the API (tasks.go)
 //	window/<task>        a DestroyWindow as JSON (approval.window)
+//	held/<task>          a HeldPlanRecord as JSON: the plan a safety gate
+//	                     holds (heldplan.go; never the plan file)
 //
 // with the raw task name as the key of a task. A restarted daemon so knows
 // what each task last applied: a task whose desired state is unchanged
@@ -117,7 +119,7 @@ func seqKey(n uint64) []byte {
 // each task's events to the history length.
 func (b *Bolt) load() error {
 	return b.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketRun, bucketRemote, bucketWindow} {
+		for _, name := range [][]byte{bucketRun, bucketRemote, bucketWindow, bucketHeld} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -153,6 +155,17 @@ func (b *Bolt) load() error {
 			}
 			if err := loadWindow(b.window, string(k), v); err != nil {
 				b.log.Warn("ignoring an unreadable destroy window in the history database", "task_name", string(k), "error", err)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketHeld).ForEach(func(k, v []byte) error {
+			if b.held == nil {
+				b.held = map[string]HeldPlanRecord{}
+			}
+			if err := loadHeld(b.held, string(k), v); err != nil {
+				b.log.Warn("ignoring an unreadable held plan record in the history database: the task plans again", "task_name", string(k), "error", err)
 			}
 			return nil
 		}); err != nil {
@@ -347,7 +360,10 @@ func (b *Bolt) DeleteTask(ctx context.Context, taskName string) error {
 		if err := tx.Bucket(bucketRemote).Delete([]byte(taskName)); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketWindow).Delete([]byte(taskName))
+		if err := tx.Bucket(bucketWindow).Delete([]byte(taskName)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketHeld).Delete([]byte(taskName))
 	})
 	if err != nil {
 		b.log.Warn("a deleted task's run history and state could not be removed from disk", "task", taskName, "error", err)

@@ -112,6 +112,8 @@ type Tasks interface {
 //	<prefix>/tasks/<task>        a TaskRecord
 //	<prefix>/remote/<task>       a RemoteRun (terraform-cloud driver, remote.go)
 //	<prefix>/window/<task>       a DestroyWindow (approval.window, window.go)
+//	<prefix>/held/<task>         a HeldPlanRecord: the plan a safety gate holds
+//	                             (heldplan.go; never the plan file)
 //
 // Task names are path-escaped. Reads are served from memory: Load fills the
 // cache when the instance becomes leader (one consistent recursive read),
@@ -142,8 +144,9 @@ type ConsulKV struct {
 	next   map[string]uint64     // next event sequence number per task
 	run    map[string]RunState
 	tasks  map[string]TaskRecord
-	remote map[string]RemoteRun     // remote.go
-	window map[string]DestroyWindow // window.go
+	remote map[string]RemoteRun      // remote.go
+	window map[string]DestroyWindow  // window.go
+	held   map[string]HeldPlanRecord // heldplan.go
 	// claimed holds the tasks this instance owns in spread mode: their
 	// cached state is the one this instance writes, and Load keeps it.
 	claimed map[string]bool
@@ -218,6 +221,7 @@ func NewConsulKV(client *api.Client, o ConsulKVOptions) *ConsulKV {
 		tasks:    map[string]TaskRecord{},
 		remote:   map[string]RemoteRun{},
 		window:   map[string]DestroyWindow{},
+		held:     map[string]HeldPlanRecord{},
 		claimed:  map[string]bool{},
 	}
 }
@@ -245,6 +249,10 @@ func (s *ConsulKV) Claim(ctx context.Context, taskName string) error {
 	if err != nil {
 		return fmt.Errorf("reading the destroy window of task %q from consul: %w", taskName, err)
 	}
+	heldPair, _, err := s.kv.Get(s.key("held", esc(taskName)), q)
+	if err != nil {
+		return fmt.Errorf("reading the held plan of task %q from consul: %w", taskName, err)
+	}
 	pairs, _, err := s.kv.List(s.key("events", esc(taskName))+"/", q)
 	if err != nil {
 		return fmt.Errorf("reading the events of task %q from consul: %w", taskName, err)
@@ -268,6 +276,12 @@ func (s *ConsulKV) Claim(ctx context.Context, taskName string) error {
 			s.log.Warn("ignoring unreadable state entry in consul", "key", windowPair.Key, "error", err)
 		}
 	}
+	held := map[string]HeldPlanRecord{}
+	if heldPair != nil {
+		if err := loadHeld(held, taskName, heldPair.Value); err != nil {
+			s.log.Warn("ignoring unreadable state entry in consul", "key", heldPair.Key, "error", err)
+		}
+	}
 	evs, next := s.parseEvents(pairs)
 	s.wmu.Lock() // not in the middle of one of this instance's writes
 	defer s.wmu.Unlock()
@@ -289,6 +303,11 @@ func (s *ConsulKV) Claim(ctx context.Context, taskName string) error {
 		s.window[taskName] = w
 	} else {
 		delete(s.window, taskName)
+	}
+	if h, ok := held[taskName]; ok {
+		s.held[taskName] = h
+	} else {
+		delete(s.held, taskName)
 	}
 	return nil
 }
@@ -359,6 +378,7 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 	tasks := map[string]TaskRecord{}
 	remote := map[string]RemoteRun{}
 	window := map[string]DestroyWindow{}
+	held := map[string]HeldPlanRecord{}
 	for _, p := range pairs {
 		rest := strings.TrimPrefix(p.Key, s.prefix+"/")
 		parts := strings.Split(rest, "/")
@@ -404,6 +424,14 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 			if err != nil {
 				bad(err)
 			}
+		case len(parts) == 2 && parts[0] == "held":
+			name, err := url.PathUnescape(parts[1])
+			if err == nil {
+				err = loadHeld(held, name, p.Value)
+			}
+			if err != nil {
+				bad(err)
+			}
 		case len(parts) == 3 && parts[0] == "events":
 			name, err := url.PathUnescape(parts[1])
 			var seq uint64
@@ -442,8 +470,9 @@ func (s *ConsulKV) Load(ctx context.Context) error {
 		keepOwn(next, s.next, name)
 		keepOwn(remote, s.remote, name)
 		keepOwn(window, s.window, name)
+		keepOwn(held, s.held, name)
 	}
-	s.events, s.next, s.run, s.tasks, s.remote, s.window = events, next, run, tasks, remote, window
+	s.events, s.next, s.run, s.tasks, s.remote, s.window, s.held = events, next, run, tasks, remote, window, held
 	s.mu.Unlock()
 	return nil
 }
@@ -478,6 +507,7 @@ func (s *ConsulKV) Reset(ctx context.Context) error {
 	s.events, s.next, s.run, s.tasks = map[string][]seqEvent{}, map[string]uint64{}, map[string]RunState{}, map[string]TaskRecord{}
 	s.remote = map[string]RemoteRun{}
 	s.window = map[string]DestroyWindow{}
+	s.held = map[string]HeldPlanRecord{}
 	s.mu.Unlock()
 	return nil
 }
@@ -715,12 +745,14 @@ func (s *ConsulKV) DeleteTask(ctx context.Context, taskName string) error {
 	delete(s.run, taskName)
 	delete(s.remote, taskName)
 	delete(s.window, taskName)
+	delete(s.held, taskName)
 	s.mu.Unlock()
 	ops := api.KVTxnOps{
 		{Verb: api.KVDeleteTree, Key: s.key("events", esc(taskName)) + "/"},
 		{Verb: api.KVDelete, Key: s.key("run", esc(taskName))},
 		{Verb: api.KVDelete, Key: s.key("remote", esc(taskName))},
 		{Verb: api.KVDelete, Key: s.key("window", esc(taskName))},
+		{Verb: api.KVDelete, Key: s.key("held", esc(taskName))},
 	}
 	return s.logFailure("task deletion", taskName, s.writeTask(ctx, taskName, ops))
 }

@@ -259,3 +259,75 @@ func TestTasksContract(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldPlansContract: the three stores keep the record of a task's held
+// plan the same way (heldplan.go), the persistent ones across a reopen (a
+// restarted daemon holds the same plan, a new leader too); a delete of
+// another plan's id leaves the record, DeleteTask removes it.
+func TestHeldPlansContract(t *testing.T) {
+	for _, impl := range storeImpls(t) {
+		t.Run(impl.name, func(t *testing.T) {
+			ctx := t.Context()
+			s := impl.open(t)
+			hp, ok := s.(HeldPlans)
+			if !ok {
+				t.Fatalf("%T does not keep held plans", s)
+			}
+			if r, ok := hp.HeldPlan("web"); ok {
+				t.Fatalf("a new store has a held plan: %+v", r)
+			}
+			created := time.Unix(2000, 0).UTC()
+			rec := HeldPlanRecord{ID: "p1", State: "pending", Created: created, Expires: created.Add(time.Hour),
+				Reason: "approval required", Rule: "required", Window: json.RawMessage(`{"window":"1h"}`),
+				Add: 1, Destroy: 2, Replace: 1, InState: 4, Text: "plan (redacted)", ConsulChanges: []string{"node added: n1"},
+				Fingerprint: "f1", Trigger: "web", Digest: "sha256:ab", Ref: "run-1", Changes: true}
+			destroy := HeldPlanRecord{ID: "p2", State: "pending", Created: created, Fingerprint: "f2", DeletesTask: true, Enabled: true}
+			if err := hp.SaveHeldPlan(ctx, "web", rec); err != nil {
+				t.Fatal(err)
+			}
+			if err := hp.SaveHeldPlan(ctx, "db", destroy); err != nil {
+				t.Fatal(err)
+			}
+			check := func(s Store, when string) {
+				t.Helper()
+				if got, ok := s.(HeldPlans).HeldPlan("web"); !ok || !reflect.DeepEqual(got, rec) {
+					t.Errorf("%s: held plan of web %+v %v, want %+v", when, got, ok, rec)
+				}
+				if got, ok := s.(HeldPlans).HeldPlan("db"); !ok || !reflect.DeepEqual(got, destroy) {
+					t.Errorf("%s: held plan of db %+v %v, want %+v", when, got, ok, destroy)
+				}
+			}
+			check(s, "before a reopen")
+			if impl.reopen != nil {
+				s = impl.reopen(t)
+				check(s, "after a reopen")
+			}
+			hp = s.(HeldPlans)
+			// Another plan's id leaves the record; its own removes it.
+			if err := hp.DeleteHeldPlan(ctx, "web", "p0"); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := hp.HeldPlan("web"); !ok {
+				t.Fatal("the delete of another plan removed the record")
+			}
+			if err := hp.DeleteHeldPlan(ctx, "web", "p1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DeleteTask(ctx, "db"); err != nil {
+				t.Fatal(err)
+			}
+			gone := func(s Store, when string) {
+				t.Helper()
+				for _, name := range []string{"web", "db"} {
+					if r, ok := s.(HeldPlans).HeldPlan(name); ok {
+						t.Errorf("%s: held plan of %s kept: %+v", when, name, r)
+					}
+				}
+			}
+			gone(s, "after the deletes")
+			if impl.reopen != nil {
+				gone(impl.reopen(t), "after the deletes and a reopen")
+			}
+		})
+	}
+}

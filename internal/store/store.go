@@ -1,6 +1,7 @@
 // Package store keeps run events and per-task run state: the fingerprint of
 // the desired state last applied successfully, whether the last run
-// failed, and whether a run is in flight. One interface, Store, three
+// failed, whether a run is in flight, and the plan a safety gate holds
+// (heldplan.go). One interface, Store, three
 // implementations holding the same things: Memory (tests, -inspect), Bolt
 // (a local database: the daemon without high availability) and ConsulKV
 // (high availability). Bolt and ConsulKV keep it across a restart, so
@@ -271,9 +272,10 @@ type Memory struct {
 	mu      sync.RWMutex
 	events  map[string][]Event
 	run     map[string]RunState
-	remote  map[string]RemoteRun     // remote.go
-	tasks   map[string]TaskRecord    // tasks.go
-	window  map[string]DestroyWindow // window.go
+	remote  map[string]RemoteRun      // remote.go
+	tasks   map[string]TaskRecord     // tasks.go
+	window  map[string]DestroyWindow  // window.go
+	held    map[string]HeldPlanRecord // heldplan.go
 }
 
 var _ Store = (*Memory)(nil)
@@ -355,6 +357,7 @@ func (m *Memory) DeleteTask(_ context.Context, taskName string) error {
 	delete(m.run, taskName)
 	delete(m.remote, taskName)
 	delete(m.window, taskName)
+	delete(m.held, taskName)
 	return nil
 }
 
