@@ -88,6 +88,12 @@ type HeldPlan struct {
 	JSON json.RawMessage `json:"json,omitempty"`
 	// Result is the plan run's result: its log, duration and remote URL.
 	Result Result `json:"-"`
+	// Durable says that Ref stays valid after the process that made the
+	// plan ends (terraform-cloud: the remote run waits for its
+	// confirmation), so that a restarted daemon or a new leader may apply
+	// it; false for a plan file in the task's working directory
+	// (terraform), which is swept at start and never stored.
+	Durable bool `json:"durable,omitempty"`
 }
 
 // The parts of a task's desired state. A run's result is determined by all

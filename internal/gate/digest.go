@@ -49,7 +49,12 @@ func canonicalChanges(planJSON []byte, redact func(string) string) ([]byte, erro
 	if len(planJSON) == 0 {
 		return nil, fmt.Errorf("the plan has no JSON form")
 	}
-	var p tfjson.Plan
+	// Only the resource changes are read (not through tfjson.Plan, which
+	// refuses a plan without a format version it knows: the digest of a
+	// newer Terraform's plan is still the digest of its changes).
+	var p struct {
+		ResourceChanges []*tfjson.ResourceChange `json:"resource_changes"`
+	}
 	if err := json.Unmarshal(planJSON, &p); err != nil {
 		return nil, fmt.Errorf("reading the plan's JSON: %w", err)
 	}

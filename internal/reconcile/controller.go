@@ -246,6 +246,8 @@ type gateKeeper struct {
 	// pending now is the task's lifecycle's: lifecycle.held). Guarded by
 	// the table's lock.
 	plans map[*entry]*gateState
+	// hs writes the held plans' records to the store (heldstore.go).
+	hs *heldStore
 }
 
 // WedgedAfter is how long notifications or queued runs may wait with no
@@ -389,7 +391,7 @@ func New(opts Options, specs []task.Spec) *Controller {
 		changed:    make(chan struct{}),
 		active:     make(chan struct{}),
 	}
-	c.gk = &gateKeeper{taskTable: c.taskTable, plans: map[*entry]*gateState{}}
+	c.gk = &gateKeeper{taskTable: c.taskTable, plans: map[*entry]*gateState{}, hs: newHeldStore(opts.Store, c.log, &c.taskTable.mu)}
 	c.taskTable.gk = c.gk
 	c.src = &sources{taskTable: c.taskTable, noted: map[note]struct{}{}, noteKick: make(chan struct{}, 1)}
 	c.w = &workers{taskTable: c.taskTable, rec: c.rec}
@@ -453,6 +455,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	c.mu.Unlock()
 	var wg sync.WaitGroup
 	wg.Go(func() { c.src.noteLoop(ctx) })
+	wg.Go(func() { c.gk.hs.loop(ctx) })
 	for _, name := range names {
 		c.mu.Lock()
 		e := c.tasks[name]
@@ -485,6 +488,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	c.apiRuns.Wait() // a graceful hand-over waits for these too
+	c.gk.hs.flush(context.Background()) // the held plans' records decided since the loop stopped
 	c.mu.Lock()
 	for _, e := range c.tasks {
 		e.lc.halt()

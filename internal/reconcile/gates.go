@@ -57,6 +57,7 @@ func (c *gateKeeper) stateLocked(e *entry) *gateState {
 func (c *gateKeeper) forgetLocked(e *entry) []driver.HeldPlan {
 	g := c.plans[e]
 	delete(c.plans, e)
+	c.hs.dropLocked(e.spec.Name, "")
 	if g == nil {
 		return nil
 	}
@@ -253,6 +254,7 @@ func (c *gateKeeper) supersedeLocked(e *entry, sp *supersession) []gate.Event {
 func (c *gateKeeper) endHeldLocked(e *entry, st gate.State, who string, ev event) gate.Plan {
 	g := c.stateLocked(e)
 	g.plan.State = st
+	c.hs.dropLocked(e.spec.Name, g.plan.ID) // heldstore.go
 	if who != "" {
 		g.plan.DecidedBy, g.plan.DecidedAt = who, time.Now().UTC()
 	}
@@ -293,6 +295,13 @@ type heldRun struct {
 	// expireAt is when the plan expires on the controller's clock (zero:
 	// never); set when it is held.
 	expireAt time.Time
+	// digest is the digest of the plan's changes as the operator sees them
+	// (gate.ChangesDigest; "": the driver gave no JSON plan).
+	digest string
+	// restored: the plan was held before this process (or this member)
+	// ran the task, and restored from the store (heldstore.go); drv is
+	// zero unless the driver's plan outlives the process (Durable).
+	restored bool
 }
 
 // holdLocked makes the plan a run held the task's held plan (evHold: its
@@ -306,6 +315,7 @@ func (c *gateKeeper) holdLocked(e *entry, h *heldRun) gate.Event {
 		h.expireAt = c.opts.Clock.Now().Add(h.plan.Expires.Sub(h.plan.Created))
 	}
 	c.stepLocked(e, evHold, wake{hold: h})
+	c.hs.saveLocked(e.spec.Name, heldRecord(h)) // heldstore.go
 	return gate.Event{Kind: gate.EventApproval, Action: gate.ActionHeld, Task: e.spec.Name, Plan: clonePlan(h.plan), Trigger: h.run.trigger}
 }
 
@@ -324,7 +334,9 @@ func (rc *reconciler) gatedRun(ctx context.Context, log *slog.Logger, j job, r *
 		sp = rc.supersede(ctx, log, j, r.id, "") // this run replaces it
 	}
 	out := rc.gatedRunOf(ctx, log, j, r, in)
-	out.supersede = sp
+	if !out.matched {
+		out.supersede = sp
+	}
 	return out
 }
 
@@ -394,6 +406,26 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 		}
 	}
 
+	digest := planDigest(rc.opts, s.Name, hp)
+	if a := j.match; a != nil && !dry {
+		if digest != "" && digest == a.digest {
+			// The approved plan, made again after a restart: the same
+			// changes, so the approval holds for it.
+			log.Info("the approved plan was made again after a restart with the same changes: applying it", "plan", a.id, "run_id", r.id)
+			r.gate = approvedDecision(a.plan)
+			r.gate.Note = ReplannedSame
+			r.actor = a.token
+			if a.run != nil && a.run.trigger != "" {
+				r.trigger = a.run.trigger
+			}
+			out := rc.applyHeld(ctx, log, e, s, r, hp, true)
+			out.matched = true
+			return out
+		}
+		log.Warn("the approved plan was made again after a restart and its changes differ: it is superseded, nothing approved is applied",
+			"plan", a.id, "newer_plan", r.id)
+	}
+
 	// The approval rules: the plan alone, then with the destroys applied
 	// within the task's approval.window (kept in the store).
 	if v := gate.Judge(s.Approval, counts, gate.WindowOf(rc.opts.Store, s), time.Now()); v.Held() {
@@ -413,7 +445,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 		}
 		log.Warn("task held: its plan waits for approval", "run_id", r.id, "reason", reason,
 			"add", counts.Add, "change", counts.Change, "destroy", counts.Destroy, "replace", counts.Replace)
-		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r}}
+		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r, digest: digest}}
 	}
 	if req.Mode == ModePlan {
 		discardPlan(ctx, log, e, hp)
@@ -442,7 +474,9 @@ func (rc *reconciler) gatedDestroy(ctx context.Context, j job) outcome {
 	}
 	sp := rc.supersede(ctx, log, j, id, "") // the destroy replaces a plan the task held
 	out := rc.gatedDestroyOf(ctx, log, j, id)
-	out.supersede = sp
+	if !out.matched {
+		out.supersede = sp
+	}
 	return out
 }
 
@@ -475,6 +509,13 @@ func (rc *reconciler) gatedDestroyOf(ctx context.Context, log *slog.Logger, j jo
 		return outcome{failed: true, err: err}
 	}
 	counts := hp.Counts
+	digest := planDigest(rc.opts, s.Name, hp)
+	if a := j.match; a != nil && digest != "" && digest == a.digest {
+		log.Info("the approved destroy plan was made again after a restart with the same changes: applying it", "plan", a.id, "run_id", id)
+		out := rc.applyDestroy(ctx, e, s, id, hp, start)
+		out.matched = true
+		return out
+	}
 	reason := gate.Hold(s.Approval, counts)
 	if reason == "" && s.Approval != nil && s.Approval.Required {
 		reason = "approval required" // even a destroy without changes: it deletes the task
@@ -488,7 +529,7 @@ func (rc *reconciler) gatedDestroyOf(ctx context.Context, log *slog.Logger, j jo
 		log.Warn("task deletion held: its destroy plan waits for approval; nothing destroyed", "run_id", id, "reason", reason,
 			"destroy", counts.Destroy)
 		r := &runRecord{id: id, trigger: trigger, kind: store.KindDestroy, actor: actorFrom(ctx), start: start}
-		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r, destroy: true}}
+		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r, destroy: true, digest: digest}}
 	}
 	return rc.applyDestroy(ctx, e, s, id, hp, start)
 }
@@ -508,6 +549,20 @@ func (rc *reconciler) applyDestroy(ctx context.Context, e *driverSlot, s *task.S
 		return outcome{failed: true, err: err}
 	}
 	return outcome{}
+}
+
+// planDigest is the digest of the changes of the plan hp of the task name
+// as its operator sees them (gate.ChangesDigest, the task's redactor on
+// every value); "" when the driver gave no JSON plan.
+func planDigest(opts *Options, name string, hp driver.HeldPlan) string {
+	if len(hp.JSON) == 0 {
+		return ""
+	}
+	d, err := gate.ChangesDigest(hp.JSON, func(v string) string { return opts.redact(name, v) })
+	if err != nil {
+		return ""
+	}
+	return d
 }
 
 // planHeld makes the task's driver (when needed) and a held plan.
@@ -581,18 +636,22 @@ func (c *gateKeeper) expireLocked(e *entry) []gate.Event {
 }
 
 // forgetHeldLocked forgets the task's held plan when this instance stops
-// leading or owning the task: held plans are not handed over, the new
-// leader or owner plans the task again and holds its own plan. The plan's
-// files are discarded by the task's next job here. c.mu is held.
+// leading or owning the task: its record stays in the store, and the new
+// leader or owner holds it again (restoreHeldLocked). The plan's files
+// are discarded by the task's next job here (a driver's plan that outlives
+// the process is not: the record keeps it). c.mu is held.
 func (c *gateKeeper) forgetHeldLocked(e *entry) {
 	h, g := e.lc.held, c.stateLocked(e)
 	if h == nil {
 		return
 	}
-	g.orphans = append(g.orphans, h.drv)
+	if !h.drv.Durable { // a plan that outlives the process is the new leader's or owner's to apply
+		g.orphans = append(g.orphans, h.drv)
+	}
 	c.endHeldLocked(e, gate.Superseded, "", evDrop)
+	c.hs.keepLocked(e.spec.Name) // its record stays, for the new leader or owner
 	g.plan, g.settled = gate.Plan{}, ""
-	c.log.Info("held plan dropped: this instance no longer runs the task; its new leader or owner plans it again",
+	c.log.Info("held plan dropped here: this instance no longer runs the task; its new leader or owner holds it from the store",
 		"task_name", e.spec.Name)
 }
 
@@ -651,11 +710,21 @@ func (c *gateKeeper) approve(ctx context.Context, name, id, who string) error {
 			defer done()
 			return c.replan(rctx, e, id)
 		}
+		if h.restored { // its run's record is the store's: what it applies is this desired state
+			r := *h.run
+			r.want = want
+			h.run = &r
+		}
 	}
+	// A plan restored from the store whose driver's plan did not outlive
+	// the process is made again, and applied only when its changes are
+	// the ones approved (reconciler.approve).
+	replan := h.restored && h.drv.Ref == ""
 	c.mu.Lock()
 	p := c.endHeldLocked(e, gate.Approved, who, evDrop)
 	gen, err := c.submitLocked(e, intent{kind: intentApprove, actor: who,
-		approved: &approval{id: id, who: who, token: actorFrom(ctx), plan: p, drv: h.drv, run: h.run, destroy: h.destroy, enabled: h.enabled}})
+		approved: &approval{id: id, who: who, token: actorFrom(ctx), plan: p, drv: h.drv, run: h.run, destroy: h.destroy, enabled: h.enabled,
+			replan: replan, digest: h.digest}})
 	if err != nil {
 		c.stateLocked(e).orphans = append(c.stateLocked(e).orphans, h.drv) // discarded by the task's next job
 	}
@@ -666,6 +735,10 @@ func (c *gateKeeper) approve(ctx context.Context, name, id, who string) error {
 		// as applied, and its next run plans it again.
 		c.log.Warn("the approved plan was not applied", "task_name", name, "plan", id, "error", err)
 		return nil
+	}
+	if replan {
+		defer done()
+		return c.awaitReplanned(rctx, e, gen, p, h.run.trigger)
 	}
 	c.log.Info("held plan approved: applying it", "task_name", name, "plan", id, "approved_by", who)
 	c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionApproved, Task: name, Plan: p, Trigger: h.run.trigger})
@@ -682,6 +755,32 @@ func (c *gateKeeper) approve(ctx context.Context, name, id, who string) error {
 		}
 	}()
 	return nil
+}
+
+// awaitReplanned waits for the approval of the restored plan p (request
+// gen), which the worker makes again: applied when its changes are the
+// ones approved (the approval's event is sent then), superseded otherwise
+// (a *gate.SupersededError naming the new plan).
+func (c *gateKeeper) awaitReplanned(ctx context.Context, e *entry, gen uint64, p gate.Plan, trigger string) error {
+	name := e.spec.Name
+	c.mu.Lock()
+	out, err := c.awaitIntentLocked(ctx, e, gen)
+	newer, superseded := c.stateLocked(e).newer[p.ID]
+	c.mu.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case out.matched:
+		c.log.Info("held plan approved: made again after a restart with the same changes, and applied", "task_name", name, "plan", p.ID,
+			"approved_by", p.DecidedBy, "error", out.err)
+		c.gateEvent(gate.Event{Kind: gate.EventApproval, Action: gate.ActionApproved, Task: name, Plan: p, Trigger: trigger})
+		return nil
+	case superseded && newer != "":
+		return &gate.SupersededError{ID: p.ID, Newer: newer}
+	case out.failed && out.err != nil:
+		return fmt.Errorf("plan %s was made again to be applied after a restart, and that failed: nothing applied: %w", p.ID, out.err)
+	}
+	return fmt.Errorf("%w: plan %s is superseded: made again after a restart, the task had nothing to apply", gate.ErrStalePlan, p.ID)
 }
 
 // replan supersedes the pending plan id, whose desired state moved on,
@@ -716,6 +815,10 @@ func (c *gateKeeper) replan(ctx context.Context, e *entry, id string) error {
 func (rc *reconciler) approve(ctx context.Context, j job) outcome {
 	a, s := j.approved, j.spec
 	log := rc.log.With("task_name", s.Name)
+	if a.replan && !a.destroy { // restored without the driver's plan: made again (heldstore.go)
+		log.Info("the approved plan was held before a restart and its plan file is gone: planning it again", "plan", a.id)
+		return rc.again(ctx, j, Request{Name: s.Name, Trigger: Due(TriggerChange), Force: true}, a)
+	}
 	if a.destroy {
 		return rc.approveDestroy(ctx, log, j)
 	}
@@ -731,7 +834,7 @@ func (rc *reconciler) approve(ctx context.Context, j job) outcome {
 	if !out.failed || !errors.Is(out.err, driver.ErrPlanStale) {
 		return out
 	}
-	re := rc.again(ctx, j, Request{Name: s.Name, Trigger: Due(TriggerChange), Force: true})
+	re := rc.again(ctx, j, Request{Name: s.Name, Trigger: Due(TriggerChange), Force: true}, nil)
 	if re.supersede == nil || re.supersede.id != a.id {
 		log.Warn("the approved plan was stale when applied: superseded", "plan", a.id, "error", re.err)
 	}
@@ -743,10 +846,12 @@ func (rc *reconciler) approve(ctx context.Context, j job) outcome {
 
 // again runs the task of j once more with req, in place of its approved
 // plan, which is superseded: by the new plan, or by none when the run
-// does not plan.
-func (rc *reconciler) again(ctx context.Context, j job, req Request) outcome {
+// does not plan. With match (the approval of a plan restored without the
+// driver's plan), a new plan whose changes are match's is applied as the
+// approved one instead (outcome.matched).
+func (rc *reconciler) again(ctx context.Context, j job, req Request, match *approval) outcome {
 	a := j.approved
-	j.kind, j.approved, j.Request = intentRun, nil, req
+	j.kind, j.approved, j.Request, j.match = intentRun, nil, req, match
 	j.held = heldView{plan: gate.Plan{ID: a.id, State: gate.Pending}} // what the new run supersedes (already discarded)
 	out := rc.Decide(ctx, j)
 	if p := out.next; p != nil { // decided and run in one go: the job commits once
@@ -757,7 +862,7 @@ func (rc *reconciler) again(ctx context.Context, j job, req Request) outcome {
 		}
 		out = late
 	}
-	if out.supersede == nil {
+	if out.supersede == nil && !out.matched {
 		out.supersede = &supersession{id: a.id}
 	}
 	return out
@@ -770,10 +875,19 @@ func (rc *reconciler) again(ctx context.Context, j job, req Request) outcome {
 // does.
 func (rc *reconciler) approveDestroy(ctx context.Context, log *slog.Logger, j job) outcome {
 	a, s := j.approved, j.spec
-	out := rc.applyDestroy(ctx, j.drv, s, uuid.NewString(), a.drv, time.Now())
+	var out outcome
+	if a.replan { // restored without the driver's plan: made again, applied when the same (heldstore.go)
+		log.Info("the approved destroy plan was held before a restart and its plan file is gone: planning it again", "plan", a.id)
+		out = rc.again(ctx, j, Request{Name: s.Name, Trigger: Due(TriggerAPI), Mode: ModeDestroy}, a)
+		if out.hold != nil {
+			return out
+		}
+	} else {
+		out = rc.applyDestroy(ctx, j.drv, s, uuid.NewString(), a.drv, time.Now())
+	}
 	if out.failed && errors.Is(out.err, driver.ErrPlanStale) {
 		log.Warn("the approved destroy plan is stale: the destroy is planned again", "plan", a.id)
-		out = rc.again(ctx, j, Request{Name: s.Name, Trigger: Due(TriggerAPI), Mode: ModeDestroy})
+		out = rc.again(ctx, j, Request{Name: s.Name, Trigger: Due(TriggerAPI), Mode: ModeDestroy}, nil)
 		if out.hold != nil {
 			return out // held again: it waits for its own approval
 		}

@@ -29,7 +29,9 @@ type holdDriver struct {
 	inState  int
 	plans    map[string]int // held plan id → the instances it leads to
 	discards []string
-	stale    bool // ApplyPlan answers ErrPlanStale
+	stale    bool   // ApplyPlan answers ErrPlanStale
+	json     string // the plans' JSON ("": no resource changes)
+	held     int    // PlanHeld calls
 }
 
 var _ driver.PlanHolder = (*holdDriver)(nil)
@@ -43,8 +45,13 @@ func (d *holdDriver) PlanHeld(_ context.Context, run driver.Run, in *task.Inputs
 	}
 	c := gate.Counts{Add: max(0, n-d.inState), Destroy: max(0, d.inState-n), InState: d.inState}
 	d.plans[run.ID] = n
+	d.held++
+	js := d.json
+	if js == "" {
+		js = `{"resource_changes":[]}`
+	}
 	return driver.HeldPlan{ID: run.ID, Ref: run.ID, Counts: c, Changes: c.Add+c.Destroy > 0, Text: "plan " + run.ID,
-		JSON: []byte(`{"resource_changes":[]}`)}, nil
+		JSON: []byte(js)}, nil
 }
 
 func (d *holdDriver) ApplyPlan(ctx context.Context, run driver.Run, p driver.HeldPlan) (driver.Result, error) {
@@ -82,6 +89,7 @@ type gateHarness struct {
 	mu     sync.Mutex
 	events []gate.Event
 	drv    *holdDriver
+	json   string // the JSON of the plans of the drivers made from now on
 }
 
 func startGates(t *testing.T, a *task.Approval) *gateHarness {
@@ -105,7 +113,7 @@ func startGatesWith(t *testing.T, spec task.Spec, more func(*Options)) *gateHarn
 		o.NewDriver = func(s task.Spec) (driver.Driver, error) {
 			g.mu.Lock()
 			defer g.mu.Unlock()
-			g.drv = &holdDriver{fakeDriver: &fakeDriver{name: s.Name, rec: g.rec}, plans: map[string]int{}}
+			g.drv = &holdDriver{fakeDriver: &fakeDriver{name: s.Name, rec: g.rec}, plans: map[string]int{}, json: g.json}
 			return g.drv, nil
 		}
 	})
@@ -367,23 +375,28 @@ func TestGateExpiryDropsThePlan(t *testing.T) {
 	}
 }
 
-func TestGateStepDownForgetsHeldPlan(t *testing.T) {
+// A member that stops leading drops the plan in memory, not its record:
+// leading again, it holds the same plan (same id) and plans nothing.
+func TestGateStepDownKeepsHeldPlanRecord(t *testing.T) {
 	g := startGates(t, &task.Approval{Required: true})
 	g.set(2)
 	p := g.waitHeld(t, "")
+	testutil.WaitFor(t, "the held plan's record", func() bool { r, ok := g.st.HeldPlan("fw"); return ok && r.ID == p.ID })
 	g.ctrl.SetActive(false)
 	if _, err := g.ctrl.HeldPlan("fw"); !errors.Is(err, gate.ErrNoPlan) {
 		t.Fatalf("a follower shows a held plan: %v", err)
 	}
-	// Leading again: the task is planned and held anew (the held plan's
-	// files are discarded first).
 	g.ctrl.SetActive(true)
-	next := g.waitHeld(t, p.ID)
-	g.drv.mu.Lock()
-	discarded := len(g.drv.discards) == 1 && g.drv.discards[0] == p.ID
-	g.drv.mu.Unlock()
-	if !discarded || next.Reason != p.Reason {
-		t.Fatalf("after leading again: %+v (discarded %v)", next, discarded)
+	got := g.waitHeld(t, "")
+	g.noApply(t)
+	if got.ID != p.ID || got.Reason != p.Reason || got.Text != p.Text {
+		t.Fatalf("after leading again: %+v, want plan %s", got, p.ID)
+	}
+	if r, ok := g.st.HeldPlan("fw"); !ok || r.ID != p.ID {
+		t.Fatalf("the record after leading again: %+v %v", r, ok)
+	}
+	if a := g.actions(); len(a) != 1 || a[0] != gate.ActionHeld {
+		t.Fatalf("gate events %v: want only the first hold", a)
 	}
 }
 

@@ -615,6 +615,7 @@ func (c *taskTable) undeferLocked(e *entry) {
 // becoming the leader (SetActive). c.mu is held.
 func (c *taskTable) startLocked(e *entry) {
 	if !c.standby {
+		c.gk.restoreHeldLocked(e) // heldstore.go: before its first decision
 		st := c.opts.Store.Run(e.spec.Name)
 		switch {
 		case st.InFlight != "":
@@ -633,11 +634,29 @@ const (
 	StartNotPrepared = "start: working directory missing"
 )
 
+// restoreLocked makes h, a plan held before this process or member ran the
+// task (restored from the store: restoreHeldLocked), the task's held plan,
+// as the end of the run that held it would: an idle task (or one waiting
+// out a buffer period or a retry) is held, with the plan's expiry on its
+// timer; a queued one keeps its place, its plan held meanwhile. c.mu is
+// held.
+func (c *gateKeeper) restoreLocked(e *entry, h *heldRun) {
+	if c.stepLocked(e, evReserve, wake{}) {
+		c.stepLocked(e, evHold, wake{hold: h})
+		c.stepLocked(e, evDone, wake{})
+		return
+	}
+	e.lc.held = h
+	c.rearmLocked(e)
+	c.changedLocked()
+}
+
 // adoptLocked reconciles a task this instance has just become responsible
 // for (it became the leader, or the task's owner): its first run here is
 // not buffered, and it applies even when nothing changed when the previous
 // holder stopped in the middle of a run (inFlight). c.mu is held.
 func (c *taskTable) adoptLocked(e *entry, t Trigger, inFlight bool) {
+	c.gk.restoreHeldLocked(e) // heldstore.go: before its first decision
 	e.lc.ranOnce = false
 	if inFlight {
 		e.lc.due.Trigger, e.lc.due.Force = Due(TriggerFailover), true

@@ -63,6 +63,9 @@ type job struct {
 	qs   *querySet
 	hd   *holddown.Tracker
 	view evalView
+	// match is the approval of a plan restored without the driver's
+	// plan that this job makes again (gates.go: again).
+	match *approval
 }
 
 // driverSlot is a task's driver, and the times of the init of the run in
@@ -102,6 +105,7 @@ type outcome struct {
 	drift       *driftFound   // a drift check's finding (drift.go)
 	inspected   PlanResult    // the plan of an inspect
 	removeTask  bool          // an approved deletion's destroy is done: the task goes
+	matched     bool          // the plan made again after a restart had the approved changes, and was applied as approved (heldstore.go)
 	// The removal hold-down after the job's evaluation (holdSeen): when
 	// its first pending removal applies (zero: none is pending); the task
 	// is evaluated again then.

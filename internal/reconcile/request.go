@@ -190,4 +190,9 @@ type approval struct {
 	run     *runRecord
 	destroy bool // a deletion's destroy: the task is deleted once it is applied
 	enabled bool // the task's enabled flag before its deletion (destroy)
+	// replan: the plan was restored from the store without the driver's
+	// plan: it is made again, and applied when its changes have digest
+	// (heldstore.go).
+	replan bool
+	digest string
 }

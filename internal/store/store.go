@@ -128,6 +128,10 @@ type GateDecision struct {
 	SupersededBy string `json:"superseded_by,omitempty"`
 	// Messages are the policy's deny messages (denied).
 	Messages []string `json:"messages,omitempty"`
+	// Note says more about the decision: "re-planned after restart: same
+	// changes" on the run that applied an approved plan made again after
+	// a restart (its plan file was not kept).
+	Note string `json:"note,omitempty"`
 }
 
 // IsRun reports whether the event is a run of the task: not a drift check

@@ -48,7 +48,7 @@ func (d *Driver) PlanHeld(ctx context.Context, run driver.Run, in *task.Inputs) 
 		if err != nil || r == nil {
 			return res, err
 		}
-		held = driver.HeldPlan{ID: run.ID, Ref: r.ID, Changes: res.Changes, Text: res.Output,
+		held = driver.HeldPlan{ID: run.ID, Ref: r.ID, Durable: true, Changes: res.Changes, Text: res.Output,
 			Counts: gate.Counts{Add: res.Add, Change: res.Change, Destroy: res.Destroy}}
 		if held.Counts.InState, err = d.inState(ctx); err != nil {
 			return res, err

@@ -1,0 +1,219 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctsync/ctsync/internal/gate"
+	"github.com/ctsync/ctsync/internal/store"
+	"github.com/ctsync/ctsync/internal/task"
+	"github.com/ctsync/ctsync/internal/testutil"
+)
+
+// heldSpec is the gated task fw of these tests: every plan is held.
+func heldSpec(expire time.Duration) task.Spec {
+	spec := servicesTask("fw", "web")
+	spec.Approval = &task.Approval{Required: true, Expire: task.Duration(expire)}
+	return spec
+}
+
+// holdThenStop runs a controller over st until it holds a plan of fw (two
+// instances of web), then stops it, as a daemon that is stopped: the
+// plan's record is in st.
+func holdThenStop(t *testing.T, st *store.Memory, spec task.Spec) gate.Plan {
+	t.Helper()
+	g := startGatesWith(t, spec, func(o *Options) { o.Store = st })
+	g.set(2)
+	p := g.waitHeld(t, "")
+	g.cancel()
+	<-g.done
+	if r, ok := st.HeldPlan("fw"); !ok || r.ID != p.ID || r.Fingerprint != p.Fingerprint || r.Digest == "" || r.Ref != "" {
+		t.Fatalf("the held plan's record after the stop: %+v %v (plan %+v)", r, ok, p)
+	}
+	return p
+}
+
+// restartOn starts a new controller over st, fw's data as before.
+func restartOn(t *testing.T, st *store.Memory, spec task.Spec, json string) *gateHarness {
+	t.Helper()
+	g := startGatesWith(t, spec, func(o *Options) { o.Store = st })
+	g.mu.Lock()
+	g.json = json
+	g.mu.Unlock()
+	g.set(2)
+	return g
+}
+
+// ran reports how many plans the harness's driver made (0: none made).
+func (g *gateHarness) ran() int {
+	g.mu.Lock()
+	d := g.drv
+	g.mu.Unlock()
+	if d == nil {
+		return 0
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.held
+}
+
+// A restart (a new controller on the same store) holds the same plan,
+// same id and expiry, and plans nothing: the task's desired state did not
+// change.
+func TestHeldPlanSurvivesARestart(t *testing.T) {
+	st := store.NewMemory(0)
+	spec := heldSpec(time.Hour)
+	p := holdThenStop(t, st, spec)
+
+	g := restartOn(t, st, spec, "")
+	got := g.waitHeld(t, "")
+	g.noApply(t)
+	if got.ID != p.ID || !got.Expires.Equal(p.Expires) || !got.Created.Equal(p.Created) || got.Reason != p.Reason || got.Text != p.Text {
+		t.Fatalf("after the restart: %+v, want the plan %+v", got, p)
+	}
+	if n := g.ran(); n != 0 {
+		t.Fatalf("the restarted controller made %d plans", n)
+	}
+	if a := g.actions(); len(a) != 0 {
+		t.Fatalf("gate events after the restart: %v", a)
+	}
+	g.ctrl.mu.Lock()
+	ph := g.ctrl.tasks["fw"].lc.phase
+	g.ctrl.mu.Unlock()
+	if ph != phaseHeld {
+		t.Fatalf("the task's phase %v, want held", ph)
+	}
+}
+
+// Approving the restored plan makes it again (its plan file is gone):
+// the same changes are applied as the approved plan, named by its id.
+func TestHeldPlanRestoredApproveSameChangesApplies(t *testing.T) {
+	st := store.NewMemory(0)
+	spec := heldSpec(0)
+	p := holdThenStop(t, st, spec)
+
+	g := restartOn(t, st, spec, "")
+	g.waitHeld(t, "")
+	if err := g.ctrl.Approve(WithActor(context.Background(), "ops"), "fw", p.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	g.waitApplied(t, "fw")
+	var evs []store.Event
+	testutil.WaitFor(t, "the approved run recorded", func() bool { evs = runEvents(st.Events("fw")); return len(evs) == 1 })
+	d := evs[0].Gate
+	if !evs[0].Success || d == nil || d.Action != gate.ActionApproved || d.PlanID != p.ID || d.Note != ReplannedSame || d.By != "ops" {
+		t.Fatalf("the approved run %+v, gate %+v", evs[0], d)
+	}
+	if got, _ := g.ctrl.HeldPlan("fw"); got.ID != p.ID || got.State != gate.Approved {
+		t.Fatalf("the plan after the approval: %+v", got)
+	}
+	if a := g.actions(); len(a) != 1 || a[0] != gate.ActionApproved {
+		t.Fatalf("gate events %v", a)
+	}
+	testutil.WaitFor(t, "the record removed", func() bool { _, ok := st.HeldPlan("fw"); return !ok })
+	g.set(2) // applied: nothing to do
+	g.noApply(t)
+}
+
+// Approving the restored plan when the plan made again has other changes
+// applies nothing: the old plan is superseded by the new one (held, the
+// rules require approval), and the approval says so.
+func TestHeldPlanRestoredApproveOtherChangesSupersedes(t *testing.T) {
+	st := store.NewMemory(0)
+	spec := heldSpec(0)
+	p := holdThenStop(t, st, spec)
+
+	g := restartOn(t, st, spec, `{"resource_changes":[{"address":"x.y","change":{"actions":["create"],"after":{"v":1}}}]}`)
+	g.waitHeld(t, "")
+	err := g.ctrl.Approve(context.Background(), "fw", p.ID, "ops")
+	var se *gate.SupersededError
+	if !errors.As(err, &se) || se.ID != p.ID || se.Newer == "" || se.Newer == p.ID {
+		t.Fatalf("approve: %v, want a *gate.SupersededError", err)
+	}
+	next := g.waitHeld(t, p.ID)
+	if next.ID != se.Newer {
+		t.Fatalf("the new plan %s, the error names %s", next.ID, se.Newer)
+	}
+	g.noApply(t)
+	if evs := runEvents(st.Events("fw")); len(evs) != 0 {
+		t.Fatalf("runs recorded: %+v", evs)
+	}
+	if a := g.actions(); len(a) != 2 || a[0] != gate.ActionSuperseded || a[1] != gate.ActionHeld {
+		t.Fatalf("gate events %v", a)
+	}
+	testutil.WaitFor(t, "the new plan's record", func() bool { r, ok := st.HeldPlan("fw"); return ok && r.ID == next.ID })
+}
+
+// A plan that expired while the daemon was down expires at the restart,
+// with its audit event; the task is not planned again.
+func TestHeldPlanExpiredWhileDown(t *testing.T) {
+	st := store.NewMemory(0)
+	spec := heldSpec(time.Hour)
+	p := holdThenStop(t, st, spec)
+	rec, _ := st.HeldPlan("fw")
+	rec.Expires = time.Now().Add(-time.Minute)
+	if err := st.SaveHeldPlan(context.Background(), "fw", rec); err != nil {
+		t.Fatal(err)
+	}
+
+	g := restartOn(t, st, spec, "")
+	testutil.WaitFor(t, "the plan expired", func() bool { got, err := g.ctrl.HeldPlan("fw"); return err == nil && got.State == gate.Expired })
+	g.noApply(t)
+	if n := g.ran(); n != 0 {
+		t.Fatalf("the restarted controller made %d plans", n)
+	}
+	var expired []store.Event
+	for _, ev := range gateEvents(st.Events("fw")) {
+		if ev.Gate.Action == gate.ActionExpired {
+			expired = append(expired, ev)
+		}
+	}
+	if len(expired) != 1 || expired[0].Gate.PlanID != p.ID {
+		t.Fatalf("expired audit events %+v", expired)
+	}
+	testutil.WaitFor(t, "the record removed", func() bool { _, ok := st.HeldPlan("fw"); return !ok })
+}
+
+// Rejecting the restored plan needs no plan file: nothing is applied, the
+// record goes, and the same desired state is not planned again.
+func TestHeldPlanRestoredReject(t *testing.T) {
+	st := store.NewMemory(0)
+	spec := heldSpec(0)
+	p := holdThenStop(t, st, spec)
+
+	g := restartOn(t, st, spec, "")
+	g.waitHeld(t, "")
+	if err := g.ctrl.Reject(context.Background(), "fw", p.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	g.noApply(t)
+	if got, _ := g.ctrl.HeldPlan("fw"); got.ID != p.ID || got.State != gate.Rejected {
+		t.Fatalf("after the rejection: %+v", got)
+	}
+	if n := g.ran(); n != 0 {
+		t.Fatalf("the restarted controller made %d plans", n)
+	}
+	testutil.WaitFor(t, "the record removed", func() bool { _, ok := st.HeldPlan("fw"); return !ok })
+	if a := g.actions(); len(a) != 1 || a[0] != gate.ActionRejected {
+		t.Fatalf("gate events %v", a)
+	}
+}
+
+// The record never holds the plan file's reference of a driver whose plan
+// does not outlive the process, nor more than the API shows.
+func TestHeldPlanRecordKeepsWhatTheOperatorSees(t *testing.T) {
+	h := &heldRun{plan: gate.Plan{ID: "p", State: gate.Pending, Text: strings.Repeat("x\n", store.MaxPlanText), Fingerprint: "f"},
+		run: &runRecord{trigger: "web"}, digest: "sha256:1"}
+	h.drv.Ref = "/work/fw/held-p.tfplan"
+	rec := heldRecord(h)
+	if rec.Ref != "" || len(rec.Text) > store.MaxPlanText+100 || rec.Trigger != "web" || rec.Digest != "sha256:1" {
+		t.Fatalf("record %+v", rec)
+	}
+	h.drv.Durable = true
+	if rec := heldRecord(h); rec.Ref != h.drv.Ref {
+		t.Fatalf("a durable plan's reference not kept: %+v", rec)
+	}
+}
