@@ -487,7 +487,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer grace.Stop()
 	}
 	wg.Wait()
-	c.apiRuns.Wait() // a graceful hand-over waits for these too
+	c.apiRuns.Wait()                    // a graceful hand-over waits for these too
 	c.gk.hs.flush(context.Background()) // the held plans' records decided since the loop stopped
 	c.mu.Lock()
 	for _, e := range c.tasks {

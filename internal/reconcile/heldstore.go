@@ -192,7 +192,7 @@ func heldFromRecord(name string, rec store.HeldPlanRecord) *heldRun {
 	if rec.Ref != "" {
 		h.drv = driver.HeldPlan{ID: rec.ID, Ref: rec.Ref, Durable: true, Changes: rec.Changes,
 			Counts: gate.Counts{Add: rec.Add, Change: rec.Change, Destroy: rec.Destroy, Replace: rec.Replace, InState: rec.InState},
-			Text: rec.Text}
+			Text:   rec.Text}
 	}
 	return h
 }
