@@ -13,14 +13,18 @@ import (
 	"time"
 
 	ctsapi "github.com/ctsync/ctsync/internal/api"
+	"github.com/ctsync/ctsync/internal/reconcile"
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/testutil"
 )
 
 // A held plan over a restart (no high availability): `ctsync status` lists
-// it under "Waiting for approval"; after SIGTERM the restarted daemon
-// plans the task again and holds the new plan with the same reason,
-// applying nothing meanwhile; approving that plan applies it.
-func TestGateRestartReholds(t *testing.T) {
+// it under "Waiting for approval"; after SIGTERM the restarted daemon holds
+// the same plan again (same id, from the history database's record of it),
+// planning and applying nothing at start; `ctsync task approve` of that id
+// makes the plan again (its plan file is not kept over a restart), finds
+// the same changes and applies them as the approved plan.
+func TestGateRestartHoldsTheSamePlan(t *testing.T) {
 	skipShort(t)
 	c := testutil.StartConsul(t)
 	g, dir, p := startEmptyCatalog(t, c, "", "")
@@ -48,6 +52,7 @@ func TestGateRestartReholds(t *testing.T) {
 		}
 	}
 	expectCounts("the plan held")
+	before := g.eventIDs("web")
 
 	must(t, g.p.cmd.Process.Signal(syscall.SIGTERM))
 	if code := g.p.wait(t, 60*time.Second); code != 0 {
@@ -55,15 +60,33 @@ func TestGateRestartReholds(t *testing.T) {
 	}
 	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after the held daemon stopped")
 	g.p = startCtsync(t, g.work, "start", "-config-file", g.cfg)
+	g.p.waitOutput(t, 60*time.Second, "held plan restored from the store", "plan="+p.ID)
 	again := g.waitPendingUnless("web", emptyCatalogReason, rulesChanged(dir, "web-1,web-2,web-3,web-4"))
-	if again.Destroy != 3 || again.InState != 4 {
-		t.Errorf("the plan held after the restart %+v: want 3 destroy of 4", again)
+	if again.ID != p.ID || again.Destroy != 3 || again.InState != 4 || !again.Created.Equal(p.Created) || again.Text != p.Text {
+		t.Errorf("the plan held after the restart %+v: want the plan %s held before (3 destroy of 4)", again, p.ID)
 	}
 	expectCounts("the plan held again after the restart")
-	if code, body := g.decide("web", again.ID, "approve", gateWriteSecret); code != http.StatusOK {
-		t.Fatalf("approve after the restart: %d %s", code, body)
+	out, code := runCLI(ctsyncBin, []string{"CTS_ADDRESS=" + g.base, "CTS_TOKEN=" + gateWriteSecret}, "",
+		"task", "approve", "-auto-approve", "-plan", p.ID, "web")
+	if code != 0 || !strings.Contains(out, p.ID) {
+		t.Fatalf("ctsync task approve -plan %s web after the restart: exit %d\n%s", p.ID, code, out)
 	}
 	waitRules(t, dir, "web-1")
+	ev := g.waitNewEvent("web", before, "the approved run", func(ev store.Event) bool { return ev.IsRun() && ev.Gate != nil })
+	if !ev.Success || ev.Gate.Action != "approved" || ev.Gate.PlanID != p.ID || ev.Gate.Note != reconcile.ReplannedSame || ev.Plan == nil || ev.Plan.Destroy != 3 {
+		t.Errorf("the approved run after the restart %+v (gate %+v)", ev, ev.Gate)
+	}
+	// Nothing ran at start: the approval (which waits for the task to be
+	// free) made the one run of the restarted daemon, and no plan was
+	// held again.
+	if n, held := g.p.runs("web"), g.p.lines("task held:"); n != 1 || len(held) != 0 {
+		t.Errorf("the restarted daemon ran the task %d times (want the approved run alone) and held %q", n, held)
+	}
+	for _, e := range g.events("web") {
+		if !before[e.ID] && e.ID != ev.ID && (e.Gate == nil || e.Gate.Action != "approved" || e.Gate.PlanID != p.ID) {
+			t.Errorf("the restarted daemon recorded %+v (gate %+v)", e, e.Gate)
+		}
+	}
 }
 
 // An approval that races a change: the catalog changes while a plan is
