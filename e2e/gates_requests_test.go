@@ -291,8 +291,9 @@ func TestGateKilledHeldPlanOfAPITaskRemoved(t *testing.T) {
 
 // High availability, leader mode: a deletion with destroy held on the
 // leader stays recorded with its destroy pending; the leader is killed,
-// and the new leader plans the destroy again and holds it — nothing is
-// destroyed — until it is approved there: then everything is destroyed
+// and the new leader holds the same destroy plan (its record is in Consul
+// KV) — nothing is destroyed — until it is approved there: then the
+// destroy is planned again, has the same changes, everything is destroyed
 // and the task deleted.
 func TestGateHADestroyHeldOverFailover(t *testing.T) {
 	skipShort(t)
@@ -314,8 +315,8 @@ func TestGateHADestroyHeldOverFailover(t *testing.T) {
 		t.Fatalf("the killed leader %s leads again", leader.id)
 	}
 	api2 := gateAPI{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", next.port)}
-	again := api2.waitPendingUnless("web-task", reason, rulesChanged(dir, "web-1,web-2,web-3,web-4"), held.ID)
-	if !again.DeletesTask {
+	again := api2.waitPendingUnless("web-task", reason, rulesChanged(dir, "web-1,web-2,web-3,web-4"))
+	if again.ID != held.ID || !again.DeletesTask {
 		t.Fatalf("the new leader's held plan is not the deletion's destroy: %+v", again)
 	}
 	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after the failover, before approval")

@@ -469,9 +469,11 @@ func TestGateOnceAndInspect(t *testing.T) {
 }
 
 // (h) High availability, leader mode with two members: the leader is
-// killed while a plan is held. The new leader holds a plan with the same
-// reason (re-planned, or the same plan carried over), nothing is applied
-// meanwhile, and approving it on the new leader applies it.
+// killed while a plan is held. The new leader holds the same plan (same
+// id: its record is in Consul KV), planning and applying nothing
+// meanwhile; approving it on the new leader (which plans it again, the
+// plan file having stayed with the killed leader, and finds the same
+// changes) applies it.
 func TestGateHAFailoverKeepsHold(t *testing.T) {
 	skipShort(t)
 	c, dir, leader := startGatedHACluster(t, "  buffer_period {\n    enabled = true\n    min = \"2s\"\n    max = \"8s\"\n  }\n")
@@ -491,16 +493,23 @@ func TestGateHAFailoverKeepsHold(t *testing.T) {
 	}
 	api2 := gateAPI{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", next.port)}
 	again := api2.waitPendingUnless("web-task", emptyCatalogReason, rulesChanged(dir, "web-1,web-2,web-3,web-4"))
-	if again.Destroy != 3 || again.InState != 4 {
-		t.Errorf("the new leader's plan %+v: want 3 destroy of 4", again)
+	if again.ID != held.ID || again.Destroy != 3 || again.InState != 4 || !again.Created.Equal(held.Created) {
+		t.Errorf("the new leader's plan %+v: want the plan %s held by the old leader (3 destroy of 4)", again, held.ID)
 	}
-	t.Logf("held plan %s on %s; %s on %s after the failover", held.ID, leader.id, again.ID, next.id)
+	if len(haLines(next.proc(), "held plan restored from the store", "plan="+held.ID)) == 0 {
+		t.Errorf("the new leader %s did not log the restored plan %s", next.id, held.ID)
+	}
 	expectRules(t, dir, "web-1,web-2,web-3,web-4", "after the failover, before approval")
-	if code, body := api2.decide("web-task", again.ID, "approve", ""); code != http.StatusOK {
-		t.Fatalf("approve on the new leader: %d %s", code, body)
+	out, code := runCLI(ctsyncBin, []string{"CTS_ADDRESS=" + api2.base}, "", "task", "approve", "-auto-approve", "-plan", held.ID, "web-task")
+	if code != 0 {
+		t.Fatalf("ctsync task approve -plan %s on the new leader: exit %d\n%s", held.ID, code, out)
 	}
 	waitRules(t, dir, "web-1")
 	waitIdle(t, next)
+	// The new leader ran the task once: the approved plan, made again.
+	if runs, heldAgain := len(haLines(next.proc(), "executing task", "task_name=web-task")), haLines(next.proc(), "task held:"); runs != 1 || len(heldAgain) != 0 {
+		t.Errorf("the new leader ran the task %d times (want the approved run alone) and held %v", runs, heldAgain)
+	}
 	c.noOverlap()
 }
 

@@ -220,6 +220,13 @@ func (c *gateKeeper) restoreHeldLocked(e *entry) {
 		// clock (0 or less: it expires now).
 		h.expireAt = c.opts.Clock.Now().Add(time.Until(h.plan.Expires))
 	}
+	if h.destroy {
+		// The deletion with destroy left the task disabled until its plan
+		// is decided (its flag is given back on a rejection or expiry):
+		// nothing it was due for runs meanwhile.
+		e.spec.Enabled = false
+		c.stepLocked(e, evStop, wake{})
+	}
 	g := c.stateLocked(e)
 	g.plan, g.settled = clonePlan(h.plan), ""
 	c.restoreLocked(e, h) // lifecycle.go
