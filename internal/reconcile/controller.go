@@ -395,6 +395,7 @@ func New(opts Options, specs []task.Spec) *Controller {
 	c.taskTable.gk = c.gk
 	c.src = &sources{taskTable: c.taskTable, noted: map[note]struct{}{}, noteKick: make(chan struct{}, 1)}
 	c.w = &workers{taskTable: c.taskTable, rec: c.rec}
+	c.rec.snap = c.w.snapshot
 	var depth func(int)
 	if opts.Metrics != nil {
 		depth = opts.Metrics.QueueDepth

@@ -62,21 +62,21 @@ type driftFound struct {
 }
 
 // checkDrift plans the task of j and records what it found.
-func (r *reconciler) checkDrift(ctx context.Context, j job) outcome {
+func (r *reconciler) checkDrift(ctx context.Context, j job) Result {
 	s := j.spec
 	log := r.log.With("task_name", s.Name)
 	want, ready, err := r.obs.desiredIn(ctx, s, j.view)
 	if !ready || err != nil {
-		return outcome{}
+		return Result{}
 	}
 	hash := want.Used
 	if st := r.opts.Store.Run(s.Name); st.Dirty() || want.Fingerprint != st.Applied || inputsMoved(st.Parts, want.Parts) {
 		log.Debug("drift check skipped: the task's desired state or module inputs changed, or its last run failed, since its last apply (a plan would show that, not drift)")
-		return outcome{}
+		return Result{}
 	}
 	in, ready := BuildInputs(s, j.view.get)
 	if !ready {
-		return outcome{}
+		return Result{}
 	}
 	start := time.Now()
 	res, err := r.drive(ctx, j.drv, s, j.exports, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
@@ -87,11 +87,11 @@ func (r *reconciler) checkDrift(ctx context.Context, j job) outcome {
 	}
 	if err != nil {
 		log.Warn("drift check failed", "error", err)
-		return outcome{drift: found}
+		return Result{drift: found}
 	}
 	if !drifted {
 		log.Debug("drift check: no changes")
-		return outcome{drift: found}
+		return Result{drift: found}
 	}
 	found.remediate = s.DriftDetection != nil && s.DriftDetection.Remediate
 	log.Warn("drift detected: the infrastructure differs from the task's last apply",
@@ -101,5 +101,5 @@ func (r *reconciler) checkDrift(ctx context.Context, j job) outcome {
 		Plan:    &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy},
 		LogPath: res.LogPath, LogTail: r.opts.redact(s.Name, tail(res.LogPath, 4096)), TFCRunURL: res.RunURL}
 	r.record(ctx, ev)
-	return outcome{drift: found}
+	return Result{drift: found}
 }

@@ -64,16 +64,23 @@ func (c *gateKeeper) forgetLocked(e *entry) []driver.HeldPlan {
 	return g.orphans
 }
 
-// orphansLocked takes the plans of the task whose files are to be
-// discarded (by its next job). c.mu is held.
+// orphansLocked returns the plans of the task whose files are to be
+// discarded (by its next job, which says how many it discarded:
+// discardedLocked). c.mu is held.
 func (c *gateKeeper) orphansLocked(e *entry) []driver.HeldPlan {
 	g := c.plans[e]
 	if g == nil {
 		return nil
 	}
-	o := g.orphans
-	g.orphans = nil
-	return o
+	return slices.Clone(g.orphans)
+}
+
+// discardedLocked forgets the first n plans of the task whose files were
+// to be discarded: a job discarded them. c.mu is held.
+func (c *gateKeeper) discardedLocked(e *entry, n int) {
+	if g := c.plans[e]; g != nil {
+		g.orphans = g.orphans[min(n, len(g.orphans)):]
+	}
 }
 
 // maxSuperseded bounds gateState.newer.
@@ -328,7 +335,7 @@ func (c *gateKeeper) holdLocked(e *entry, h *heldRun) gate.Event {
 // A plan the approval rules hold is returned in the outcome (hold), and
 // the controller keeps it (holdLocked), as it records the plan this run
 // superseded (supersede).
-func (rc *reconciler) gatedRun(ctx context.Context, log *slog.Logger, j job, r *runRecord, in *task.Inputs) outcome {
+func (rc *reconciler) gatedRun(ctx context.Context, log *slog.Logger, j job, r *runRecord, in *task.Inputs) Result {
 	var sp *supersession
 	if j.Mode != ModePlan && j.Trigger.Kind != TriggerOnce {
 		sp = rc.supersede(ctx, log, j, r.id, "") // this run replaces it
@@ -341,7 +348,7 @@ func (rc *reconciler) gatedRun(ctx context.Context, log *slog.Logger, j job, r *
 }
 
 // gatedRunOf is gatedRun but for the plan it supersedes.
-func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r *runRecord, in *task.Inputs) outcome {
+func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r *runRecord, in *task.Inputs) Result {
 	e, s, req := j.drv, j.spec, j.Request
 	dry := req.Mode == ModePlan || req.Trigger.Kind == TriggerOnce
 	if req.Mode == ModePlan {
@@ -355,7 +362,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 	r.start = time.Now()
 	hp, err := rc.planHeld(ctx, e, s, j.exports, driver.Run{ID: r.id}, in)
 	r.res = hp.Result
-	fail := func(err error) outcome {
+	fail := func(err error) Result {
 		r.err, r.end = err, time.Now()
 		r.phases = eventPhases(e.initStart, e.initEnd, r.res.Phases, r.kind, r.start, r.end)
 		e.initStart, e.initEnd = time.Time{}, time.Time{}
@@ -363,7 +370,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 			if rc.opts.Metrics != nil {
 				rc.opts.Metrics.RunFinished(s.Name, r.kind, false, r.end.Sub(r.start))
 			}
-			return outcome{failed: true, err: err, plan: hp.Text}
+			return Result{failed: true, err: err, plan: hp.Text}
 		}
 		return rc.recordRun(ctx, log, e, s, r)
 	}
@@ -445,7 +452,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 		}
 		log.Warn("task held: its plan waits for approval", "run_id", r.id, "reason", reason,
 			"add", counts.Add, "change", counts.Change, "destroy", counts.Destroy, "replace", counts.Replace)
-		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r, digest: digest}}
+		return Result{hold: &heldRun{plan: plan, drv: hp, run: r, digest: digest}}
 	}
 	if req.Mode == ModePlan {
 		discardPlan(ctx, log, e, hp)
@@ -453,7 +460,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 		if rc.opts.Metrics != nil {
 			rc.opts.Metrics.RunFinished(s.Name, r.kind, true, r.end.Sub(r.start))
 		}
-		return outcome{plan: hp.Text}
+		return Result{plan: hp.Text}
 	}
 	return rc.applyHeld(ctx, log, e, s, r, hp, false)
 }
@@ -465,7 +472,7 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 // is destroyed; a plan they let through is applied at once, exactly it,
 // and the task's state is removed (Forget). A policy that denies the
 // destroy, or cannot be evaluated, fails it: the task is kept.
-func (rc *reconciler) gatedDestroy(ctx context.Context, j job) outcome {
+func (rc *reconciler) gatedDestroy(ctx context.Context, j job) Result {
 	s := j.spec
 	log := rc.log.With("task_name", s.Name)
 	id := j.ID
@@ -481,7 +488,7 @@ func (rc *reconciler) gatedDestroy(ctx context.Context, j job) outcome {
 }
 
 // gatedDestroyOf is gatedDestroy but for the plan it supersedes.
-func (rc *reconciler) gatedDestroyOf(ctx context.Context, log *slog.Logger, j job, id string) outcome {
+func (rc *reconciler) gatedDestroyOf(ctx context.Context, log *slog.Logger, j job, id string) Result {
 	e, s := j.drv, j.spec
 	trigger := Due(TriggerAPI).String()
 	start := time.Now()
@@ -506,7 +513,7 @@ func (rc *reconciler) gatedDestroyOf(ctx context.Context, log *slog.Logger, j jo
 	}
 	if err != nil {
 		rc.recordDestroy(ctx, s, id, start, hp.Result, err)
-		return outcome{failed: true, err: err}
+		return Result{failed: true, err: err}
 	}
 	counts := hp.Counts
 	digest := planDigest(rc.opts, s.Name, hp)
@@ -529,14 +536,14 @@ func (rc *reconciler) gatedDestroyOf(ctx context.Context, log *slog.Logger, j jo
 		log.Warn("task deletion held: its destroy plan waits for approval; nothing destroyed", "run_id", id, "reason", reason,
 			"destroy", counts.Destroy)
 		r := &runRecord{id: id, trigger: trigger, kind: store.KindDestroy, actor: actorFrom(ctx), start: start}
-		return outcome{hold: &heldRun{plan: plan, drv: hp, run: r, destroy: true, digest: digest}}
+		return Result{hold: &heldRun{plan: plan, drv: hp, run: r, destroy: true, digest: digest}}
 	}
 	return rc.applyDestroy(ctx, e, s, id, hp, start)
 }
 
 // applyDestroy applies exactly the destroy plan hp as the run id, records
 // it (a destroy event) and removes the task's state.
-func (rc *reconciler) applyDestroy(ctx context.Context, e *driverSlot, s *task.Spec, id string, hp driver.HeldPlan, start time.Time) outcome {
+func (rc *reconciler) applyDestroy(ctx context.Context, e *driverSlot, s *task.Spec, id string, hp driver.HeldPlan, start time.Time) Result {
 	res, err := e.drv.(driver.PlanHolder).ApplyPlan(ctx, driver.Run{ID: id}, hp)
 	if err == nil {
 		res.Destroy = hp.Counts.Destroy // exactly the plan was applied
@@ -546,9 +553,9 @@ func (rc *reconciler) applyDestroy(ctx context.Context, e *driverSlot, s *task.S
 		err = e.drv.Forget(ctx)
 	}
 	if err != nil {
-		return outcome{failed: true, err: err}
+		return Result{failed: true, err: err}
 	}
-	return outcome{}
+	return Result{}
 }
 
 // planDigest is the digest of the changes of the plan hp of the task name
@@ -590,11 +597,11 @@ func checkPolicy(ctx context.Context, s *task.Spec, hp driver.HeldPlan, trigger 
 // applyHeld applies exactly the plan hp as the run r and records it, and
 // the apply in the task's destroy window (approved: the plan an operator
 // approved, where the window starts again).
-func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *driverSlot, s *task.Spec, r *runRecord, hp driver.HeldPlan, approved bool) outcome {
+func (rc *reconciler) applyHeld(ctx context.Context, log *slog.Logger, e *driverSlot, s *task.Spec, r *runRecord, hp driver.HeldPlan, approved bool) Result {
 	if err := rc.opts.Store.StartRun(ctx, s.Name, r.id); err != nil {
 		discardPlan(ctx, log, e, hp)
 		log.Error("not applying the plan: the in-flight marker could not be stored", "error", err)
-		return outcome{failed: true, err: fmt.Errorf("storing the in-flight marker: %w", err)}
+		return Result{failed: true, err: fmt.Errorf("storing the in-flight marker: %w", err)}
 	}
 	res, err := e.drv.(driver.PlanHolder).ApplyPlan(ctx, driver.Run{ID: r.id}, hp)
 	if err == nil {
@@ -812,7 +819,7 @@ func (c *gateKeeper) replan(ctx context.Context, e *entry, id string) error {
 // approve applies the approved plan of j (intentApprove). A plan Terraform
 // finds stale (the state moved under it: nothing was applied) is
 // superseded by a new run of the task, held or applied per the rules.
-func (rc *reconciler) approve(ctx context.Context, j job) outcome {
+func (rc *reconciler) approve(ctx context.Context, j job) Result {
 	a, s := j.approved, j.spec
 	log := rc.log.With("task_name", s.Name)
 	if a.replan && !a.destroy { // restored without the driver's plan: made again (heldstore.go)
@@ -849,7 +856,7 @@ func (rc *reconciler) approve(ctx context.Context, j job) outcome {
 // does not plan. With match (the approval of a plan restored without the
 // driver's plan), a new plan whose changes are match's is applied as the
 // approved one instead (outcome.matched).
-func (rc *reconciler) again(ctx context.Context, j job, req Request, match *approval) outcome {
+func (rc *reconciler) again(ctx context.Context, j job, req Request, match *approval) Result {
 	a := j.approved
 	j.kind, j.approved, j.Request, j.match = intentRun, nil, req, match
 	j.held = heldView{plan: gate.Plan{ID: a.id, State: gate.Pending}} // what the new run supersedes (already discarded)
@@ -873,9 +880,9 @@ func (rc *reconciler) again(ctx context.Context, j job, req Request, match *appr
 // finds stale is planned again, and held again or applied per the rules;
 // a destroy that fails keeps the task, disabled, as a failed deletion
 // does.
-func (rc *reconciler) approveDestroy(ctx context.Context, log *slog.Logger, j job) outcome {
+func (rc *reconciler) approveDestroy(ctx context.Context, log *slog.Logger, j job) Result {
 	a, s := j.approved, j.spec
-	var out outcome
+	var out Result
 	if a.replan { // restored without the driver's plan: made again, applied when the same (heldstore.go)
 		log.Info("the approved destroy plan was held before a restart and its plan file is gone: planning it again", "plan", a.id)
 		out = rc.again(ctx, j, Request{Name: s.Name, Trigger: Due(TriggerAPI), Mode: ModeDestroy}, a)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/gate"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
@@ -215,5 +216,51 @@ func TestHeldPlanRecordKeepsWhatTheOperatorSees(t *testing.T) {
 	h.drv.Durable = true
 	if rec := heldRecord(h); rec.Ref != h.drv.Ref {
 		t.Fatalf("a durable plan's reference not kept: %+v", rec)
+	}
+}
+
+// Reconcile(ctx, name) reads the task's snapshot itself: it refuses a task
+// that does not exist, one no worker of this member took, and a context
+// that ended, changing nothing; the snapshot it reads changes nothing
+// either (read twice, the same plans to discard).
+func TestReconcileByName(t *testing.T) {
+	c := New(Options{Watcher: newFakeWatcher()}, []task.Spec{servicesTask("fw", "web")})
+	ctx := context.Background()
+	if _, err := c.rec.Reconcile(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("no such task: %v", err)
+	}
+	if _, err := c.rec.Reconcile(ctx, "fw"); !errors.Is(err, errNotTaken) {
+		t.Fatalf("a task no worker took: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.rec.Reconcile(cctx, "fw"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("an ended context: %v", err)
+	}
+	c.mu.Lock()
+	e := c.tasks["fw"]
+	c.gk.stateLocked(e).orphans = []driver.HeldPlan{{ID: "old"}}
+	c.stepLocked(e, evQueue, wake{})
+	j, ok := c.takeLocked(e)
+	c.mu.Unlock()
+	if !ok {
+		t.Fatal("not taken")
+	}
+	for range 2 {
+		s, err := c.w.snapshot("fw")
+		if err != nil || s.Name != "fw" || s.Request != j.Request || len(s.orphans) != 1 || s.spec == nil || s.spec.Name != "fw" {
+			t.Fatalf("snapshot %+v, %v", s, err)
+		}
+	}
+	c.mu.Lock()
+	c.commitLocked(e, j, Result{discarded: 1})
+	c.endLocked(e, j, Result{})
+	n := len(c.gk.stateLocked(e).orphans)
+	c.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d plans left to discard after the job discarded them", n)
+	}
+	if _, err := c.rec.Reconcile(ctx, "fw"); !errors.Is(err, errNotTaken) {
+		t.Fatalf("after the job ended: %v", err)
 	}
 }

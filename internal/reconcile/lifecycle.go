@@ -327,11 +327,14 @@ type lifecycle struct {
 	reqGen   uint64
 	observed uint64
 	results  map[uint64]intentResult
+	// took is the request of the job a worker took (takeLocked) until it
+	// ends (endLocked): what the job's snapshot reads (taken).
+	took *Request
 }
 
 // intentResult is what a request did, kept for its caller.
 type intentResult struct {
-	res outcome
+	res Result
 	err error
 }
 
@@ -393,7 +396,7 @@ func (c *taskTable) stepLocked(e *entry, ev event, w wake) bool {
 	if in := lc.intent; in != nil && !in.taken && ev != evTake && s.to != phaseQueued && (s.to != phaseDeleting || in.req.Mode != ModeDestroy) {
 		// The task left the queue otherwise (deleted, disabled, gone):
 		// the request is not run.
-		c.endIntentLocked(e, outcome{}, fmt.Errorf("task %q: the request was dropped: %w", e.spec.Name, errDropped))
+		c.endIntentLocked(e, Result{}, fmt.Errorf("task %q: the request was dropped: %w", e.spec.Name, errDropped))
 	}
 	if from == s.to {
 		return true
@@ -674,17 +677,35 @@ func (c *taskTable) takeLocked(e *entry) (job, bool) {
 	if !c.stepLocked(e, evTake, wake{}) {
 		return job{}, false
 	}
-	var j job // the worker adds the snapshot (jobLocked)
+	var j job // the reconciler reads the snapshot (workers.snapshot)
 	if in := e.lc.intent; in != nil {
 		in.taken = true
 		j.intent = *in
 		j.Request = in.req
 		j.Name = e.spec.Name
-		return j, true
+	} else {
+		j.Request = e.lc.due
+		j.Name = e.spec.Name
+		e.lc.due = Request{}
 	}
-	j.Request = e.lc.due
-	j.Name = e.spec.Name
-	e.lc.due = Request{}
+	req := j.Request
+	e.lc.took = &req
+	return j, true
+}
+
+// taken is the job a worker took of the task named name (takeLocked): its
+// request, and its caller's intent if it is one; false when no worker holds
+// the task. It changes nothing. c.mu is held.
+func (lc *lifecycle) taken(name string) (job, bool) {
+	if lc.took == nil {
+		return job{}, false
+	}
+	var j job
+	j.Request = *lc.took
+	if in := lc.intent; in != nil && in.taken {
+		j.intent = *in
+	}
+	j.Name = name
 	return j, true
 }
 
@@ -692,6 +713,7 @@ func (c *taskTable) takeLocked(e *entry) (job, bool) {
 // not start (no run slot before shutdown): the task stays due, as it was.
 // c.mu is held.
 func (c *taskTable) untakeLocked(e *entry, j job) {
+	e.lc.took = nil
 	e.lc.due = j.Request
 	c.stepLocked(e, evQueue, wake{}) // running: queued again by evDone
 	c.stepLocked(e, evDone, wake{})
@@ -737,7 +759,7 @@ func (c *taskTable) requestLocked(e *entry, in intent) (uint64, bool) {
 
 // endIntentLocked records the end of the task's intent: its generation is
 // observed, and its waiter gets res and err. c.mu is held.
-func (c *taskTable) endIntentLocked(e *entry, res outcome, err error) {
+func (c *taskTable) endIntentLocked(e *entry, res Result, err error) {
 	in := e.lc.intent
 	if in == nil {
 		return
@@ -758,7 +780,7 @@ func (c *taskTable) endIntentLocked(e *entry, res outcome, err error) {
 // before a worker took the request, the request is withdrawn (it never
 // runs) and ctx's error returned; once a worker has it, the caller waits
 // for its end. c.mu is held.
-func (c *taskTable) awaitIntentLocked(ctx context.Context, e *entry, gen uint64) (outcome, error) {
+func (c *taskTable) awaitIntentLocked(ctx context.Context, e *entry, gen uint64) (Result, error) {
 	if err := c.awaitLocked(ctx, func() bool { return e.lc.observed >= gen }); err != nil {
 		if in := e.lc.intent; in != nil && in.gen == gen && !in.taken {
 			e.lc.intent = nil
@@ -766,7 +788,7 @@ func (c *taskTable) awaitIntentLocked(ctx context.Context, e *entry, gen uint64)
 			if e.lc.phase == phaseDeleting {
 				c.q.remove(e.key())
 			}
-			return outcome{}, err
+			return Result{}, err
 		}
 		_ = c.awaitLocked(context.WithoutCancel(ctx), func() bool { return e.lc.observed >= gen })
 	}
@@ -801,9 +823,12 @@ func (lc *lifecycle) wait(why string) (changed bool) {
 // of its recorded event, its success, the plan it held or superseded, the
 // upstream tasks it needs to run, what a drift check found. It returns the
 // gate events to hand to the hook once c.mu is released. c.mu is held.
-func (c *taskTable) commitLocked(e *entry, j job, res outcome) []gate.Event {
+func (c *taskTable) commitLocked(e *entry, j job, res Result) []gate.Event {
 	if res.readData {
 		e.lc.ranOnce = true
+	}
+	if res.discarded > 0 {
+		c.gk.discardedLocked(e, res.discarded) // gates.go
 	}
 	if res.setWait {
 		e.lc.wait(res.waitReason)
@@ -867,7 +892,7 @@ func (lc *lifecycle) succeeded() {
 // endRunLocked moves a task whose run (taken from the queue) has ended on:
 // retried after a delay when it failed and may be retried, else done; a
 // change that came during the run runs now. c.mu is held.
-func (c *taskTable) endRunLocked(e *entry, req Request, res outcome) {
+func (c *taskTable) endRunLocked(e *entry, req Request, res Result) {
 	lc, name := &e.lc, e.spec.Name
 	if res.notReady && req.Force && req.Trigger.Kind != TriggerOnce {
 		// A run that must apply whatever the desired state (the
@@ -925,7 +950,8 @@ func (c *taskTable) endRunLocked(e *entry, req Request, res outcome) {
 // is committed (commitLocked): a run the task was due for through
 // endRunLocked (retries); a request ends as a reservation does, and its
 // caller gets res. c.mu is held.
-func (c *taskTable) endLocked(e *entry, j job, res outcome) {
+func (c *taskTable) endLocked(e *entry, j job, res Result) {
+	e.lc.took = nil
 	if j.gen == 0 {
 		c.endRunLocked(e, j.Request, res)
 		return

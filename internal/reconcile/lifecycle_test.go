@@ -303,7 +303,7 @@ func TestDeletionWaitsForAQueuedRequest(t *testing.T) {
 	if !ok || j.gen == 0 || !e.lc.doomed {
 		t.Fatalf("the request not taken (%v, gen %d) or the task no longer doomed (%v)", ok, j.gen, e.lc.doomed)
 	}
-	c.endLocked(e, j, outcome{})
+	c.endLocked(e, j, Result{})
 	if e.lc.phase != phaseDeleting || e.lc.observed != j.gen {
 		t.Fatalf("the request ended: phase %s, observed %d; want deleting, %d", e.lc.phase, e.lc.observed, j.gen)
 	}

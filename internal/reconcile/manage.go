@@ -309,18 +309,18 @@ func (c *Controller) RunNow(ctx context.Context, name string) error {
 // runReserved has a worker run a task the caller has reserved (the
 // request in), and waits for the run. The run is an API call's: it does
 // not end when the caller goes away, only with the daemon's runs.
-func (c *Controller) runReserved(ctx context.Context, e *entry, in intent) (outcome, error) {
+func (c *Controller) runReserved(ctx context.Context, e *entry, in intent) (Result, error) {
 	ctx, done, err := c.apiRun(ctx)
 	if err != nil {
 		c.mu.Lock()
 		c.releaseLocked(e)
 		c.mu.Unlock()
-		return outcome{}, err
+		return Result{}, err
 	}
 	defer done()
 	res, err := c.request(ctx, e, in)
 	if err != nil {
-		return outcome{}, err
+		return Result{}, err
 	}
 	if res.held != "" {
 		return res, fmt.Errorf("%w: task '%s' cannot run now: %s", ErrActive, e.spec.Name, res.held)
@@ -332,7 +332,7 @@ func (c *Controller) runReserved(ctx context.Context, e *entry, in intent) (outc
 // records the request in on it (submitLocked), and waits until a worker
 // has done it: it returns what the job did. The task is released when the
 // data does not come.
-func (c *Controller) request(ctx context.Context, e *entry, in intent) (outcome, error) {
+func (c *Controller) request(ctx context.Context, e *entry, in intent) (Result, error) {
 	c.mu.Lock()
 	s := e.spec
 	c.mu.Unlock()
@@ -340,14 +340,14 @@ func (c *Controller) request(ctx context.Context, e *entry, in intent) (outcome,
 		c.mu.Lock()
 		c.releaseLocked(e)
 		c.mu.Unlock()
-		return outcome{}, err
+		return Result{}, err
 	}
 	in.actor = actorFrom(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	gen, err := c.submitLocked(e, in)
 	if err != nil {
-		return outcome{}, err
+		return Result{}, err
 	}
 	return c.awaitIntentLocked(ctx, e, gen)
 }
@@ -397,7 +397,7 @@ func (c *Controller) Delete(ctx context.Context, name string, destroy bool) erro
 		c.mu.Lock()
 		gen, err := c.submitLocked(e, intent{kind: intentRun, actor: actorFrom(ctx), wasEnabled: enabled,
 			req: Request{Name: name, ID: RunIDFrom(ctx), Trigger: Due(TriggerAPI), Mode: ModeDestroy}})
-		var res outcome
+		var res Result
 		if err == nil {
 			res, err = c.awaitIntentLocked(ctx, e, gen)
 		}
@@ -438,7 +438,7 @@ func (c *taskTable) remove(ctx context.Context, name string) {
 		held = append(held, c.gk.forgetLocked(e)...)
 		if in := e.lc.intent; in != nil && !in.taken {
 			c.q.remove(name)
-			c.endIntentLocked(e, outcome{}, fmt.Errorf("task %q: %w", name, ErrNotFound))
+			c.endIntentLocked(e, Result{}, fmt.Errorf("task %q: %w", name, ErrNotFound))
 		}
 	}
 	delete(c.tasks, name)

@@ -66,7 +66,7 @@ func (c *Controller) RunOnce(ctx context.Context, names []string, inspect bool, 
 			if err == nil {
 				err = c.obs.waitReady(ctx, e.changed, &s, e.qs, wait)
 			}
-			var res outcome
+			var res Result
 			if err == nil {
 				req := req
 				req.Name = s.Name
@@ -139,12 +139,12 @@ type onceBatch struct {
 // run records the run req as the task's request, for the workers, and
 // waits until it has ended (RunOnce: nothing else makes the task due
 // meanwhile).
-func (c *onceBatch) run(ctx context.Context, e *entry, req Request) (outcome, error) {
+func (c *onceBatch) run(ctx context.Context, e *entry, req Request) (Result, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	gen, ok := c.requestLocked(e, intent{kind: intentRun, req: req})
 	if !ok {
-		return outcome{}, fmt.Errorf("task %q is busy", e.spec.Name)
+		return Result{}, fmt.Errorf("task %q is busy", e.spec.Name)
 	}
 	return c.awaitIntentLocked(ctx, e, gen)
 }

@@ -144,7 +144,7 @@ func (c *workers) worker(ctx, runCtx context.Context) {
 			c.q.wake() // the other workers stop too
 			return
 		}
-		e, j, ok := c.nextLocked(stopping)
+		e, taken, ok := c.nextLocked(stopping)
 		c.mu.Unlock()
 		if !ok {
 			done := ctx.Done()
@@ -158,26 +158,30 @@ func (c *workers) worker(ctx, runCtx context.Context) {
 			continue
 		}
 		release, err := func() {}, error(nil)
-		if j.kind != intentDiscard { // a discard runs no Terraform
+		if taken.kind != intentDiscard { // a discard runs no Terraform
 			release, err = c.q.acquire(runCtx)
 		}
-		if err != nil && j.gen != 0 {
+		if err != nil && taken.gen != 0 {
 			// The runs were interrupted (shutdown) before this request
 			// got a slot: it ends, not run, and its caller is told.
-			c.finish(runCtx, e, j, outcome{failed: true, err: fmt.Errorf("not run: %w", errStopped)})
+			c.finish(runCtx, e, taken, Result{failed: true, err: fmt.Errorf("not run: %w", errStopped)})
 			continue
 		}
 		if err != nil {
 			// The runs were interrupted (shutdown) before this one got a
 			// slot: it stays due, as it was.
 			c.mu.Lock()
-			c.untakeLocked(e, j)
+			c.untakeLocked(e, taken)
 			c.mu.Unlock()
 			continue
 		}
 		t0 := time.Now()
-		jctx := WithActor(runCtx, j.actor)
-		res := c.rec.Reconcile(jctx, j)
+		jctx := WithActor(runCtx, taken.actor)
+		res, err := c.rec.Reconcile(jctx, e.key())
+		j := res.job
+		if err != nil { // the job could not start: it ends, failed
+			j, res = taken, Result{failed: true, err: err}
+		}
 		if res.next != nil {
 			// Decided to run: what the decision found (the task read
 			// its data, why it waits) holds from now on, while it runs.
@@ -220,8 +224,7 @@ func (c *workers) nextLocked(stopping bool) (*entry, job, bool) {
 		}
 		c.q.take(name)
 		if j, ok := c.takeLocked(e); ok {
-			c.jobLocked(e, &j)
-			return e, j, true
+			return e, j, true // the reconciler reads its snapshot (snapshot)
 		}
 		i--
 	}
@@ -237,9 +240,27 @@ func (c *taskTable) lookupLocked(name string) *entry {
 	return c.inspecting[name]
 }
 
+// snapshot is the job a worker took of the task (or the throw-away task
+// being inspected) with the key name: its request and the snapshot of the
+// task's state it reads (jobLocked). It is the reconciler's one read of the
+// table (reconciler.snap), under its lock, and changes nothing.
+func (c *workers) snapshot(name string) (job, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.lookupLocked(name)
+	if e == nil {
+		return job{}, fmt.Errorf("task %q: %w", name, ErrNotFound)
+	}
+	j, ok := e.lc.taken(e.spec.Name)
+	if !ok {
+		return job{}, fmt.Errorf("task %q: %w", name, errNotTaken)
+	}
+	c.jobLocked(e, &j)
+	return j, nil
+}
+
 // jobLocked adds to the job j of the task the snapshot of the task's
-// state it reads (job).
-// c.mu is held.
+// state it reads (job). It changes nothing. c.mu is held.
 func (c *workers) jobLocked(e *entry, j *job) {
 	s := e.spec
 	j.spec, j.drv, j.prev, j.waiting, j.held = &s, &e.run, e.prevInputs, e.lc.waiting, c.gk.viewLocked(e)
@@ -260,7 +281,7 @@ func (c *workers) jobLocked(e *entry, j *job) {
 
 // commit commits what the job j of the task e did or decided
 // (commitLocked, the one applier) and hands the gate events to their hook.
-func (c *workers) commit(e *entry, j job, res outcome) {
+func (c *workers) commit(e *entry, j job, res Result) {
 	c.mu.Lock()
 	evs := c.commitLocked(e, j, res)
 	c.mu.Unlock()
@@ -273,7 +294,7 @@ func (c *workers) commit(e *entry, j job, res outcome) {
 // applier), hands the gate events to their hook, removes a task whose
 // approved deletion is done, and moves the task on (endLocked): its caller,
 // if any, gets res.
-func (c *workers) finish(ctx context.Context, e *entry, j job, res outcome) {
+func (c *workers) finish(ctx context.Context, e *entry, j job, res Result) {
 	c.commit(e, j, res)
 	if res.removeTask {
 		c.remove(ctx, e.spec.Name)
@@ -292,7 +313,7 @@ func (c *workers) failIntentsLocked(err error) {
 	for _, m := range []map[string]*entry{c.tasks, c.inspecting} {
 		for _, e := range m {
 			if in := e.lc.intent; in != nil && !in.taken {
-				c.endIntentLocked(e, outcome{}, err)
+				c.endIntentLocked(e, Result{}, err)
 				if e.lc.phase == phaseDeleting {
 					c.q.remove(e.key())
 				}
@@ -307,7 +328,7 @@ func (c *workers) failIntentsLocked(err error) {
 // held.
 func (c *workers) dropLocked(e *entry) {
 	if in := e.lc.intent; in != nil && !in.taken {
-		c.endIntentLocked(e, outcome{}, nil)
+		c.endIntentLocked(e, Result{}, nil)
 		c.stepLocked(e, evWithdraw, wake{})
 	}
 	c.stepLocked(e, evStop, wake{})

@@ -71,7 +71,7 @@ func TestRequests(t *testing.T) {
 		[]task.Spec{{Name: "a"}})
 	d.c = c
 	e := c.tasks["a"]
-	ask := func(ctx context.Context) (outcome, error) {
+	ask := func(ctx context.Context) (Result, error) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if !c.stepLocked(e, evReserve, wake{}) {
@@ -79,7 +79,7 @@ func TestRequests(t *testing.T) {
 		}
 		gen, err := c.submitLocked(e, intent{kind: intentInspect})
 		if err != nil {
-			return outcome{}, err
+			return Result{}, err
 		}
 		return c.awaitIntentLocked(ctx, e, gen)
 	}

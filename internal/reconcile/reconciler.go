@@ -33,6 +33,9 @@ type reconciler struct {
 	opts *Options
 	log  *slog.Logger
 	obs  *observer
+	// snap reads the snapshot of a task a worker took (workers.snapshot:
+	// under the table's lock, changing nothing).
+	snap func(name string) (job, error)
 }
 
 // job is one job of one task as a worker gives it to the reconciler: the
@@ -78,9 +81,14 @@ type driverSlot struct {
 	policyStop         evalStop
 }
 
-// outcome is what one job did and decided; the controller commits it
-// (commitLocked).
-type outcome struct {
+// Result is what one job of a task did and decided (Reconcile): whether
+// it failed, the plan a gate now holds or the one it superseded, the
+// desired state it applied and whether its run is recorded, the upstream
+// tasks to make due, when to look again (the hold-down), a drift check's
+// finding, the run Decide decided on. The worker hands it to the
+// controller's one applier (commitLocked); a failed run is a Result, its
+// run recorded in the store.
+type Result struct {
 	failed   bool
 	waiting  bool // not run: it waits (ErrWaiting); retried, not recorded
 	notReady bool // not run: a watched query has no value yet
@@ -113,14 +121,37 @@ type outcome struct {
 	holdNext time.Time
 	// next is the run Decide decided on, for Execute (nil: none).
 	next *runPlan
+	// job is the snapshot of the task the Result was decided from: what
+	// the applier and Execute read of it. discarded is how many of the
+	// task's dropped plans the job discarded (job.orphans).
+	job       job
+	discarded int
 }
 
-// Reconcile does the job j: a run, a plan, a drift check, the apply of an
-// approved plan, or the discard of dropped plans.
-func (r *reconciler) Reconcile(ctx context.Context, j job) (out outcome) {
+// errNotTaken is the error of Reconcile for a task no worker of this member
+// holds (it is not this member's to reconcile now).
+var errNotTaken = errors.New("no worker of this member holds the task")
+
+// Reconcile does the job a worker took of the task name (or of the
+// throw-away task being inspected with that key): it reads the task's
+// snapshot (snap: the request and what the job reads of the task's state)
+// and does it — a run, a plan, a drift check, the apply of an approved
+// plan, or the discard of dropped plans — and returns what it did and
+// decided. The error is for a job it could not start: no such task, no
+// worker of this member holds it, ctx ended; a run that failed is a Result
+// (with its run recorded).
+func (r *reconciler) Reconcile(ctx context.Context, name string) (out Result, err error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	j, err := r.snap(name)
+	if err != nil {
+		return Result{}, err
+	}
 	if j.qs == nil { // a job built without its entry's snapshot
 		j.qs = newQuerySet(j.spec)
 	}
+	defer func() { out.job, out.discarded = j, len(j.orphans) }()
 	j.view = r.obs.viewOf(r.opts.Clock.Now(), j.qs, j.hd)
 	if j.hd != nil {
 		defer holdDone(r.opts, j, &out)
@@ -133,21 +164,21 @@ func (r *reconciler) Reconcile(ctx context.Context, j job) (out outcome) {
 	}
 	switch j.kind {
 	case intentInspect:
-		return r.inspect(ctx, j)
+		return r.inspect(ctx, j), nil
 	case intentDrift:
-		return r.checkDrift(ctx, j) // drift.go
+		return r.checkDrift(ctx, j), nil // drift.go
 	case intentApprove:
-		return r.approve(ctx, j) // gates.go
+		return r.approve(ctx, j), nil // gates.go
 	case intentDiscard:
-		return outcome{}
+		return Result{}, nil
 	}
-	return r.Decide(ctx, j)
+	return r.Decide(ctx, j), nil
 }
 
 // holdDone adds to the outcome of the job j of a task with a removal
 // hold-down when its first pending removal applies (the task is evaluated
 // again then), and hands the hold-down's steps to Options.OnRemoval.
-func holdDone(opts *Options, j job, out *outcome) {
+func holdDone(opts *Options, j job, out *Result) {
 	out.holdSeen = true
 	out.holdNext, _ = j.hd.Next()
 	if opts.OnRemoval != nil {
@@ -158,13 +189,13 @@ func holdDone(opts *Options, j job, out *outcome) {
 }
 
 // inspect plans the task as it is and changes nothing (the API's inspect).
-func (r *reconciler) inspect(ctx context.Context, j job) outcome {
+func (r *reconciler) inspect(ctx context.Context, j job) Result {
 	in, _ := BuildInputs(j.spec, j.view.get)
 	res, err := r.drive(ctx, j.drv, j.spec, j.exports, driver.Run{ID: uuid.NewString()}, &in, ModePlan)
 	if err != nil {
-		return outcome{failed: true, err: err}
+		return Result{failed: true, err: err}
 	}
-	return outcome{inspected: PlanResult{Plan: res.Output, ChangesPresent: res.Changes, TFCRunURL: res.RunURL}}
+	return Result{inspected: PlanResult{Plan: res.Output, ChangesPresent: res.Changes, TFCRunURL: res.RunURL}}
 }
 
 // unreadable is recorded as the failed fingerprint when a task's desired
@@ -180,13 +211,13 @@ const unreadable = "unreadable"
 // run failed (unless that failure was terminal and the desired state is
 // still the same), or when req.Force is set. A deletion's destroy is
 // done here. A plan (ModePlan) records nothing.
-func (r *reconciler) Decide(ctx context.Context, j job) outcome {
+func (r *reconciler) Decide(ctx context.Context, j job) Result {
 	s, req := j.spec, j.Request
 	if req.Mode == ModeDestroy {
 		if gated(s) {
 			return r.gatedDestroy(ctx, j) // gates.go
 		}
-		return outcome{err: r.destroy(ctx, j.drv, s)}
+		return Result{err: r.destroy(ctx, j.drv, s)}
 	}
 	log := r.log.With("task_name", s.Name)
 	// The desired state is taken before the inputs are built: if the data
@@ -197,7 +228,7 @@ func (r *reconciler) Decide(ctx context.Context, j job) outcome {
 	want, ready, derr := r.obs.desiredIn(ctx, s, j.view)
 	if !ready {
 		log.Debug("waiting for watched data before running")
-		return outcome{notReady: true}
+		return Result{notReady: true}
 	}
 	// From here on the task has run as far as buffering is concerned: a
 	// change that comes once this run ends waits out the buffer period.
@@ -209,7 +240,7 @@ func (r *reconciler) Decide(ctx context.Context, j job) outcome {
 // decide runs the task j whose desired state (want, or derr when a part of
 // it cannot be read) was read with complete data: whether it runs, and
 // the run.
-func (r *reconciler) decide(ctx context.Context, log *slog.Logger, j job, want Desired, derr error) outcome {
+func (r *reconciler) decide(ctx context.Context, log *slog.Logger, j job, want Desired, derr error) Result {
 	s, req := j.spec, j.Request
 	inspect := req.Mode == ModePlan
 	trigger := req.Trigger.String()
@@ -217,7 +248,7 @@ func (r *reconciler) decide(ctx context.Context, log *slog.Logger, j job, want D
 		if j.waiting != derr.Error() {
 			log.Warn("task waits before it can run", "reason", derr.Error())
 		}
-		return outcome{failed: true, waiting: true, err: derr, setWait: true, waitReason: derr.Error()}
+		return Result{failed: true, waiting: true, err: derr, setWait: true, waitReason: derr.Error()}
 	}
 	if derr != nil {
 		out := r.unreadableState(ctx, s, trigger, derr, inspect)
@@ -230,7 +261,7 @@ func (r *reconciler) decide(ctx context.Context, log *slog.Logger, j job, want D
 }
 
 // decideReadable is decide once the whole desired state is read.
-func (r *reconciler) decideReadable(ctx context.Context, log *slog.Logger, j job, want Desired, trigger string) outcome {
+func (r *reconciler) decideReadable(ctx context.Context, log *slog.Logger, j job, want Desired, trigger string) Result {
 	s, req := j.spec, j.Request
 	inspect := req.Mode == ModePlan
 	st := r.opts.Store.Run(s.Name)
@@ -238,16 +269,16 @@ func (r *reconciler) decideReadable(ctx context.Context, log *slog.Logger, j job
 		var run bool
 		if trigger, run = r.mustRun(log, s.Name, st, want, req.Trigger); !run {
 			// The desired state is the one applied again (gates.go).
-			return outcome{supersede: r.supersede(ctx, log, j, "", want.Fingerprint)}
+			return Result{supersede: r.supersede(ctx, log, j, "", want.Fingerprint)}
 		}
 		if j.held.settled(want.Fingerprint) { // held, rejected or expired as it is (gates.go)
 			r.skipped(s.Name)
-			return outcome{}
+			return Result{}
 		}
 	}
 	in, ready := r.obs.inputs(s, j.view)
 	if !ready { // a view went away in between (a regexp match left)
-		return outcome{notReady: true}
+		return Result{notReady: true}
 	}
 	// Chained tasks: the upstream tasks are looked at after the inputs are
 	// read, so that an upstream found up to date has applied data at least
@@ -257,7 +288,7 @@ func (r *reconciler) decideReadable(ctx context.Context, log *slog.Logger, j job
 			if j.waiting != why {
 				log.Info("task held: it runs after the tasks it depends on", "reason", why)
 			}
-			return outcome{held: why, kicks: kicks, setWait: true, waitReason: why}
+			return Result{held: why, kicks: kicks, setWait: true, waitReason: why}
 		}
 		if want.Parts[driver.PartUpstream] != r.obs.upstreamDigest(s) {
 			// An upstream task applied since the desired state was read
@@ -272,7 +303,7 @@ func (r *reconciler) decideReadable(ctx context.Context, log *slog.Logger, j job
 	if id == "" {
 		id = uuid.NewString()
 	}
-	return outcome{next: &runPlan{in: in, rec: &runRecord{id: id, trigger: trigger, once: req.Trigger.Kind == TriggerOnce,
+	return Result{next: &runPlan{in: in, rec: &runRecord{id: id, trigger: trigger, once: req.Trigger.Kind == TriggerOnce,
 		kind: store.KindApply, want: want, before: st, actor: actorFrom(ctx), inputs: digest(&in), seen: req.Seen, prev: j.prev,
 		dataChange: dataChange(req, trigger)}}}
 }
@@ -295,7 +326,7 @@ type runPlan struct {
 
 // Execute drives the run p that Decide decided on for the task of j and
 // records it.
-func (r *reconciler) Execute(ctx context.Context, j job, p *runPlan) outcome {
+func (r *reconciler) Execute(ctx context.Context, j job, p *runPlan) Result {
 	out := r.run(ctx, r.log.With("task_name", j.spec.Name), j, &p.in, p.rec)
 	out.fingerprint = p.rec.want.Fingerprint // its failures do not count against another desired state
 	return out
@@ -303,7 +334,7 @@ func (r *reconciler) Execute(ctx context.Context, j job, p *runPlan) outcome {
 
 // run drives the run rec of the task, decided to run with the inputs in,
 // and records it (not a plan).
-func (r *reconciler) run(ctx context.Context, log *slog.Logger, j job, in *task.Inputs, rec *runRecord) outcome {
+func (r *reconciler) run(ctx context.Context, log *slog.Logger, j job, in *task.Inputs, rec *runRecord) Result {
 	e, s, req, inspect := j.drv, j.spec, j.Request, j.Mode == ModePlan
 	if gated(s) {
 		return r.gatedRun(ctx, log, j, rec, in) // gates.go
@@ -315,7 +346,7 @@ func (r *reconciler) run(ctx context.Context, log *slog.Logger, j job, in *task.
 		// instance dies or loses the lead during the run, the next
 		// leader runs the task again.
 		log.Error("not running task: its in-flight marker could not be stored", "error", err)
-		return outcome{failed: true, err: fmt.Errorf("storing the in-flight marker: %w", err)}
+		return Result{failed: true, err: fmt.Errorf("storing the in-flight marker: %w", err)}
 	}
 	if r.opts.Metrics != nil {
 		r.opts.Metrics.RunStarted(s.Name)
@@ -330,7 +361,7 @@ func (r *reconciler) run(ctx context.Context, log *slog.Logger, j job, in *task.
 		if r.opts.Metrics != nil {
 			r.opts.Metrics.RunFinished(s.Name, rec.kind, rec.err == nil, rec.end.Sub(rec.start))
 		}
-		return outcome{failed: rec.err != nil, err: rec.err, plan: rec.res.Output}
+		return Result{failed: rec.err != nil, err: rec.err, plan: rec.res.Output}
 	}
 	return r.recordRun(ctx, log, e, s, rec)
 }
@@ -386,7 +417,7 @@ type runRecord struct {
 
 // recordRun records a run's outcome: its event and the task's next run
 // state, in one write (finish); a run is not a success until recorded.
-func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverSlot, s *task.Spec, rec *runRecord) outcome {
+func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverSlot, s *task.Spec, rec *runRecord) Result {
 	res, err, st := rec.res, rec.err, rec.before
 	terminal := driver.IsTerminal(err)
 	ev := store.Event{ID: rec.id, TaskName: s.Name, Success: err == nil, StartTime: rec.start, EndTime: rec.end,
@@ -416,7 +447,7 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverS
 		log.Error("error applying task", "run_id", rec.id, "error", r.opts.redact("", err.Error()), "terminal", terminal, "log", res.LogPath)
 	}
 	recErr := r.finish(ctx, s.Name, next, &ev)
-	out := outcome{recorded: recErr == nil, inputs: rec.inputs}
+	out := Result{recorded: recErr == nil, inputs: rec.inputs}
 	if recErr != nil && err == nil {
 		// Applied but not recorded: not reported as a success. The task
 		// stays dirty here, and the in-flight marker (still set in the
@@ -441,10 +472,10 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverS
 // unreadableState records that a task's desired state could not be read (a
 // module directory or file that vanished): an error event naming what, and
 // the task stays dirty, retried with backoff like a failed run.
-func (r *reconciler) unreadableState(ctx context.Context, s *task.Spec, trigger string, derr error, inspect bool) outcome {
+func (r *reconciler) unreadableState(ctx context.Context, s *task.Spec, trigger string, derr error, inspect bool) Result {
 	err := fmt.Errorf("reading the task's desired state: %w", derr)
 	if inspect {
-		return outcome{failed: true, err: err}
+		return Result{failed: true, err: err}
 	}
 	r.log.Error("task not run: its desired state cannot be read", "task_name", s.Name, "error", err)
 	st := r.opts.Store.Run(s.Name)
@@ -453,7 +484,7 @@ func (r *reconciler) unreadableState(ctx context.Context, s *task.Spec, trigger 
 		Trigger: trigger, Config: eventConfig(s), Error: &store.EventError{Message: r.opts.redact(s.Name, err.Error())}}
 	next := store.RunState{Applied: st.Applied, Parts: st.Parts, Failed: unreadable}
 	_ = r.finish(ctx, s.Name, next, &ev) // logged there; the task is retried either way
-	return outcome{failed: true, err: err}
+	return Result{failed: true, err: err}
 }
 
 func (r *reconciler) skipped(name string) {
