@@ -817,7 +817,7 @@ func (lc *lifecycle) wait(why string) (changed bool) {
 }
 
 // commitLocked is the one applier of what a run decided (the reconciler's
-// outcome) to the task's state: that it read complete data (buffer
+// Result) to the task's state: that it read complete data (buffer
 // periods apply from now on), why it waits, the desired state it was for
 // (the failures of an older one do not count against it), the Consul data
 // of its recorded event, its success, the plan it held or superseded, the

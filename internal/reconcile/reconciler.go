@@ -22,10 +22,11 @@ import (
 // reconciler decides and drives one job of one task (Reconcile). It keeps
 // no state and never asks the controller anything: the job is a snapshot
 // of what it reads of the task's state (its spec, the request, its held
-// plan, its upstream tasks as they were when the job was taken); what lies
+// plan, its upstream tasks as they were when the job was taken), which it
+// reads through the table's one read-only function (snap); what lies
 // outside the task it reads through the observer (the watched data, the
-// store, the desired state's other parts). It returns what it decided (an
-// outcome), which the controller's one applier commits to the task's
+// store, the desired state's other parts). It returns what it decided (a
+// Result), which the controller's one applier commits to the task's
 // state under its lock (Controller.commitLocked). It never takes the
 // controller's lock and never writes a task's state
 // (TestReconcilerKeepsNoState).
