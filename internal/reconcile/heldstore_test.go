@@ -264,3 +264,56 @@ func TestReconcileByName(t *testing.T) {
 		t.Fatalf("after the job ended: %v", err)
 	}
 }
+
+// A deletion's destroy plan held before a restart is held again, the task
+// kept disabled; approving it plans the destroy again, and with the same
+// changes destroys and deletes the task.
+func TestHeldDestroyPlanSurvivesARestart(t *testing.T) {
+	st := store.NewMemory(0)
+	pct := 50
+	spec := servicesTask("fw", "web")
+	spec.Approval = &task.Approval{MaxDestroyPercent: &pct}
+	g := startGatesWith(t, spec, func(o *Options) { o.Store = st })
+	g.set(3)
+	g.waitApplied(t, "fw")
+	g.waitIdle(t)
+	var dh *DestroyHeldError
+	if err := g.ctrl.Delete(context.Background(), "fw", true); !errors.As(err, &dh) {
+		t.Fatalf("delete with destroy: %v, want DestroyHeldError", err)
+	}
+	g.cancel()
+	<-g.done
+	if r, ok := st.HeldPlan("fw"); !ok || r.ID != dh.Plan.ID || !r.DeletesTask || !r.Enabled {
+		t.Fatalf("the destroy plan's record %+v %v", r, ok)
+	}
+
+	destroyed := make(chan string, 1)
+	g2 := startGatesWith(t, spec, func(o *Options) {
+		o.Store = st
+		o.OnDestroyed = func(name string) { destroyed <- name }
+	})
+	g2.set(3)
+	p := g2.waitHeld(t, "")
+	g2.noApply(t)
+	if p.ID != dh.Plan.ID || !p.DeletesTask {
+		t.Fatalf("after the restart: %+v, want the destroy plan %s", p, dh.Plan.ID)
+	}
+	if ts, err := g2.ctrl.Task("fw"); err != nil || ts.Spec.Enabled {
+		t.Fatalf("the task while its restored destroy is held: %+v %v; want kept, disabled", ts, err)
+	}
+	if err := g2.ctrl.Delete(context.Background(), "fw", true); !errors.As(err, &dh) || dh.Plan.ID != p.ID {
+		t.Fatalf("delete with destroy again: %v, want the same held plan %s", err, p.ID)
+	}
+	if err := g2.ctrl.Approve(context.Background(), "fw", p.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case name := <-destroyed:
+		if name != "fw" {
+			t.Fatalf("OnDestroyed(%q)", name)
+		}
+	case <-time.After(testutil.Scale(30 * time.Second)):
+		t.Fatal("the approved destroy did not delete the task")
+	}
+	testutil.WaitFor(t, "the record removed", func() bool { _, ok := st.HeldPlan("fw"); return !ok })
+}
