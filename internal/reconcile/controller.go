@@ -488,8 +488,10 @@ func (c *Controller) Run(ctx context.Context) error {
 		defer grace.Stop()
 	}
 	wg.Wait()
-	c.apiRuns.Wait()                    // a graceful hand-over waits for these too
-	c.gk.hs.flush(context.Background()) // the held plans' records decided since the loop stopped
+	c.apiRuns.Wait() // a graceful hand-over waits for these too
+	fctx, cancelFlush := context.WithTimeout(context.Background(), heldFlushGrace)
+	c.gk.hs.flush(fctx) // the held plans' records decided since the loop stopped
+	cancelFlush()
 	c.mu.Lock()
 	for _, e := range c.tasks {
 		e.lc.halt()

@@ -87,6 +87,11 @@ func (s *heldStore) loop(ctx context.Context) {
 	}
 }
 
+// heldFlushGrace bounds the last flush of the records when the controller
+// stops (Run): a store that cannot be written does not hold up the
+// shutdown longer.
+const heldFlushGrace = 10 * time.Second
+
 // heldWriteAttempts bounds the attempts of one flush at a write; a write
 // still failing is kept pending and tried again later.
 const heldWriteAttempts = 5
@@ -127,7 +132,7 @@ func (s *heldStore) flush(ctx context.Context) {
 // write does one write, retried with backoff.
 func (s *heldStore) write(ctx context.Context, name string, w heldWrite) error {
 	for attempt := 1; ; attempt++ {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gateWriteTimeout)
+		wctx, cancel := context.WithTimeout(ctx, gateWriteTimeout) // ended at shutdown: kept pending for the last flush
 		var err error
 		if w.rec != nil {
 			err = s.st.SaveHeldPlan(wctx, name, *w.rec)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -316,4 +317,35 @@ func TestHeldDestroyPlanSurvivesARestart(t *testing.T) {
 		t.Fatal("the approved destroy did not delete the task")
 	}
 	testutil.WaitFor(t, "the record removed", func() bool { _, ok := st.HeldPlan("fw"); return !ok })
+}
+
+// flakyHeld is a memory store whose first held-plan writes fail.
+type flakyHeld struct {
+	*store.Memory
+	mu    sync.Mutex
+	fails int
+}
+
+func (s *flakyHeld) SaveHeldPlan(ctx context.Context, name string, rec store.HeldPlanRecord) error {
+	s.mu.Lock()
+	fail := s.fails > 0
+	s.fails--
+	s.mu.Unlock()
+	if fail {
+		return errors.New("disk full")
+	}
+	return s.Memory.SaveHeldPlan(ctx, name, rec)
+}
+
+// A record that cannot be written at first is written later; the plan is
+// held in memory meanwhile.
+func TestHeldPlanRecordWriteRetried(t *testing.T) {
+	st := &flakyHeld{Memory: store.NewMemory(0), fails: 2}
+	g := startGatesWith(t, heldSpec(0), func(o *Options) { o.Store = st })
+	g.set(2)
+	p := g.waitHeld(t, "")
+	testutil.WaitFor(t, "the record written", func() bool { r, ok := st.HeldPlan("fw"); return ok && r.ID == p.ID })
+	if got, err := g.ctrl.HeldPlan("fw"); err != nil || got.ID != p.ID || got.State != gate.Pending {
+		t.Fatalf("the plan in memory %+v %v", got, err)
+	}
 }
