@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,15 @@ import (
 // workspace's state reader and the held plan.
 func startGatedTFC(t *testing.T) (gateAPI, *testutil.OTF, *tfe.Client, func() string, gate.Plan) {
 	t.Helper()
+	g, o, tc, state, p, _ := startGatedTFCDaemon(t)
+	return g, o, tc, state, p
+}
+
+// startGatedTFCDaemon is startGatedTFC, also returning a function that
+// stops the daemon (SIGTERM) and starts it again over the same working
+// directory, returning the new process.
+func startGatedTFCDaemon(t *testing.T) (gateAPI, *testutil.OTF, *tfe.Client, func() string, gate.Plan, func() *proc) {
+	t.Helper()
 	o := testutil.StartOTF(t)
 	c := testutil.StartConsul(t)
 	tc := o.Client(t)
@@ -33,7 +43,16 @@ func startGatedTFC(t *testing.T) (gateAPI, *testutil.OTF, *tfe.Client, func() st
 		"  condition \"services\" {", "  approval {\n    required = true\n  }\n  condition \"services\" {", 1)
 	cfgFile := writeFile(t, dir, "c.hcl", cfg)
 	c.RegisterService(t, &api.AgentServiceRegistration{ID: "web-1", Name: "web", Address: "10.0.0.1", Port: 80}, "passing")
-	startCtsync(t, dir, "start", "-config-file", cfgFile)
+	pr := startCtsync(t, dir, "start", "-config-file", cfgFile)
+	restart := func() *proc {
+		t.Helper()
+		must(t, pr.cmd.Process.Signal(syscall.SIGTERM))
+		if code := pr.wait(t, 60*time.Second); code != 0 {
+			t.Fatalf("exit %d after SIGTERM", code)
+		}
+		pr = startCtsync(t, dir, "start", "-config-file", cfgFile)
+		return pr
+	}
 	g := gateAPI{t: t, base: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	g.waitUp()
 	state := func() string { return tfcState(t, tc, o.Organization, "cts-web") }
@@ -43,7 +62,39 @@ func startGatedTFC(t *testing.T) (gateAPI, *testutil.OTF, *tfe.Client, func() st
 		}
 		return ""
 	})
-	return g, o, tc, state, p
+	return g, o, tc, state, p, restart
+}
+
+// A held plan with driver "terraform-cloud" over a restart: the record
+// keeps the workspace's unconfirmed run, so the restarted daemon holds the
+// same plan, queues no other run, and approving it confirms that run.
+func TestGateTFCRestartConfirmsTheSameRun(t *testing.T) {
+	skipShort(t)
+	g, o, tc, state, p, restart := startGatedTFCDaemon(t)
+	runs := func() []*tfe.Run { return tfcRuns(t, tc, o.Organization, "cts-web") }
+	before := runs()
+	if len(before) != 1 || before[0].Status != tfe.RunPlanned {
+		t.Fatalf("the workspace's runs before the restart: %d, want the one held run", len(before))
+	}
+	pr := restart()
+	pr.waitOutput(t, 60*time.Second, "held plan restored from the store", "plan="+p.ID, "driver_plan_kept=true")
+	again := g.waitPendingUnless("web", "approval required", func() string {
+		if s := state(); s != "<none>" && s != "<no workspace>" {
+			return "applied instead of held: state " + s
+		}
+		return ""
+	})
+	if again.ID != p.ID {
+		t.Fatalf("the plan held after the restart %s, want %s", again.ID, p.ID)
+	}
+	if code, body := g.decide("web", p.ID, "approve", ""); code != http.StatusOK {
+		t.Fatalf("approve after the restart: %d %s", code, body)
+	}
+	testutil.Eventually(t, 90*time.Second, "the approved run applied", func() bool { return state() == "none:web-1" })
+	after := runs()
+	if len(after) != 1 || after[0].ID != before[0].ID {
+		t.Fatalf("the workspace has %d runs after the approval, want the held run %s alone", len(after), before[0].ID)
+	}
 }
 
 // The safety gates with driver "terraform-cloud": approval { required =
