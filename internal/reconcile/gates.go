@@ -702,6 +702,9 @@ func (c *gateKeeper) approve(ctx context.Context, name, id, who string) error {
 	}
 	if !h.destroy {
 		s := e.spec
+		// Right after a start (a plan restored from the store) the task's
+		// data may not have come from Consul yet: wait for it a while.
+		_ = c.obs.waitReady(rctx, e.changed, &s, e.qs, syncWait)
 		want, ready, derr := c.obs.desired(rctx, &s)
 		if derr != nil || !ready {
 			done()
@@ -822,6 +825,12 @@ func (c *gateKeeper) replan(ctx context.Context, e *entry, id string) error {
 func (rc *reconciler) approve(ctx context.Context, j job) Result {
 	a, s := j.approved, j.spec
 	log := rc.log.With("task_name", s.Name)
+	if j.drv.drv == nil { // a plan restored from the store: no run made the task's driver yet
+		if err := rc.ensureDriver(ctx, j.drv, s, j.exports); err != nil {
+			log.Error("the approved plan was not applied: the task's driver could not be prepared", "plan", a.id, "error", err)
+			return Result{failed: true, err: err}
+		}
+	}
 	if a.replan && !a.destroy { // restored without the driver's plan: made again (heldstore.go)
 		log.Info("the approved plan was held before a restart and its plan file is gone: planning it again", "plan", a.id)
 		return rc.again(ctx, j, Request{Name: s.Name, Trigger: Due(TriggerChange), Force: true}, a)

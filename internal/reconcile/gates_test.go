@@ -32,6 +32,7 @@ type holdDriver struct {
 	stale    bool   // ApplyPlan answers ErrPlanStale
 	json     string // the plans' JSON ("": no resource changes)
 	held     int    // PlanHeld calls
+	durable  bool   // its plans outlive it (driver.HeldPlan.Durable), as a remote run does
 }
 
 var _ driver.PlanHolder = (*holdDriver)(nil)
@@ -51,7 +52,7 @@ func (d *holdDriver) PlanHeld(_ context.Context, run driver.Run, in *task.Inputs
 		js = `{"resource_changes":[]}`
 	}
 	return driver.HeldPlan{ID: run.ID, Ref: run.ID, Counts: c, Changes: c.Add+c.Destroy > 0, Text: "plan " + run.ID,
-		JSON: []byte(js)}, nil
+		JSON: []byte(js), Durable: d.durable}, nil
 }
 
 func (d *holdDriver) ApplyPlan(ctx context.Context, run driver.Run, p driver.HeldPlan) (driver.Result, error) {
@@ -90,6 +91,9 @@ type gateHarness struct {
 	events []gate.Event
 	drv    *holdDriver
 	json   string // the JSON of the plans of the drivers made from now on
+	// remote, when set, are the held plans of every driver made from now
+	// on (plans that outlive a driver: durable), shared.
+	remote map[string]int
 }
 
 func startGates(t *testing.T, a *task.Approval) *gateHarness {
@@ -114,6 +118,9 @@ func startGatesWith(t *testing.T, spec task.Spec, more func(*Options)) *gateHarn
 			g.mu.Lock()
 			defer g.mu.Unlock()
 			g.drv = &holdDriver{fakeDriver: &fakeDriver{name: s.Name, rec: g.rec}, plans: map[string]int{}, json: g.json}
+			if g.remote != nil {
+				g.drv.plans, g.drv.durable = g.remote, true
+			}
 			return g.drv, nil
 		}
 	})

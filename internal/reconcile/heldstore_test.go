@@ -349,3 +349,45 @@ func TestHeldPlanRecordWriteRetried(t *testing.T) {
 		t.Fatalf("the plan in memory %+v %v", got, err)
 	}
 }
+
+// A plan whose driver's plan outlives the process (terraform-cloud's
+// remote run) is restored with it: approving it after a restart applies
+// that plan itself, without planning again, with a driver made for it.
+func TestHeldDurablePlanAppliedAfterARestart(t *testing.T) {
+	st := store.NewMemory(0)
+	spec := heldSpec(0)
+	remote := map[string]int{}
+	g := startGatesWith(t, spec, func(o *Options) { o.Store = st })
+	g.mu.Lock()
+	g.remote = remote
+	g.mu.Unlock()
+	g.set(2)
+	p := g.waitHeld(t, "")
+	g.cancel()
+	<-g.done
+	if r, ok := st.HeldPlan("fw"); !ok || r.Ref != p.ID {
+		t.Fatalf("the durable plan's record %+v %v: want its reference kept", r, ok)
+	}
+
+	g2 := startGatesWith(t, spec, func(o *Options) { o.Store = st })
+	g2.mu.Lock()
+	g2.remote = remote
+	g2.mu.Unlock()
+	g2.set(2)
+	g2.waitHeld(t, "")
+	if err := g2.ctrl.Approve(context.Background(), "fw", p.ID, "ops"); err != nil {
+		t.Fatal(err)
+	}
+	g2.waitApplied(t, "fw")
+	var evs []store.Event
+	testutil.WaitFor(t, "the approved run recorded", func() bool { evs = runEvents(st.Events("fw")); return len(evs) == 1 })
+	if d := evs[0].Gate; !evs[0].Success || d == nil || d.PlanID != p.ID || d.Note != "" {
+		t.Fatalf("the approved run %+v (gate %+v)", evs[0], d)
+	}
+	if n := g2.ran(); n != 0 {
+		t.Fatalf("the restarted controller planned %d times", n)
+	}
+	if got := st.Run("fw"); got.Applied != p.Fingerprint {
+		t.Fatalf("applied fingerprint %q, want the plan's %q", got.Applied, p.Fingerprint)
+	}
+}
