@@ -10,11 +10,12 @@
 // change, a buffer period, a retry, a schedule tick, an upstream task),
 // and a caller records a request, an intent with a generation (run now,
 // create with run, inspect, a drift check, an approval, a deletion's
-// destroy, -once: submitLocked). A worker (queue.go) takes a name, takes
-// the task's intent or due run with a snapshot of the task's state (a
-// job), and the reconciler (reconciler.go) decides and drives it without
-// asking the controller anything; its outcome is committed by the one
-// applier (commitLocked) under the controller's lock. A caller that waits
+// destroy, -once: submitLocked). A worker (queue.go) takes a name and the
+// task's intent or due run, and the reconciler (reconciler.go,
+// Reconcile(ctx, name)) reads the task's snapshot (a job) through the
+// table's one read-only function, decides and drives it without asking
+// the controller anything; its Result is committed by the one applier
+// (commitLocked) under the controller's lock. A caller that waits
 // waits until the task observes its request's generation, and gets what
 // the job did.
 //
