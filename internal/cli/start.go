@@ -320,6 +320,10 @@ func newApp(cfg *config.Config, client *consul.Client, bin string, logger *slog.
 		// The held plans of tasks created through the API, which this
 		// daemon does not have, are removed now (terraform/heldsweep.go).
 		terraform.SweepHeldPlans(workDir, dirs, logger.With("component", "terraform"))
+		// And those of the configured tasks: a held plan restored from
+		// the store is restored without its file, and the task's driver
+		// may not start before it is decided.
+		terraform.SweepHeldPlansOf(dirs, logger.With("component", "terraform"))
 	}
 	cacheDir := filepath.Join(workDir, ".plugin-cache")
 	if err := os.MkdirAll(cacheDir, 0o750); err != nil {

@@ -61,6 +61,26 @@ func SweepHeldPlans(root string, configured map[string]string, log *slog.Logger)
 	}
 }
 
+// SweepHeldPlansOf removes, at start-up, the held plans a previous daemon
+// left in the working directories dirs (task name to directory) of the
+// configured tasks. A held plan's file is never kept over a restart: the
+// plan a gate held is restored from its record in the store without it, so
+// the task's driver, whose first verb would remove them (sweepHeld), may
+// not start until the plan is decided.
+func SweepHeldPlansOf(dirs map[string]string, log *slog.Logger) {
+	for name, dir := range dirs {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(abs)
+		if err != nil { // not there: nothing left in it
+			continue
+		}
+		sweepHeldIn(abs, real, log.With("task_name", name))
+	}
+}
+
 // sweepHeldIn is sweepHeld for the task directory workDir (realDir: with
 // symbolic links resolved), logging to log.
 func sweepHeldIn(workDir, realDir string, log *slog.Logger) {

@@ -115,8 +115,8 @@ func TestSweepHeld(t *testing.T) {
 }
 
 // At start-up the held plans left in the folders of tasks the daemon does
-// not have (created through the API before it stopped) are removed; the
-// folders of configured tasks are left to their drivers.
+// not have (created through the API before it stopped) are removed
+// (SweepHeldPlans), then those of the configured tasks (SweepHeldPlansOf).
 func TestSweepHeldPlansOfUnknownTasks(t *testing.T) {
 	root := t.TempDir()
 	write := func(task string) []string {
@@ -149,5 +149,19 @@ func TestSweepHeldPlansOfUnknownTasks(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "plans=1") || !strings.Contains(logs.String(), "task_dir=api-task") {
 		t.Errorf("the sweep is not logged with its count and folder:\n%s", logs.String())
+	}
+	// Then those of the configured tasks (SweepHeldPlansOf): a held plan
+	// restored from the store has no file, and its task's driver may not
+	// start before it is decided.
+	logs.Reset()
+	SweepHeldPlansOf(map[string]string{"conf-task": filepath.Join(root, "conf-task"), "gone": filepath.Join(root, "gone")},
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	for _, f := range configured {
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("%s of a configured task is still there", f)
+		}
+	}
+	if !strings.Contains(logs.String(), "plans=1") || !strings.Contains(logs.String(), "task_name=conf-task") {
+		t.Errorf("the sweep of a configured task is not logged with its count and name:\n%s", logs.String())
 	}
 }
