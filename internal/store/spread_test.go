@@ -82,6 +82,9 @@ func TestConsulKVClaimSpread(t *testing.T) {
 	e1 := ev("web/x", 1, true)
 	must(t, a.FinishRun(t.Context(), "web/x", RunState{Applied: "h1", Parts: map[string]string{"module": "m"}}, &e1))
 	must(t, a.StartRun(t.Context(), "web/x", "run-2"))
+	// A's gate holds a plan of web/x (its record: heldplan.go).
+	held := HeldPlanRecord{ID: "plan-1", State: "pending", Fingerprint: "h2", Digest: "sha256:x"}
+	must(t, a.SaveHeldPlan(t.Context(), "web/x", held))
 	// B's own task is written by B alone.
 	e9 := ev("db", 9, true)
 	must(t, b.FinishRun(t.Context(), "db", RunState{Applied: "d1"}, &e9))
@@ -115,6 +118,17 @@ func TestConsulKVClaimSpread(t *testing.T) {
 	got := b.Run("web/x")
 	if got.Applied != "h1" || got.InFlight != "run-2" || got.Parts["module"] != "m" || ids(b.Events("web/x")) != "run-1" {
 		t.Fatalf("B's claim of web/x: %+v, events %s; want A's last writes (applied h1, in flight run-2, run-1)", got, ids(b.Events("web/x")))
+	}
+	if r, ok := b.HeldPlan("web/x"); !ok || r.ID != held.ID || r.Digest != held.Digest {
+		t.Fatalf("B's claim of web/x: held plan %+v %v, want A's %+v", r, ok, held)
+	}
+	// A's late removal of the record (it dropped the plan) is refused:
+	// the record is the new owner's.
+	if err := a.DeleteHeldPlan(t.Context(), "web/x", held.ID); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("old owner's removal of the held plan: %v, want ErrNotLeader", err)
+	}
+	if ks := keys(t, c.Client, "p/state/held/"); len(ks) != 1 {
+		t.Fatalf("held plan keys after the old owner's removal: %v", ks)
 	}
 
 	// A has not noticed it lost the task: its late writes are refused and
