@@ -33,6 +33,7 @@ type holdDriver struct {
 	json     string // the plans' JSON ("": no resource changes)
 	held     int    // PlanHeld calls
 	durable  bool   // its plans outlive it (driver.HeldPlan.Durable), as a remote run does
+	text     string // added to the plans' text
 }
 
 var _ driver.PlanHolder = (*holdDriver)(nil)
@@ -51,7 +52,7 @@ func (d *holdDriver) PlanHeld(_ context.Context, run driver.Run, in *task.Inputs
 	if js == "" {
 		js = `{"resource_changes":[]}`
 	}
-	return driver.HeldPlan{ID: run.ID, Ref: run.ID, Counts: c, Changes: c.Add+c.Destroy > 0, Text: "plan " + run.ID,
+	return driver.HeldPlan{ID: run.ID, Ref: run.ID, Counts: c, Changes: c.Add+c.Destroy > 0, Text: "plan " + run.ID + d.text,
 		JSON: []byte(js), Durable: d.durable}, nil
 }
 
@@ -91,6 +92,7 @@ type gateHarness struct {
 	events []gate.Event
 	drv    *holdDriver
 	json   string // the JSON of the plans of the drivers made from now on
+	text   string // added to the text of their plans
 	// remote, when set, are the held plans of every driver made from now
 	// on (plans that outlive a driver: durable), shared.
 	remote map[string]int
@@ -117,7 +119,7 @@ func startGatesWith(t *testing.T, spec task.Spec, more func(*Options)) *gateHarn
 		o.NewDriver = func(s task.Spec) (driver.Driver, error) {
 			g.mu.Lock()
 			defer g.mu.Unlock()
-			g.drv = &holdDriver{fakeDriver: &fakeDriver{name: s.Name, rec: g.rec}, plans: map[string]int{}, json: g.json}
+			g.drv = &holdDriver{fakeDriver: &fakeDriver{name: s.Name, rec: g.rec}, plans: map[string]int{}, json: g.json, text: g.text}
 			if g.remote != nil {
 				g.drv.plans, g.drv.durable = g.remote, true
 			}

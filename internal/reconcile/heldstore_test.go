@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ctsync/ctsync/internal/driver"
 	"github.com/ctsync/ctsync/internal/gate"
+	"github.com/ctsync/ctsync/internal/redact"
 	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/testutil"
@@ -389,5 +391,39 @@ func TestHeldDurablePlanAppliedAfterARestart(t *testing.T) {
 	}
 	if got := st.Run("fw"); got.Applied != p.Fingerprint {
 		t.Fatalf("applied fingerprint %q, want the plan's %q", got.Applied, p.Fingerprint)
+	}
+}
+
+// The record of a held plan holds no secret: its text is the plan as the
+// API shows it (redacted), and a secret in the plan's changes (a value
+// Terraform marks sensitive, or one the task's redactor knows) does not
+// reach it, nor its digest's input.
+func TestHeldPlanRecordHoldsNoSecret(t *testing.T) {
+	const secret = "s3cr3t-Pa55word"
+	st := store.NewMemory(0)
+	g := startGatesWith(t, heldSpec(0), func(o *Options) {
+		o.Store = st
+		o.Redactor = redact.NewRedactor([]string{secret})
+	})
+	g.mu.Lock()
+	g.text = "\n  + password = \"" + secret + "\"\n"
+	g.json = `{"resource_changes":[{"address":"x.y","change":{"actions":["create"],"after":{"a":"` + secret + `","b":"` + secret + `"},"after_sensitive":{"b":true}}}]}`
+	g.mu.Unlock()
+	g.set(2)
+	p := g.waitHeld(t, "")
+	var rec store.HeldPlanRecord
+	testutil.WaitFor(t, "the record", func() bool { r, ok := st.HeldPlan("fw"); rec = r; return ok && r.ID == p.ID })
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), secret) || rec.Digest == "" || !strings.Contains(rec.Text, "password") {
+		t.Fatalf("the held plan's record %s", b)
+	}
+	want, err := gate.ChangesDigest([]byte(strings.ReplaceAll(g.json, secret, "other")), func(v string) string {
+		return strings.ReplaceAll(v, "other", redact.Redacted)
+	})
+	if err != nil || want != rec.Digest {
+		t.Fatalf("the digest %s, want the one of the redacted changes %s (%v)", rec.Digest, want, err)
 	}
 }
