@@ -427,3 +427,28 @@ func TestHeldPlanRecordHoldsNoSecret(t *testing.T) {
 		t.Fatalf("the digest %s, want the one of the redacted changes %s (%v)", rec.Digest, want, err)
 	}
 }
+
+// Spread mode: a member that stops owning the task drops the plan from
+// memory, not its record; owning it again, it holds the same plan.
+func TestHeldPlanKeptOverOwnership(t *testing.T) {
+	g := startGates(t, &task.Approval{Required: true})
+	g.set(2)
+	p := g.waitHeld(t, "")
+	testutil.WaitFor(t, "the record", func() bool { r, ok := g.st.HeldPlan("fw"); return ok && r.ID == p.ID })
+	g.ctrl.SetOwned(func(string) bool { return false })
+	if _, err := g.ctrl.HeldPlan("fw"); !errors.Is(err, gate.ErrNoPlan) {
+		t.Fatalf("a member that does not own the task shows a held plan: %v", err)
+	}
+	g.noApply(t)
+	if r, ok := g.st.HeldPlan("fw"); !ok || r.ID != p.ID {
+		t.Fatalf("the record after the ownership ended: %+v %v", r, ok)
+	}
+	g.ctrl.SetOwned(func(string) bool { return true })
+	if got := g.waitHeld(t, ""); got.ID != p.ID {
+		t.Fatalf("owning the task again: plan %s, want %s", got.ID, p.ID)
+	}
+	g.noApply(t)
+	if a := g.actions(); len(a) != 1 || a[0] != gate.ActionHeld {
+		t.Fatalf("gate events %v", a)
+	}
+}
