@@ -23,7 +23,8 @@ import (
 // dashboard shows the approval (plan id, who, the hold time, the reason)
 // and the plan it applied
 // and is not "triggered by token dashboard": no token was used; a run
-// approved with a token names it; an audit event of the gates shows its
+// approved with a token names it, and the approval's note (a plan made
+// again after a restart); a targeted run says so; an audit event of the gates shows its
 // decision. Screenshots go to $CTSYNC_ARTIFACTS/ui-audit.
 func TestDashboardRunPageShowsApproval(t *testing.T) {
 	skipShort(t)
@@ -34,6 +35,7 @@ func TestDashboardRunPageShowsApproval(t *testing.T) {
 		Condition: task.Condition{Services: &task.ServicesCondition{ServicesSelector: task.ServicesSelector{Names: []string{"web"}}}}}
 	st := store.NewMemory(0)
 	now := time.Now().UTC()
+	const targeted = "targeted 1 of 2,000 resource instances (device_object.instance); full check: no further changes"
 	const reason = "plan destroys 1 of 4 resources; with the 2 destroyed within the window (1h): 3 of 4 (max_destroy_percent 50)"
 	for _, ev := range []store.Event{
 		{ID: "held1", TaskName: "firewall", Kind: store.KindGate, Success: true, StartTime: now.Add(-3 * time.Minute), EndTime: now.Add(-3 * time.Minute),
@@ -43,7 +45,9 @@ func TestDashboardRunPageShowsApproval(t *testing.T) {
 			Gate: &store.GateDecision{Action: "approved", PlanID: "plan-1", Reason: reason, Rule: "max_destroy_percent", By: "dashboard", HeldSeconds: 125}},
 		{ID: "run-tok", TaskName: "firewall", Kind: store.KindApply, Success: true, StartTime: now, EndTime: now, Actor: "ops",
 			Plan: &store.PlanSummary{Destroy: 1},
-			Gate: &store.GateDecision{Action: "approved", PlanID: "plan-2", Reason: reason, By: "ops", HeldSeconds: 3}},
+			Gate: &store.GateDecision{Action: "approved", PlanID: "plan-2", Reason: reason, By: "ops", HeldSeconds: 3, Note: reconcile.ReplannedSame}},
+		{ID: "run-fast", TaskName: "firewall", Kind: store.KindApply, Success: true, StartTime: now, EndTime: now, Trigger: "health.service(web)",
+			Plan: &store.PlanSummary{Change: 1}, Refresh: "skipped", Targeted: targeted},
 	} {
 		if err := st.AddEvent(t.Context(), ev); err != nil {
 			t.Fatal(err)
@@ -91,6 +95,11 @@ func TestDashboardRunPageShowsApproval(t *testing.T) {
 	if got := b.text("#run-actor"); got != "token ops" {
 		t.Errorf("triggered by %q, want token ops", got)
 	}
+	if got := b.text("#run-gate-note"); got != reconcile.ReplannedSame {
+		t.Errorf("the approval's note %q, want %q", got, reconcile.ReplannedSame)
+	}
+	b.do("a targeted run", chromedp.Navigate(ts.URL+"/ui/#/runs/firewall/run-fast"))
+	b.waitText("#run-targeted", targeted, 30*time.Second)
 	b.do("the held audit event", chromedp.Navigate(ts.URL+"/ui/#/runs/firewall/held1"))
 	b.waitText("#run-gate-action", "held", 30*time.Second)
 	t.Logf("held: %s", b.shot("02-held"))

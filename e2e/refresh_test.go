@@ -256,6 +256,10 @@ func TestRefreshAutoTargeted(t *testing.T) {
 		!strings.Contains(log, `device_object.instance["web-5.`) || ev.Refresh != "skipped" {
 		t.Fatalf("catalog change of web-5 (run %s, refresh %q): %d objects read; log:\n%s", ev.ID, ev.Refresh, reads(log), log)
 	}
+	// The run's event (the API's) says it was targeted, as its log does.
+	if !strings.HasPrefix(ev.Targeted, "targeted 1 of 8 resource instances") || !strings.HasSuffix(ev.Targeted, "full check: no further changes") {
+		t.Errorf("catalog change of web-5 (run %s): event targeted %q", ev.ID, ev.Targeted)
+	}
 	for name, m := range fileTimes(t, r.dev) {
 		if written := !m.Equal(times[name]); written != (name == "web-5") {
 			t.Errorf("object %s written by the targeted run: %v", name, written)
@@ -285,5 +289,8 @@ func TestRefreshAutoTargeted(t *testing.T) {
 	ev, log = r.lastApply(t, before)
 	if reads(log) != 0 || !strings.Contains(log, "targeted 1 of 8 resource instances") || !strings.Contains(log, "full check: applied 8 further changes") {
 		t.Fatalf("registration with a dependent module (run %s): %d objects read; log:\n%s", ev.ID, reads(log), log)
+	}
+	if !strings.Contains(ev.Targeted, "full check: applied 8 further changes") {
+		t.Errorf("registration with a dependent module (run %s): event targeted %q", ev.ID, ev.Targeted)
 	}
 }

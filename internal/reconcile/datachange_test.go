@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/store"
 	"github.com/ctsync/ctsync/internal/task"
 	"github.com/ctsync/ctsync/internal/testutil"
 )
@@ -27,12 +28,14 @@ func (d refreshDriver) Apply(ctx context.Context, run driver.Run, in *task.Input
 	res.Refresh = "full"
 	if run.DataChange {
 		res.Refresh = "skipped"
+		res.Targeted = "targeted 1 of 2 resource instances; full check: no further changes"
 	}
 	return res, err
 }
 
 // A run triggered by a change of the task's Consul data alone is marked
-// driver.Run.DataChange; a run now and a run of new settings are not. The driver's refresh report reaches the run's event.
+// driver.Run.DataChange; a run now and a run of new settings are not. The
+// driver's refresh report and its targeted note reach the run's event.
 func TestRunsOfADataChangeAreMarked(t *testing.T) {
 	var mu sync.Mutex
 	var marks []bool
@@ -55,10 +58,18 @@ func TestRunsOfADataChangeAreMarked(t *testing.T) {
 		}
 		return marks[n-1]
 	}
-	lastRefresh := func(n int) string {
+	lastEvent := func(n int) store.Event {
 		t.Helper()
 		testutil.WaitFor(t, "the run's event", func() bool { return len(h.st.Events("a")) == n })
-		return h.st.Events("a")[0].Refresh
+		return h.st.Events("a")[0]
+	}
+	lastRefresh := func(n int) string {
+		t.Helper()
+		ev := lastEvent(n)
+		if want := map[bool]string{true: "targeted 1 of 2 resource instances; full check: no further changes"}[ev.Refresh == "skipped"]; ev.Targeted != want {
+			t.Errorf("run %d (refresh %q): event targeted %q, want %q", n, ev.Refresh, ev.Targeted, want)
+		}
+		return ev.Refresh
 	}
 
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})

@@ -423,7 +423,7 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverS
 	terminal := driver.IsTerminal(err)
 	ev := store.Event{ID: rec.id, TaskName: s.Name, Success: err == nil, StartTime: rec.start, EndTime: rec.end,
 		Kind: rec.kind, Trigger: rec.trigger, InputsHash: rec.want.Used, Config: eventConfig(s), LogPath: res.LogPath,
-		LogTail: r.opts.redact(s.Name, tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL, Refresh: res.Refresh,
+		LogTail: r.opts.redact(s.Name, tail(res.LogPath, 4096)), Terminal: terminal, TFCRunURL: res.RunURL, Refresh: res.Refresh, Targeted: res.Targeted,
 		ErrorSummary: r.opts.redact(s.Name, driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs), Gate: rec.gate,
 		PlanText: store.ClipPlanText(rec.planText)}
 	if !rec.seen.IsZero() {

@@ -752,13 +752,15 @@ function triggeredBy(ev) {
 }
 
 // gateView is a safety gate's decision on a run page: the action, the
-// plan's id, who and after how long, why it was held, the policy's messages.
+// plan's id, who and after how long, why it was held, its note (a plan
+// made again after a restart), the policy's messages.
 function gateView(g) {
   const who = g.by ? ' by ' + g.by : '';
   const after = g.held_seconds ? ' after ' + fmtSeconds(g.held_seconds) + ' held' : '';
   return el('div', { id: 'run-gate' },
     el('div', null, el('span', { id: 'run-gate-action' }, g.action + who + after), ' · plan ', el('code', { id: 'run-gate-plan' }, g.plan_id)),
     g.reason ? el('div', { id: 'run-gate-reason' }, g.reason) : null,
+    g.note ? el('div', { id: 'run-gate-note', class: 'muted' }, g.note) : null,
     g.superseded_by ? el('div', null, 'superseded by plan ', el('code', null, g.superseded_by)) : null,
     g.messages && g.messages.length ? el('ul', { id: 'run-gate-messages' }, g.messages.map((m) => el('li', null, m))) : null);
 }
@@ -807,6 +809,7 @@ async function renderRun(name, id, seq) {
     detail('Plan', el('span', { id: 'run-plan' }, planCell(ev.plan))),
     ev.refresh ? detail('Refresh', el('span', { id: 'run-refresh' }, ev.refresh === 'skipped'
       ? 'skipped (-refresh=false: a data change while the last full refresh is recent)' : 'every object read before planning')) : null,
+    ev.targeted ? detail('Targeted', el('span', { id: 'run-targeted', title: 'the changed instances planned alone first (-target), then a full check' }, ev.targeted)) : null,
     detail('Error', ev.error_summary || ev.error ? el('span', { id: 'run-error-summary', class: 'err-summary' }, ev.error_summary || ev.error.message.split('\n')[0]) : ''),
     detail('Inputs', ev.inputs_hash ? el('code', null, ev.inputs_hash) : ''),
     ev.tfc_run_url ? detail('Remote run', el('a', { href: ev.tfc_run_url, rel: 'noopener noreferrer' }, ev.tfc_run_url)) : null,
