@@ -427,7 +427,10 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverS
 		ErrorSummary: r.opts.redact(s.Name, driver.ErrorSummary(err)), Actor: rec.actor, Phases: rec.phases, Changes: changes(rec.prev, rec.inputs), Gate: rec.gate,
 		PlanText: store.ClipPlanText(rec.planText)}
 	if !rec.seen.IsZero() {
-		ev.DetectedAt = &rec.seen
+		// A copy: the stored event must not keep the run record (and its
+		// input digests) alive.
+		seen := rec.seen
+		ev.DetectedAt = &seen
 	}
 	if res.Add+res.Change+res.Destroy > 0 || err == nil {
 		ev.Plan = &store.PlanSummary{Add: res.Add, Change: res.Change, Destroy: res.Destroy}
