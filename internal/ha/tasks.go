@@ -516,7 +516,14 @@ func ResumeDestroys(ctx context.Context, p *Persisting, names []string, log *slo
 	}
 	for _, name := range names {
 		log.Info("ha: finishing the destroy of a task deleted during the previous leader's term", "task_name", name)
-		if err := p.Delete(ctx, name, true); err != nil && !errors.Is(err, reconcile.ErrNotFound) {
+		var held *reconcile.DestroyHeldError
+		switch err := p.Delete(ctx, name, true); {
+		case errors.As(err, &held):
+			// Expected of a task with safety gates: its destroy plan is
+			// held again, and approving it destroys and deletes the task.
+			log.Info("ha: the destroy of the deleted task waits for approval; nothing destroyed", "task_name", name,
+				"plan", held.Plan.ID, "reason", held.Plan.Reason)
+		case err != nil && !errors.Is(err, reconcile.ErrNotFound):
 			log.Error("ha: finishing the destroy of a deleted task failed; the next leader tries again", "task_name", name, "error", err)
 		}
 	}

@@ -1,10 +1,12 @@
 package ha
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -500,5 +502,29 @@ func TestDeleteWithHeldDestroyStaysRecordedUntilKept(t *testing.T) {
 	p.Destroyed(ctx, "api5")
 	if r := recs.TaskRecords()["api5"]; !r.Deleted || r.Destroy || r.Spec != nil {
 		t.Fatalf("record once destroyed: %+v; want the deletion done", r)
+	}
+}
+
+// A new leader finishing a deletion whose destroy its gates hold again
+// logs that the destroy waits for approval, at INFO: that is expected,
+// not a failure (ERROR stays for real failures).
+func TestResumedHeldDestroyIsNotAnError(t *testing.T) {
+	ctx := context.Background()
+	recs := &memTasks{recs: map[string]store.TaskRecord{}}
+	c := standbyController(t)
+	activate(t, c)
+	p := &Persisting{Controller: heldDestroyCtrl{c}, Store: recs, Configured: ConfiguredNames(map[string]bool{})}
+	if err := p.Create(ctx, spec("api6", true), false); err != nil {
+		t.Fatal(err)
+	}
+	idle(t, c)
+	var logs bytes.Buffer
+	ResumeDestroys(ctx, p, []string{"api6"}, slog.New(slog.NewTextHandler(&logs, nil)))
+	out := logs.String()
+	if strings.Contains(out, "level=ERROR") || !strings.Contains(out, `level=INFO msg="ha: the destroy of the deleted task waits for approval; nothing destroyed" task_name=api6 plan=p1`) {
+		t.Fatalf("logs of a resumed destroy held for approval:\n%s", out)
+	}
+	if r := recs.TaskRecords()["api6"]; !r.Deleted || !r.Destroy {
+		t.Fatalf("record while the destroy is held: %+v; want the deletion with its destroy pending", r)
 	}
 }
