@@ -25,7 +25,8 @@ func copyExecutable(t *testing.T, src, dst string) {
 // configuration has a policy and that has no ctsync-policy next to it (nor
 // in PATH) refuses to start, naming the task and the executable; a helper
 // that crashes at evaluation fails the run, naming it, and nothing is
-// applied.
+// applied; the run is not terminal: once the helper is fixed, a retry
+// applies.
 func TestPolicyHelperFailsClosedEndToEnd(t *testing.T) {
 	skipShort(t)
 	c := testutil.StartConsul(t)
@@ -74,5 +75,17 @@ func TestPolicyHelperFailsClosedEndToEnd(t *testing.T) {
 		if bytes.Contains(kv.Value, []byte("terraform_data")) {
 			t.Fatalf("a state holds a resource: %s", kv.Key)
 		}
+	}
+	if ev.Terminal {
+		t.Fatalf("the helper's crash made the run terminal: %+v", ev)
+	}
+
+	// The helper is fixed (the real one, swapped in whole): the failed
+	// run is retried, without a change of the data, and applies.
+	copyExecutable(t, real, filepath.Join(bin, "ctsync-policy.new"))
+	must(t, os.Rename(filepath.Join(bin, "ctsync-policy.new"), filepath.Join(bin, "ctsync-policy")))
+	ev = g.waitNewEvent("fw", nil, "applied once the helper works", func(ev store.Event) bool { return ev.Success })
+	if ev.Kind != store.KindApply {
+		t.Fatalf("the run after the fix: %+v, want an apply", ev)
 	}
 }

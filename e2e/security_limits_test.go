@@ -254,8 +254,10 @@ high_availability {
 }
 
 // 2 and 3: a policy dividing by a count that is zero on an empty state
-// fails the run, nothing applied; a policy that runs past its time limit
-// (nested numbers.range) denies the run naming the limit; deleting a task
+// fails the run, nothing applied (terminal); a policy that runs past its
+// time limit (nested numbers.range) fails the run naming the limit,
+// nothing applied, and is retried (not terminal: a helper that hung, a
+// loaded machine, give the same error); deleting a task
 // whose policy is being evaluated returns at once.
 func TestPolicyFailsClosedEndToEnd(t *testing.T) {
 	skipShort(t)
@@ -295,8 +297,8 @@ deny contains msg if {
 		t.Fatalf("div: event %+v (error %+v), want a terminal failure naming the division by zero", ev, ev.Error)
 	}
 	ev = g.waitNewEvent("slow", nil, "the time limit", func(ev store.Event) bool { return !ev.Success })
-	if ev.Error == nil || !strings.Contains(ev.Error.Message, "did not finish within 3s") || !ev.Terminal {
-		t.Fatalf("slow: event %+v (error %+v), want a terminal failure naming the time limit", ev, ev.Error)
+	if ev.Error == nil || !strings.Contains(ev.Error.Message, "did not finish within 3s") || ev.Terminal {
+		t.Fatalf("slow: event %+v (error %+v), want a failure naming the time limit, not terminal", ev, ev.Error)
 	}
 	// Nothing applied: no task has a successful run, and the state of
 	// each (Consul backend) holds no resource.

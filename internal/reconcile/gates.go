@@ -395,9 +395,9 @@ func (rc *reconciler) gatedRunOf(ctx context.Context, log *slog.Logger, j job, r
 			if perr != nil {
 				log.Error("policy could not be evaluated: nothing applied", "run_id", r.id, "error", perr)
 				// The same plan and policy fail the same way (a runtime
-				// error, the time limit), unless the evaluation was
-				// stopped from outside.
-				terminal := !errors.Is(perr, policy.ErrCancelled) && len(hp.JSON) > 0
+				// error, files that do not compile), unless the evaluation
+				// was stopped from outside or the helper failed.
+				terminal := len(hp.JSON) > 0 && !policyRetried(perr)
 				return fail(&driver.Error{Op: "policy", Summary: "the policy could not be evaluated; nothing applied: " + perr.Error(), Err: perr, Terminal: terminal})
 			}
 			denied := &policy.DeniedError{Messages: msgs}
@@ -592,6 +592,18 @@ func checkPolicy(ctx context.Context, s *task.Spec, hp driver.HeldPlan, trigger 
 		return nil, errors.New("the driver gave no JSON form of the plan")
 	}
 	return policy.Evaluate(ctx, s.Policy.Files, s.Policy.EvalTimeout(), hp.JSON, policy.Input{Task: policy.TaskInput(*s), Trigger: trigger})
+}
+
+// policyRetried reports whether a policy evaluation that gave no verdict
+// fails its run without making it terminal, so that the run is retried
+// per the task's retry settings: the evaluation was stopped from outside,
+// the helper failed (missing, crashed, an answer that is not one), or no
+// answer came within the time limit (a hung helper, a loaded machine).
+// Nothing is applied either way.
+func policyRetried(err error) bool {
+	var he *policy.HelperError
+	var te *policy.TimeoutError
+	return errors.Is(err, policy.ErrCancelled) || errors.As(err, &he) || errors.As(err, &te)
 }
 
 // applyHeld applies exactly the plan hp as the run r and records it, and
