@@ -122,7 +122,7 @@ type TimeoutError struct {
 }
 
 func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("policy %s did not finish within %s (policy.timeout): the plan is denied; a policy that loops over large ranges or expands wide CIDRs takes too long",
+	return fmt.Sprintf("policy %s did not finish within %s (policy.timeout): the plan is not applied; a policy that loops over large ranges or expands wide CIDRs takes too long",
 		strings.Join(e.Files, ", "), e.Timeout)
 }
 
