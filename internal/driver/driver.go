@@ -154,6 +154,16 @@ type Run struct {
 	// policy "auto" such an Apply may skip Terraform's refresh (see the
 	// terraform driver's MaxRefreshAge); every other run refreshes.
 	DataChange bool
+	// DeferCheck lets a data change applied with -target (the terraform
+	// driver, refresh policy "auto") stop after its targeted apply: the
+	// full check without refresh of everything is left to a later run
+	// (Check), and the result says it is due (Result.CheckDue).
+	DeferCheck bool
+	// Check makes an Apply the full check a targeted run left due: a plan
+	// without refresh of everything the task manages, applied if it finds
+	// changes (a module whose objects depend on every instance), never
+	// targeted. A driver that does not target applies as for any run.
+	Check bool
 }
 
 // Result is what a Plan, Apply or Destroy produced.
@@ -189,9 +199,15 @@ type Result struct {
 	// instances alone first (`-target`, refresh policy "auto"), says so:
 	// how many of the state's resource instances it targeted, and what
 	// the full check that followed in the same run found ("targeted 3 of
-	// 2,000 resource instances ...; full check: no further changes").
-	// Empty for every other run.
+	// 2,000 resource instances ...; full check: no further changes"), or
+	// that it is pending (Run.DeferCheck: "...; full check: pending"). For
+	// the full check run afterwards (Run.Check), what it found ("full
+	// check: applied 8 further changes"). Empty for every other run.
 	Targeted string
+	// CheckDue says that the run applied a targeted change and left its
+	// full check to a later run (Run.DeferCheck): the caller runs one
+	// with Run.Check.
+	CheckDue bool
 }
 
 // The values of Result.Refresh.

@@ -170,7 +170,15 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 	began := time.Now()
 	noRefresh := false
 	var tp targetPlan
-	if op == "apply" && planPath == "" {
+	check := op == "apply" && planPath == "" && run.Check
+	switch {
+	case check:
+		// The full check a targeted run left due: everything, without
+		// refresh when a data change could skip it.
+		var why string
+		noRefresh, why = d.skipRefresh(driver.Run{DataChange: true}, began)
+		d.sink.note("full check of the targeted runs before: %s", why)
+	case op == "apply" && planPath == "":
 		var why string
 		noRefresh, why = d.skipRefresh(run, began)
 		d.sink.note("%s", why)
@@ -183,7 +191,7 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 	var tr targetedRun
 	targeted := tp.targets != nil
 	if targeted {
-		tr, err = d.runTargeted(ctx, tp, began)
+		tr, err = d.runTargeted(ctx, tp, began, run.DeferCheck)
 	} else {
 		err = d.runChange(ctx, op, planPath, noRefresh)
 	}
@@ -209,7 +217,11 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 	res.Add, res.Change, res.Destroy = d.counts(op, err != nil)
 	if targeted && err == nil {
 		res.Add, res.Change, res.Destroy = tr.add, tr.change, tr.destroy
-		res.Targeted = tr.note
+		res.Targeted, res.CheckDue = tr.note, tr.checkDue
+	}
+	if check && err == nil {
+		res.Targeted = "full check: " + checkFound(res.Add+res.Change+res.Destroy)
+		d.sink.note("%s", res.Targeted)
 	}
 	if op == "apply" {
 		res.Phases = applyPhases(began, d.sink.plannedAt(), time.Now())
@@ -261,6 +273,14 @@ func (d *Driver) change(ctx context.Context, op string, run driver.Run, in *task
 		d.recordApplied(ctx, in)
 	} else {
 		d.target = targetState{}
+	}
+	switch {
+	case err == nil && tr.checkDue:
+		if d.checkDue.IsZero() {
+			d.checkDue = began // the oldest targeted change not checked yet
+		}
+	case err == nil && op == "apply" && planPath == "":
+		d.checkDue = time.Time{} // everything planned: the check is done
 	}
 	if err == nil && op == "apply" && d.opts.Spec.ExportOutputs {
 		res.Outputs, err = d.readOutputs(ctx)

@@ -5,8 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -23,10 +21,12 @@ import (
 )
 
 // A targeted run (refresh policy "auto"): a change of a few instances of
-// the services variable is applied with `terraform plan -refresh=false
+// the services variable is applied with `terraform apply -refresh=false
 // -target=...` of the resource instances of those instances (and of every
-// resource that is not one per instance), then the same run makes a full
-// plan without refresh and applies what it finds. Terraform evaluates
+// resource that is not one per instance); then a full plan without refresh
+// applies what else it finds: in the same run, or, when the caller defers
+// it (driver.Run.DeferCheck), in a run of its own (driver.Run.Check), so
+// that a following change does not wait for it. Terraform evaluates
 // every resource instance of a plan, and its cost per instance grows with
 // the number of instances (measured: 4 times the instances, 11 to 15
 // times the CPU; docs/performance.md): the targeted plan visits only the
@@ -351,6 +351,10 @@ func (d *Driver) planTargets(in *task.Inputs) targetPlan {
 	if in == nil {
 		return targetPlan{why: "not targeted: the run has no inputs"}
 	}
+	if due := d.checkDue; !due.IsZero() && time.Since(due) >= MaxCheckDelay {
+		return targetPlan{why: fmt.Sprintf("not targeted: a full check has been due for %s (at most %s): this run, of everything, is the check",
+			time.Since(due).Round(time.Second), MaxCheckDelay)}
+	}
 	svcs, rest, err := inputDigests(in)
 	if err != nil {
 		return targetPlan{why: fmt.Sprintf("not targeted: %v", err)}
@@ -405,29 +409,32 @@ func thousands(n int) string {
 	return s
 }
 
-// targetedRun is what a targeted run did: the counts of its two applies,
-// its note and its phases.
+// targetedRun is what a targeted run did: the counts of its applies, its
+// note and its phases, and whether its full check is left to a later run.
 type targetedRun struct {
 	add, change, destroy int
 	note                 string
 	phases               []driver.Phase
+	checkDue             bool
 }
 
-// runTargeted runs a targeted apply without refresh: `terraform plan
-// -refresh=false -target=...` and the apply of that saved plan, then the
-// full check: `terraform plan -refresh=false` of everything and, if it
-// finds changes, the apply of that plan. Each plan is applied as made.
-func (d *Driver) runTargeted(ctx context.Context, tp targetPlan, began time.Time) (targetedRun, error) {
+// MaxCheckDelay bounds how long the full check a targeted run left due
+// (driver.Run.DeferCheck) may wait: while one has been due for longer, a
+// data change is not targeted; its run is a full apply without refresh,
+// which is itself the check. The reconciler runs the check as soon as no
+// newer change is pending, so the bound matters only for a task whose data
+// keeps changing faster than a full plan takes: at most five minutes
+// behind what an untargeted run would have left.
+const MaxCheckDelay = 5 * time.Minute
+
+// runTargeted runs a targeted apply without refresh: one `terraform apply
+// -refresh=false -target=...` of the changed instances' resource
+// instances (it plans and applies them, as the ungated full path does
+// everything); then, unless the full check is deferred (left due for a
+// later run with driver.Run.Check), the full check: `terraform apply
+// -refresh=false` of everything, which applies what it finds.
+func (d *Driver) runTargeted(ctx context.Context, tp targetPlan, began time.Time, deferCheck bool) (targetedRun, error) {
 	var tr targetedRun
-	planDir := filepath.Join(d.workDir, planDirName)
-	if err := os.MkdirAll(planDir, 0o700); err != nil {
-		return tr, err
-	}
-	if err := os.Chmod(planDir, 0o700); err != nil {
-		return tr, err
-	}
-	planPath := filepath.Join(planDir, planFile)
-	defer os.Remove(planPath)
 	shown := tp.targets
 	if len(shown) > 10 {
 		shown = shown[:10]
@@ -436,64 +443,58 @@ func (d *Driver) runTargeted(ctx context.Context, tp targetPlan, began time.Time
 	if len(tp.targets) > len(shown) {
 		more = fmt.Sprintf(" and %d more", len(tp.targets)-len(shown))
 	}
-	d.sink.note("targeted: planning %d of the state's %d resource instances first (%s%s), then a full check without refresh",
-		tp.covered, tp.total, strings.Join(shown, ", "), more)
-	apply := func() (int, error) {
-		if err := d.runChange(ctx, "apply", planPath, false); err != nil {
-			return 0, err
-		}
-		a, c, x := d.counts("apply", false)
-		tr.add, tr.change, tr.destroy = tr.add+a, tr.change+c, tr.destroy+x
-		return a + c + x, nil
+	then := "then a full check without refresh"
+	if deferCheck {
+		then = "the full check without refresh follows in a run of its own"
 	}
-	changes, err := d.planNoRefresh(ctx, planPath, tp.targets)
-	if err != nil {
+	d.sink.note("targeted: applying %d of the state's %d resource instances first (%s%s); %s",
+		tp.covered, tp.total, strings.Join(shown, ", "), more, then)
+	if err := d.applyTargeted(ctx, tp.targets); err != nil {
 		return tr, err
 	}
-	planned := time.Now()
-	if changes {
-		if _, err := apply(); err != nil {
-			return tr, err
-		}
-	}
+	tr.add, tr.change, tr.destroy = d.counts("apply", false)
 	applied := time.Now()
-	changes, err = d.planNoRefresh(ctx, planPath, nil)
-	if err != nil {
+	tr.phases = applyPhases(began, d.sink.plannedAt(), applied)
+	if deferCheck {
+		tr.checkDue = true
+		tr.note = tp.note("pending")
+		d.sink.note("%s", tr.note)
+		return tr, nil
+	}
+	if err := d.runChange(ctx, "apply", "", true); err != nil {
 		return tr, err
 	}
-	check := "no further changes"
-	if changes {
-		n, err := apply()
-		if err != nil {
-			return tr, err
-		}
-		check = fmt.Sprintf("applied %d further change%s", n, map[bool]string{true: "s"}[n != 1])
-	}
-	tr.note = tp.note(check)
+	a, c, x := d.counts("apply", false)
+	tr.add, tr.change, tr.destroy = tr.add+a, tr.change+c, tr.destroy+x
+	tr.note = tp.note(checkFound(a + c + x))
 	d.sink.note("%s", tr.note)
-	tr.phases = []driver.Phase{{Name: "plan", Start: began, End: planned}, {Name: "apply", Start: planned, End: applied},
-		{Name: "check", Start: applied, End: time.Now()}}
+	tr.phases = append(tr.phases, driver.Phase{Name: "check", Start: applied, End: time.Now()})
 	return tr, nil
 }
 
-// planNoRefresh runs `terraform plan -refresh=false -out planPath`, of
-// the targets alone when there are some.
-func (d *Driver) planNoRefresh(ctx context.Context, planPath string, targets []string) (bool, error) {
-	opts := []tfexec.PlanOption{tfexec.Out(planPath), tfexec.Refresh(false)}
+// checkFound is what a full check found, for the run's note: "no further
+// changes", "applied 3 further changes".
+func checkFound(n int) string {
+	if n == 0 {
+		return "no further changes"
+	}
+	return fmt.Sprintf("applied %d further change%s", n, map[bool]string{true: "s"}[n != 1])
+}
+
+// applyTargeted runs `terraform apply -refresh=false -target=...` of the
+// targets.
+func (d *Driver) applyTargeted(ctx context.Context, targets []string) error {
+	stdout := d.sink.writer("stdout")
+	defer d.tf.SetStdout(stdout) // the -json commands of terraform-exec replace it
+	opts := append(parallelism[tfexec.ApplyOption](d.opts.Spec.Parallelism), tfexec.Refresh(false))
 	for _, t := range targets {
 		opts = append(opts, tfexec.Target(t))
 	}
-	opts = append(opts, parallelism[tfexec.PlanOption](d.opts.Spec.Parallelism)...)
-	label := "plan -refresh=false (full check)"
-	if len(targets) > 0 {
-		label = fmt.Sprintf("plan -refresh=false -target (%d address%s)", len(targets), map[bool]string{true: "es"}[len(targets) != 1])
+	label := fmt.Sprintf("apply -refresh=false -target (%d address%s)", len(targets), map[bool]string{true: "es"}[len(targets) != 1])
+	if d.ui {
+		d.sink.beginUI(label)
+		return d.tf.ApplyJSON(ctx, stdout, opts...)
 	}
-	if !d.ui {
-		d.sink.begin(label, false)
-		return d.tf.Plan(ctx, opts...)
-	}
-	stdout := d.sink.writer("stdout")
-	defer d.tf.SetStdout(stdout)
-	d.sink.beginUI(label)
-	return d.tf.PlanJSON(ctx, stdout, opts...)
+	d.sink.begin(label, false)
+	return d.tf.Apply(ctx, opts...)
 }

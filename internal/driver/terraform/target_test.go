@@ -2,6 +2,7 @@ package terraform
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctsync/ctsync/internal/driver"
+	"github.com/ctsync/ctsync/internal/task"
 )
 
 // stateJSON is a version 4 state with the given resources (each a JSON
@@ -298,12 +300,88 @@ func TestTargetedFallback(t *testing.T) {
 	if res.Refresh != driver.RefreshFull || res.Targeted != "" || reads(log) != 8 {
 		t.Fatalf("fallback: refresh %q, targeted %q, %d reads; log:\n%s", res.Refresh, res.Targeted, reads(log), log)
 	}
-	for _, w := range []string{"targeted: planning 1 of the state's 8", "Cannot update the object", "applying again now with a full refresh"} {
+	for _, w := range []string{"targeted: applying 1 of the state's 8", "Cannot update the object", "applying again now with a full refresh"} {
 		if !strings.Contains(log, w) {
 			t.Errorf("run log lacks %q:\n%s", w, log)
 		}
 	}
 	if got := objects(t, dev)["web-2"]; got != "10.0.0.7:2" {
 		t.Fatalf("web-2 holds %q", got)
+	}
+}
+
+// A targeted run whose full check is deferred (driver.Run.DeferCheck)
+// stops after its targeted apply: the changed instance's object is
+// written, the objects that depend on every instance are left as they
+// were, and the result says a check is due. The check (driver.Run.Check)
+// applies the rest, untargeted and without refresh. A check due for
+// longer than MaxCheckDelay makes the next data change a full apply
+// without refresh, which clears it.
+func TestTargetedDeferCheck(t *testing.T) {
+	bin := needTerraform(t)
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	o, dev := deviceTask(t, dir, "deferred", bin)
+	o.Spec.Module = writeModule(t, dir, "mod-length", map[string]string{"main.tf": lengthModule})
+	d := newDeviceDriver(t, o)
+	apply(t, ctx, d, "first", true, instances(1, 2, 3, 4, 5, 6, 7, 8))
+	objs := func(n int) map[string]string {
+		m := map[string]string{}
+		for p := 1; p <= n; p++ {
+			m[fmt.Sprintf("web-%d", p)] = fmt.Sprintf("10.0.0.1:%d/%d", p, n)
+		}
+		return m
+	}
+	run := func(id string, r driver.Run, in *task.Inputs) (driver.Result, string) {
+		t.Helper()
+		r.ID = id
+		res, err := d.Apply(ctx, r, in)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return res, runLog(t, res)
+	}
+
+	res, log := run("add", driver.Run{DataChange: true, DeferCheck: true}, instances(1, 2, 3, 4, 5, 6, 7, 8, 9))
+	if want := "targeted 1 of 8 resource instances (1 changed instance of the services variable); full check: pending"; res.Targeted != want || !res.CheckDue {
+		t.Fatalf("deferred: Result.Targeted %q, CheckDue %v; log:\n%s", res.Targeted, res.CheckDue, log)
+	}
+	if plans(log) != 1 || reads(log) != 0 || res.Add != 1 || res.Change != 0 || !strings.Contains(log, "apply -refresh=false -target (1 address)") {
+		t.Fatalf("deferred: %d plans, %d reads, counts %d/%d/%d; log:\n%s", plans(log), reads(log), res.Add, res.Change, res.Destroy, log)
+	}
+	want := objs(8)
+	want["web-9"] = "10.0.0.1:9/9"
+	wantObjects(t, "after the targeted apply", dev, want)
+	if d.checkDue.IsZero() {
+		t.Fatal("the driver keeps no check due")
+	}
+
+	res, log = run("check", driver.Run{Check: true}, instances(1, 2, 3, 4, 5, 6, 7, 8, 9))
+	if res.Targeted != "full check: applied 8 further changes" || res.CheckDue || res.Refresh != driver.RefreshSkipped || reads(log) != 0 || strings.Contains(log, "-target") {
+		t.Fatalf("check: Result.Targeted %q, CheckDue %v, refresh %q; log:\n%s", res.Targeted, res.CheckDue, res.Refresh, log)
+	}
+	wantObjects(t, "after the check", dev, objs(9))
+	if !d.checkDue.IsZero() {
+		t.Fatal("the check left a check due")
+	}
+	res, _ = run("check-again", driver.Run{Check: true}, instances(1, 2, 3, 4, 5, 6, 7, 8, 9))
+	if res.Targeted != "full check: no further changes" || res.Changes {
+		t.Fatalf("second check: %q, changes %v", res.Targeted, res.Changes)
+	}
+
+	// A check due for longer than the bound: the data change is a full
+	// apply without refresh.
+	res, _ = run("add-10", driver.Run{DataChange: true, DeferCheck: true}, instances(1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
+	if !res.CheckDue {
+		t.Fatalf("targeted again: %q", res.Targeted)
+	}
+	d.checkDue = time.Now().Add(-MaxCheckDelay - time.Second)
+	res, log = run("add-11", driver.Run{DataChange: true, DeferCheck: true}, instances(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11))
+	if res.CheckDue || res.Targeted != "" || res.Refresh != driver.RefreshSkipped || !strings.Contains(log, "not targeted: a full check has been due for 5m") {
+		t.Fatalf("past the bound: Result.Targeted %q, CheckDue %v, refresh %q; log:\n%s", res.Targeted, res.CheckDue, res.Refresh, log)
+	}
+	wantObjects(t, "after the full run", dev, objs(11))
+	if !d.checkDue.IsZero() {
+		t.Fatal("the full run left a check due")
 	}
 }

@@ -119,6 +119,10 @@ type Driver struct {
 	// target is what the last successful apply applied and the state it
 	// left, for targeted runs (target.go).
 	target targetState
+	// checkDue is since when the full check a targeted run left to a
+	// later run (driver.Run.DeferCheck) is due; zero: none. Any
+	// successful apply of everything (a full run, the check) clears it.
+	checkDue time.Time
 	// ui: the binary has the machine-readable UI (-json) for plan, apply
 	// and destroy (Terraform >= 0.15.3, OpenTofu); known after Init.
 	ui bool
