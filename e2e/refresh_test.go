@@ -227,48 +227,48 @@ func fileTimes(t *testing.T, dir string) map[string]time.Time {
 }
 
 // Refresh policy "auto": a catalog change of one instance among eight is
-// applied with a targeted plan (-target of that instance's object), then a
-// full check without refresh in the same run; the other objects are
-// neither read nor written. With a module whose every object depends on
-// every instance (length(var.services)), the full check applies the rest
-// in the same run: the device ends as a full run leaves it.
+// applied with a targeted apply (-target of that instance's object); its
+// full check without refresh follows in a run of its own (trigger
+// "check"); the other objects are neither read nor written. With a module
+// whose every object depends on every instance (length(var.services)),
+// the check applies the rest: the device ends as a full run leaves it. A
+// second change made right after the first is applied before the first's
+// check, which then checks both.
 func TestRefreshAutoTargeted(t *testing.T) {
 	r := startRefreshRig(t, "auto", "")
 	for i := 3; i <= 8; i++ {
 		r.register(t, fmt.Sprintf("web-%d", i), 8000+i)
 	}
 	r.wait(t, "web-1 to web-8 registered")
-	testutil.Eventually(t, 2*time.Minute, "the runs of the registrations recorded", func() bool {
-		evs := taskEvents(t, r.base, "dev")
-		if len(evs) == 0 || !evs[0].Success || evs[0].Kind != "apply" {
-			return false
-		}
-		b, _ := os.ReadFile(filepath.Join(r.logs, evs[0].ID+".log"))
-		return strings.Contains(string(b), `["web-8.`) // the key: id.node.datacenter
-	})
+	r.quiet(t, `["web-8.`)  // the key: id.node.datacenter
 	time.Sleep(time.Second) // a later modification time for the object written next
 
 	before, times := r.newest(t), fileTimes(t, r.dev)
 	r.register(t, "web-5", 9005)
 	r.wait(t, "web-5 changed")
-	ev, log := r.lastApply(t, before)
-	if reads(log) != 0 || !strings.Contains(log, "targeted 1 of 8 resource instances") || !strings.Contains(log, "full check: no further changes") ||
-		!strings.Contains(log, `device_object.instance["web-5.`) || ev.Refresh != "skipped" {
+	runs := r.checked(t, before, 2)
+	ev, log := runs[1].ev, runs[1].log
+	if reads(log) != 0 || !strings.Contains(log, "targeted 1 of 8 resource instances") || !strings.Contains(log, "full check: pending") ||
+		!strings.Contains(log, `device_object.instance["web-5.`) || ev.Refresh != "skipped" || strings.Contains(log, "full check: no further changes") {
 		t.Fatalf("catalog change of web-5 (run %s, refresh %q): %d objects read; log:\n%s", ev.ID, ev.Refresh, reads(log), log)
 	}
-	// The run's event (the API's) says it was targeted, as its log does.
-	if !strings.HasPrefix(ev.Targeted, "targeted 1 of 8 resource instances") || !strings.HasSuffix(ev.Targeted, "full check: no further changes") {
-		t.Errorf("catalog change of web-5 (run %s): event targeted %q", ev.ID, ev.Targeted)
+	if log := runs[0].log; reads(log) != 0 || !strings.Contains(log, "full check: no further changes") || strings.Contains(log, "-target") {
+		t.Fatalf("check after the change of web-5 (run %s): %d objects read; log:\n%s", runs[0].ev.ID, reads(log), log)
+	}
+	// The runs' events (the API's) say what their logs say.
+	if !strings.HasPrefix(ev.Targeted, "targeted 1 of 8 resource instances") || !strings.HasSuffix(ev.Targeted, "full check: pending") ||
+		runs[0].ev.Targeted != "full check: no further changes" {
+		t.Errorf("catalog change of web-5: events targeted %q (run %s), %q (check %s)", ev.Targeted, ev.ID, runs[0].ev.Targeted, runs[0].ev.ID)
 	}
 	for name, m := range fileTimes(t, r.dev) {
 		if written := !m.Equal(times[name]); written != (name == "web-5") {
-			t.Errorf("object %s written by the targeted run: %v", name, written)
+			t.Errorf("object %s written by the targeted run or its check: %v", name, written)
 		}
 	}
 
 	// Every object depends on every instance: a module change (a full
 	// run), then a registration, applied targeted and completed by the
-	// full check.
+	// check.
 	before = r.newest(t)
 	writeFile(t, r.mod, "main.tf", strings.Replace(deviceModule, `"${each.value.address}:${each.value.port}"`,
 		`"${each.value.address}:${each.value.port}/${length(var.services)}"`, 1))
@@ -277,7 +277,7 @@ func TestRefreshAutoTargeted(t *testing.T) {
 		r.want[id] = v + "/8"
 	}
 	r.wait(t, "the module changed: every object with the count")
-	r.lastApply(t, before)
+	r.quiet(t, "full refresh: the module changed since the last full refresh")
 
 	before = r.newest(t)
 	r.register(t, "web-9", 8009)
@@ -286,11 +286,114 @@ func TestRefreshAutoTargeted(t *testing.T) {
 	}
 	r.want["web-9"] = "10.0.0.1:8009/9"
 	r.wait(t, "web-9 registered: every object with the new count")
-	ev, log = r.lastApply(t, before)
-	if reads(log) != 0 || !strings.Contains(log, "targeted 1 of 8 resource instances") || !strings.Contains(log, "full check: applied 8 further changes") {
-		t.Fatalf("registration with a dependent module (run %s): %d objects read; log:\n%s", ev.ID, reads(log), log)
+	runs = r.checked(t, before, 2)
+	if log := runs[1].log; reads(log) != 0 || !strings.Contains(log, "targeted 1 of 8 resource instances") || !strings.Contains(log, "full check: pending") {
+		t.Fatalf("registration with a dependent module (run %s): %d objects read; log:\n%s", runs[1].ev.ID, reads(log), log)
 	}
-	if !strings.Contains(ev.Targeted, "full check: applied 8 further changes") {
-		t.Errorf("registration with a dependent module (run %s): event targeted %q", ev.ID, ev.Targeted)
+	if log := runs[0].log; reads(log) != 0 || !strings.Contains(log, "full check: applied 8 further changes") {
+		t.Fatalf("check of the registration (run %s): %d objects read; log:\n%s", runs[0].ev.ID, reads(log), log)
 	}
+	if runs[0].ev.Targeted != "full check: applied 8 further changes" {
+		t.Errorf("check of the registration (run %s): event targeted %q", runs[0].ev.ID, runs[0].ev.Targeted)
+	}
+
+	// Two registrations, the second made as soon as the first reaches the
+	// device: it is applied (targeted) before the first's check, which
+	// then applies the rest of both.
+	before = r.newest(t)
+	r.register(t, "web-10", 8010)
+	r.waitObject(t, "web-10")
+	r.register(t, "web-11", 8011)
+	r.waitObject(t, "web-11")
+	for _, ev := range r.since(t, before) {
+		if ev.Trigger == "check" {
+			t.Fatalf("a check ran (event %s) before the second registration reached the device", ev.ID)
+		}
+	}
+	for id, v := range r.want {
+		r.want[id] = strings.TrimSuffix(v, "/9") + "/11"
+	}
+	r.want["web-10"], r.want["web-11"] = "10.0.0.1:8010/11", "10.0.0.1:8011/11"
+	r.wait(t, "web-10 and web-11 registered: every object with the new count")
+	runs = r.checked(t, before, 3)
+	for i, key := range map[int]string{2: `["web-10.`, 1: `["web-11.`} {
+		if log := runs[i].log; !strings.Contains(log, "targeted 1 of ") || !strings.Contains(log, "full check: pending") || !strings.Contains(log, key) {
+			t.Fatalf("registration %s (run %s, trigger %q); log:\n%s", key, runs[i].ev.ID, runs[i].ev.Trigger, log)
+		}
+	}
+	if log := runs[0].log; !strings.Contains(log, "full check: applied 10 further changes") {
+		t.Fatalf("check of both registrations (run %s); log:\n%s", runs[0].ev.ID, log)
+	}
+}
+
+// loggedRun is a run's event and its run log.
+type loggedRun struct {
+	ev  store.Event
+	log string
+}
+
+// since is the task's events newer than the event prev, newest first.
+func (r *refreshRig) since(t *testing.T, prev string) []store.Event {
+	t.Helper()
+	evs := taskEvents(t, r.base, "dev")
+	for i, ev := range evs {
+		if ev.ID == prev {
+			return evs[:i]
+		}
+	}
+	return evs
+}
+
+// checked waits until the n runs after the event prev are recorded, the
+// newest a successful full check (trigger "check") and the others
+// successful changes, and returns them with their logs, newest first.
+func (r *refreshRig) checked(t *testing.T, prev string, n int) []loggedRun {
+	t.Helper()
+	var runs []loggedRun
+	testutil.Eventually(t, 2*time.Minute, fmt.Sprintf("%d runs, the last a check", n), func() bool {
+		evs := r.since(t, prev)
+		if len(evs) < n || evs[0].Trigger != "check" {
+			return false
+		}
+		if len(evs) > n {
+			t.Fatalf("%d runs, want %d: %+v", len(evs), n, evs)
+		}
+		runs = nil
+		for i, ev := range evs {
+			if !ev.Success || ev.Kind != "apply" || (i > 0) == (ev.Trigger == "check") {
+				t.Fatalf("run %d of %d (%s): success %v, kind %s, trigger %q", i, n, ev.ID, ev.Success, ev.Kind, ev.Trigger)
+			}
+			b, err := os.ReadFile(filepath.Join(r.logs, ev.ID+".log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs = append(runs, loggedRun{ev, string(b)})
+		}
+		return true
+	})
+	return runs
+}
+
+// quiet waits until a run whose log holds marker is recorded and the
+// newest run leaves no check due.
+func (r *refreshRig) quiet(t *testing.T, marker string) {
+	t.Helper()
+	testutil.Eventually(t, 2*time.Minute, "the runs recorded, no check due", func() bool {
+		evs := taskEvents(t, r.base, "dev")
+		seen := false
+		for i, ev := range evs {
+			b, _ := os.ReadFile(filepath.Join(r.logs, ev.ID+".log"))
+			if i == 0 && (!ev.Success || ev.Kind != "apply" || strings.Contains(string(b), "full check: pending")) {
+				return false
+			}
+			seen = seen || strings.Contains(string(b), marker)
+		}
+		return seen
+	})
+}
+
+// waitObject waits for the device to hold an object of the id.
+func (r *refreshRig) waitObject(t *testing.T, id string) {
+	t.Helper()
+	testutil.Eventually(t, 2*time.Minute, "the object "+id, func() bool { return deviceObjects(t, r.dev)[id] != "" })
 }

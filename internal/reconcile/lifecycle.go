@@ -330,7 +330,39 @@ type lifecycle struct {
 	// took is the request of the job a worker took (takeLocked) until it
 	// ends (endLocked): what the job's snapshot reads (taken).
 	took *Request
+	// check: a targeted run left its full check due (Result.checkDue)
+	// and no run has checked everything since. When a run ends and
+	// nothing else is due, the check waits CheckDelay on the task's timer
+	// (as a buffered change: a newer change replaces its trigger and runs
+	// first), then runs (TriggerCheck). It lives in memory only: a
+	// disabled, removed or stopped task, or a member that stops running
+	// it (failover), drops it.
+	check bool
 }
+
+// CheckDelay is how long the full check a targeted run left due waits,
+// once the task is idle, before it runs: a change that follows the first
+// within it runs first (targeted too), so a burst of changes is checked
+// once, after its last.
+const CheckDelay = 2 * time.Second
+
+// checkIfIdle makes the task's pending full check due, through the
+// task's timer (CheckDelay), when the task is enabled and idle: nothing
+// else is due or waits. c.mu is held.
+func checkIfIdle(c *taskTable, e *entry) {
+	lc := &e.lc
+	if !lc.check || !e.spec.Enabled || lc.phase != phaseIdle || e.throwaway != "" {
+		return
+	}
+	if lc.due.Trigger.IsZero() {
+		lc.due.Trigger = Due(TriggerCheck)
+	}
+	c.stepLocked(e, evBuffer, wake{d: CheckDelay})
+}
+
+// replaceable reports whether a trigger gives way to a newer reason to
+// run: none yet, or a pending full check (which stays pending).
+func replaceable(t Trigger) bool { return t.IsZero() || t.Kind == TriggerCheck }
 
 // intentResult is what a request did, kept for its caller.
 type intentResult struct {
@@ -392,6 +424,7 @@ func (c *taskTable) stepLocked(e *entry, ev event, w wake) bool {
 	}
 	if ev == evStop || ev == evGone {
 		lc.due = Request{} // what was due is dropped
+		lc.check = false
 	}
 	if in := lc.intent; in != nil && !in.taken && ev != evTake && s.to != phaseQueued && (s.to != phaseDeleting || in.req.Mode != ModeDestroy) {
 		// The task left the queue otherwise (deleted, disabled, gone):
@@ -443,6 +476,7 @@ func (c *taskTable) stopTimerLocked(e *entry) {
 // halt stops the task's timer altogether, and drops its wait (shutdown,
 // removal).
 func (lc *lifecycle) halt() {
+	lc.check = false
 	lc.timerSet, lc.before = false, nil
 	lc.recheckAt = time.Time{}
 	lc.deadline = time.Time{}
@@ -522,7 +556,7 @@ func (c *taskTable) timerLocked(e *entry) []gate.Event {
 // when the run ends. t is the run's trigger unless another reason came
 // first; replace makes it the trigger anyway. c.mu is held.
 func (c *taskTable) forceLocked(e *entry, t Trigger, replace bool) {
-	if replace || e.lc.due.Trigger.IsZero() {
+	if replace || replaceable(e.lc.due.Trigger) {
 		e.lc.due.Trigger = t
 	}
 	e.lc.due.Force = true
@@ -547,7 +581,7 @@ func (c *taskTable) markDirtyLocked(e *entry, trigger Trigger) {
 		}
 		return
 	}
-	if e.lc.due.Trigger.IsZero() {
+	if replaceable(e.lc.due.Trigger) {
 		e.lc.due.Trigger = trigger
 		e.lc.due.Seen = time.Now()
 	}
@@ -594,7 +628,7 @@ func (c *taskTable) dueLocked(e *entry, trigger Trigger) {
 // first: it is queued, or, when it is running, runs again once the run
 // ends. c.mu is held.
 func (c *taskTable) enqueueLocked(e *entry, t Trigger) {
-	if e.lc.due.Trigger.IsZero() {
+	if replaceable(e.lc.due.Trigger) {
 		e.lc.due.Trigger = t
 	}
 	c.stepLocked(e, evQueue, wake{})
@@ -806,6 +840,7 @@ func (c *taskTable) releaseLocked(e *entry) {
 	}
 	c.stepLocked(e, evDone, wake{})
 	c.undeferLocked(e)
+	checkIfIdle(c, e)
 }
 
 // wait records why the task cannot run yet ("" when it can), and reports
@@ -846,6 +881,15 @@ func (c *taskTable) commitLocked(e *entry, j job, res Result) []gate.Event {
 	if res.applied {
 		e.drifted = false // just applied: matches the configuration again
 		e.lc.succeeded()
+		// A targeted run leaves its full check due; any other run that
+		// applied planned everything: it was the check.
+		e.lc.check = res.checkDue
+	} else if j.Request.Trigger.Kind == TriggerCheck && res.next == nil {
+		// A check that did not run (the task waits, its last failure was
+		// terminal ...) is dropped rather than tried again and again:
+		// the task's next run plans everything (it refreshes after a
+		// failure).
+		e.lc.check = false
 	}
 	var evs []gate.Event
 	if sp := res.supersede; sp != nil {
@@ -944,6 +988,7 @@ func (c *taskTable) endRunLocked(e *entry, req Request, res Result) {
 		c.stepLocked(e, evDone, wake{})
 	}
 	c.undeferLocked(e)
+	checkIfIdle(c, e)
 }
 
 // endLocked moves the task on once its job j has ended and what it did
@@ -963,6 +1008,7 @@ func (c *taskTable) endLocked(e *entry, j job, res Result) {
 	default:
 		c.stepLocked(e, evDone, wake{})
 		c.undeferLocked(e)
+		checkIfIdle(c, e)
 	}
 	c.endIntentLocked(e, res, nil)
 }

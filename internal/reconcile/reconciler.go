@@ -109,6 +109,7 @@ type Result struct {
 	recorded    bool          // the run's event is stored; inputs is its Consul data
 	inputs      *inputsDigest //
 	applied     bool          // the run succeeded and is recorded
+	checkDue    bool          // the run was targeted and left its full check due (driver.Result.CheckDue)
 	supersede   *supersession // the held plan was superseded (gates.go)
 	kicks       []kick        // upstream tasks to make due (chain.go)
 	drift       *driftFound   // a drift check's finding (drift.go)
@@ -266,7 +267,13 @@ func (r *reconciler) decideReadable(ctx context.Context, log *slog.Logger, j job
 	s, req := j.spec, j.Request
 	inspect := req.Mode == ModePlan
 	st := r.opts.Store.Run(s.Name)
-	if !inspect && !req.Force {
+	check := req.Trigger.Kind == TriggerCheck && !inspect && !req.Force
+	if check && (st.Dirty() || want.Fingerprint != st.Applied) {
+		// The desired state changed since the targeted run: that change
+		// runs first (targeted again), and the check stays due.
+		check, req.Trigger = false, Due(TriggerChange)
+	}
+	if !inspect && !req.Force && !check {
 		var run bool
 		if trigger, run = r.mustRun(log, s.Name, st, want, req.Trigger); !run {
 			// The desired state is the one applied again (gates.go).
@@ -306,7 +313,7 @@ func (r *reconciler) decideReadable(ctx context.Context, log *slog.Logger, j job
 	}
 	return Result{next: &runPlan{in: in, rec: &runRecord{id: id, trigger: trigger, once: req.Trigger.Kind == TriggerOnce,
 		kind: store.KindApply, want: want, before: st, actor: actorFrom(ctx), inputs: digest(&in), seen: req.Seen, prev: j.prev,
-		dataChange: dataChange(req, trigger)}}}
+		dataChange: dataChange(req, trigger), check: check}}}
 }
 
 // dataChange reports whether a run the task was due for applies a change
@@ -354,7 +361,11 @@ func (r *reconciler) run(ctx context.Context, log *slog.Logger, j job, in *task.
 	}
 	log.Info("executing task", "run_id", rec.id, "trigger", rec.trigger, "mode", rec.kind, "instances", len(in.Services))
 	rec.start = time.Now()
-	rec.res, rec.err = r.drive(ctx, e, s, j.exports, driver.Run{ID: rec.id, DataChange: rec.dataChange}, in, req.Mode)
+	// A data change leaves the full check of a targeted apply to a run of
+	// its own (TriggerCheck), so that a newer change need not wait for it;
+	// -once has no later run and checks in the same run.
+	rec.res, rec.err = r.drive(ctx, e, s, j.exports, driver.Run{ID: rec.id, DataChange: rec.dataChange, DeferCheck: rec.dataChange && !rec.once,
+		Check: rec.check}, in, req.Mode)
 	rec.end = time.Now()
 	rec.phases = eventPhases(e.initStart, e.initEnd, rec.res.Phases, rec.kind, rec.start, rec.end)
 	e.initStart, e.initEnd = time.Time{}, time.Time{}
@@ -401,6 +412,7 @@ type runRecord struct {
 	id, trigger string
 	once        bool // a run of -once, which logs its tasks in order itself
 	dataChange  bool // it applies a change of the Consul data alone (driver.Run.DataChange)
+	check       bool // it is the full check a targeted run left due (driver.Run.Check)
 	kind        string
 	want        Desired
 	before      store.RunState // the run state when it started
@@ -469,7 +481,7 @@ func (r *reconciler) recordRun(ctx context.Context, log *slog.Logger, e *driverS
 		log.Info("task completed", "run_id", rec.id, "added", res.Add, "changed", res.Change,
 			"destroyed", res.Destroy, "duration", rec.end.Sub(rec.start).Round(time.Millisecond))
 	}
-	out.applied = true
+	out.applied, out.checkDue = true, res.CheckDue
 	return out
 }
 

@@ -84,6 +84,13 @@ const (
 	TriggerOutputs
 	// TriggerOnce: -once (or -inspect), which orders chained tasks itself.
 	TriggerOnce
+	// TriggerCheck: the full check a targeted run left due
+	// (driver.Result.CheckDue): it runs the driver with driver.Run.Check
+	// although the desired state is the one applied; a newer change of
+	// the desired state runs first (it replaces the trigger while the
+	// check waits), and the check stays due until a run checks
+	// everything.
+	TriggerCheck
 )
 
 // Trigger is why a task runs; its String is what the run's event records.
@@ -99,7 +106,7 @@ func Due(k TriggerKind) Trigger { return Trigger{Kind: k} }
 func (t Trigger) IsZero() bool { return t.Kind == TriggerNone }
 
 var triggerWords = [...]string{"", "change", "start", "leader", "owner", "failover", "enable", "api", "schedule",
-	"drift", "retry", "upstream task ", "outputs wanted by task ", "once"}
+	"drift", "retry", "upstream task ", "outputs wanted by task ", "once", "check"}
 
 func (t Trigger) String() string {
 	if int(t.Kind) >= len(triggerWords) {
