@@ -234,6 +234,13 @@ task {
 			t.Logf("%d instances, %s, round %d: change -> applied %.2f s, run %.2f s, %d objects read, %s (load %s)",
 				n, policy, r, row.applied.Seconds(), row.run.Seconds(), row.reads, map[bool]string{true: "not targeted", false: row.targeted}[row.targeted == ""], row.load)
 			rows = append(rows, row)
+			if policy == "auto" {
+				// A second change right after the first is applied,
+				// before the first's full check; then the check, waited
+				// for so that the next round runs alone.
+				second, check := secondChange(t, c, base, dev, logs, n, r, s, (i+1)%n, 30000+r)
+				rows = append(rows, second, check)
+			}
 		}
 	}
 
@@ -281,6 +288,70 @@ task {
 	return append(rows, row)
 }
 
+// secondChange measures, for task "auto", a change of instance i of
+// service s made as soon as the round's first change is on the device:
+// change -> applied ("auto-second"), and then the full check the task
+// runs afterwards ("auto-check": from the second change to the check's
+// end, and the check's own run time).
+func secondChange(t *testing.T, c *testutil.Consul, base, dev string, logs func(task, id string) string, n, round, s, i, newPort int) (refreshRow, refreshRow) {
+	t.Helper()
+	id := instanceID(s, i)
+	t0 := time.Now()
+	ops := instanceOps(s, i, api.HealthPassing)
+	ops[0].Service.Service.Port = newPort
+	if ok, resp, _, err := c.Client.Txn().Txn(ops, nil); err != nil || !ok {
+		t.Fatalf("second change: %v %+v", err, resp)
+	}
+	file, want := filepath.Join(dev, id), fmt.Sprintf(":%d", newPort)
+	deadline := time.Now().Add(testutil.Scale(20 * time.Minute))
+	for {
+		if b, err := os.ReadFile(file); err == nil && strings.HasSuffix(string(b), want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("auto: %s never got port %d", id, newPort)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	applied := time.Since(t0)
+	var run, check store.Event
+	waitEvents(t, base, "auto", 20*time.Minute, func(evs []store.Event) bool {
+		run, check = store.Event{}, store.Event{}
+		for _, ev := range evs {
+			switch {
+			case ev.Kind != "apply" || !ev.StartTime.After(t0):
+			case ev.Trigger == "check" && check.ID == "":
+				check = ev
+			case ev.Trigger != "check":
+				run = ev
+			}
+		}
+		return run.ID != "" && check.ID != "" && check.StartTime.After(run.StartTime)
+	})
+	if !run.Success || !check.Success {
+		t.Fatalf("auto: second change %s (%v) or check %s (%v) failed", run.ID, run.Success, check.ID, check.Success)
+	}
+	log, clog := logs("auto", run.ID), logs("auto", check.ID)
+	second := refreshRow{instances: n, policy: "auto-second", round: round, applied: applied, run: run.EndTime.Sub(run.StartTime),
+		reads: reads(log), targeted: targetedNote(log), load: loadAvg()}
+	done := refreshRow{instances: n, policy: "auto-check", round: round, applied: check.EndTime.Sub(t0), run: check.EndTime.Sub(check.StartTime),
+		reads: reads(clog), targeted: checkNote(clog), load: loadAvg()}
+	t.Logf("%d instances, auto, round %d: second change -> applied %.2f s (run %.2f s, %s); its check ended %.2f s after the change, run %.2f s, %s (load %s)",
+		n, round, second.applied.Seconds(), second.run.Seconds(), second.targeted, done.applied.Seconds(), done.run.Seconds(), done.targeted, done.load)
+	return second, done
+}
+
+// checkNote is a check run's note ("full check: ..."), without its
+// timestamp.
+func checkNote(log string) string {
+	i := strings.LastIndex(log, "Z full check: ")
+	if i < 0 {
+		return ""
+	}
+	note, _, _ := strings.Cut(log[i+2:], "\n")
+	return note
+}
+
 // writeRefreshBench writes refresh.csv and logs the table of medians with
 // the slope per 1,000 instances.
 func writeRefreshBench(t *testing.T, dir string, rows []refreshRow) {
@@ -308,7 +379,8 @@ func writeRefreshBench(t *testing.T, dir string, rows []refreshRow) {
 	fmt.Fprintf(&b, "%s, %s, %d CPUs, %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), host, runtime.NumCPU(), terraformVersion())
 	med := map[string]map[int]time.Duration{"always": {}, "auto": {}}
 	var ns []int
-	for _, policy := range []string{"always", "auto"} {
+	med["auto-second"] = map[int]time.Duration{}
+	for _, policy := range []string{"always", "auto", "auto-second"} {
 		byN := map[int][]time.Duration{}
 		for _, r := range rows {
 			if r.policy == policy {
@@ -323,10 +395,10 @@ func writeRefreshBench(t *testing.T, dir string, rows []refreshRow) {
 		}
 	}
 	slices.Sort(ns)
-	b.WriteString("| instances | always (median) | auto (median) | auto / always |\n|---|---|---|---|\n")
+	b.WriteString("| instances | always (median) | auto (median) | auto / always | auto, second change (median) |\n|---|---|---|---|---|\n")
 	for _, n := range ns {
 		a, u := med["always"][n], med["auto"][n]
-		fmt.Fprintf(&b, "| %d | %.2f s | %.2f s | %.3f |\n", n, a.Seconds(), u.Seconds(), u.Seconds()/a.Seconds())
+		fmt.Fprintf(&b, "| %d | %.2f s | %.2f s | %.3f | %.2f s |\n", n, a.Seconds(), u.Seconds(), u.Seconds()/a.Seconds(), med["auto-second"][n].Seconds())
 	}
 	if len(ns) >= 2 {
 		lo, hi := ns[0], ns[len(ns)-1]
