@@ -41,10 +41,37 @@ func (d checkDriver) Apply(ctx context.Context, run driver.Run, in *task.Inputs)
 	return res, err
 }
 
-func startCheck(t *testing.T) (*harness, func() []checkRun) {
+// silentWatcher is the test watcher whose values can be replaced without
+// notifying anyone: the task reads them at its next run.
+type silentWatcher struct {
+	*fakeWatcher
+	mu     sync.Mutex
+	values map[string]any
+}
+
+func (w *silentWatcher) Get(key string) (any, uint64, bool) {
+	w.mu.Lock()
+	v, ok := w.values[key]
+	w.mu.Unlock()
+	if ok {
+		return v, 2, true
+	}
+	return w.fakeWatcher.Get(key)
+}
+
+func (w *silentWatcher) setSilently(key string, v any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.values[key] = v
+}
+
+func startCheck(t *testing.T, opts ...func(*Options)) (*harness, func() []checkRun) {
 	var mu sync.Mutex
 	var runs []checkRun
 	h := start(t, 2, nil, servicesTask("a", "web"), func(o *Options) {
+		for _, f := range opts {
+			f(o)
+		}
 		next := o.NewDriver
 		o.NewDriver = func(s task.Spec) (driver.Driver, error) {
 			d, err := next(s)
@@ -110,14 +137,45 @@ func TestCheckDueDroppedWhenDisabled(t *testing.T) {
 	h.waitApplied(t, "a")
 	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
 	h.waitApplied(t, "a") // its check is due
-	if _, err := h.ctrl.SetEnabled(t.Context(), "a", false, EnableFlag); err != nil {
-		t.Fatal(err)
-	}
+	// Disabled once the run has ended (a running task refuses it), before
+	// the check starts.
+	testutil.WaitFor(t, "the task disabled", func() bool {
+		_, err := h.ctrl.SetEnabled(t.Context(), "a", false, EnableFlag)
+		return err == nil
+	})
 	if _, err := h.ctrl.SetEnabled(t.Context(), "a", true, EnableFlag); err != nil {
 		t.Fatal(err)
 	}
 	h.noApply(t)
 	if n := len(runs()); n != 2 {
 		t.Fatalf("%d runs, want 2", n)
+	}
+}
+
+// A check whose task's desired state moved since the targeted run, with no
+// notification of it (a change seen only when the check reads the data),
+// runs as that data change (targeted, its check deferred again), and the
+// check runs after it.
+func TestCheckDueDesiredStateMoved(t *testing.T) {
+	var w *silentWatcher
+	h, runs := startCheck(t, func(o *Options) {
+		w = &silentWatcher{fakeWatcher: o.Watcher.(*fakeWatcher), values: map[string]any{}}
+		o.Watcher = w
+	})
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web")})
+	h.waitApplied(t, "a")
+	h.w.Set(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web")})
+	h.waitApplied(t, "a") // its check is due
+	w.setSilently(healthKey("web"), []task.Service{inst("web-1", "web"), inst("web-2", "web"), inst("web-3", "web")})
+	h.waitApplied(t, "a") // the check found the change
+	h.waitApplied(t, "a") // the check
+	testutil.WaitFor(t, "the task settled", h.ctrl.Settled)
+	got := runs()
+	want := []checkRun{{dataChange: true, deferCheck: true, instances: 3}, {check: true, instances: 3}}
+	if len(got) != 4 || got[2] != want[0] || got[3] != want[1] {
+		t.Fatalf("runs %+v, want the last two %+v", got, want)
+	}
+	if evs := h.st.Events("a"); evs[0].Trigger != "check" || evs[1].Trigger == "check" {
+		t.Fatalf("triggers %q, %q; runs %+v", evs[0].Trigger, evs[1].Trigger, got)
 	}
 }
