@@ -362,9 +362,8 @@ func (r *reconciler) run(ctx context.Context, log *slog.Logger, j job, in *task.
 	log.Info("executing task", "run_id", rec.id, "trigger", rec.trigger, "mode", rec.kind, "instances", len(in.Services))
 	rec.start = time.Now()
 	// A data change leaves the full check of a targeted apply to a run of
-	// its own (TriggerCheck), so that a newer change need not wait for it;
-	// -once has no later run and checks in the same run.
-	rec.res, rec.err = r.drive(ctx, e, s, j.exports, driver.Run{ID: rec.id, DataChange: rec.dataChange, DeferCheck: rec.dataChange && !rec.once,
+	// its own (TriggerCheck), so that a newer change need not wait for it.
+	rec.res, rec.err = r.drive(ctx, e, s, j.exports, driver.Run{ID: rec.id, DataChange: rec.dataChange, DeferCheck: rec.dataChange,
 		Check: rec.check}, in, req.Mode)
 	rec.end = time.Now()
 	rec.phases = eventPhases(e.initStart, e.initEnd, rec.res.Phases, rec.kind, rec.start, rec.end)
